@@ -1,0 +1,39 @@
+/* fj_base.h: what every folder may use: error reporting, the verbose log
+ * and metadata allocation. It sits below kernels/, codecache/ and
+ * unwindinfo/ (it knows none of them), so data still flows one way. */
+#ifndef FJ_BASE_H
+#define FJ_BASE_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include "framejit.h"
+
+#define FJ_INTERNAL __attribute__((visibility("hidden")))
+
+/* Records status and a printf-style message as the calling thread's last
+ * error (fj_last_error) and returns status, so callers write
+ *     return fj_fail(FJ_ERR_OS, "mmap %zu bytes: %s", n, strerror(errno)); */
+FJ_INTERNAL fj_status fj_fail(fj_status s, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+FJ_INTERNAL void fj_clear_error(void);
+
+/* FRAMEJIT_VERBOSE level, read once on first use (0 = silent). */
+FJ_INTERNAL int fj_verbose(void);
+/* One line on stderr, prefixed "framejit: ", only if fj_verbose() >= level. */
+FJ_INTERNAL void fj_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Metadata allocation (mimalloc). Executable memory never comes from here.
+ * Each can be made to fail by the fault-injection hook below. */
+FJ_INTERNAL void *fj_malloc(size_t n);
+FJ_INTERNAL void *fj_calloc(size_t count, size_t size);
+FJ_INTERNAL void *fj_realloc(void *p, size_t n);
+FJ_INTERNAL void fj_free(void *p);
+FJ_INTERNAL char *fj_strdup(const char *s);
+
+/* Fault injection for tests: when fj_fault_countdown reaches zero the next
+ * fallible call of the given class fails. -1 = off. */
+enum { FJ_FAULT_ALLOC, FJ_FAULT_MMAP, FJ_FAULT_MPROTECT, FJ_FAULT_FILE, FJ_FAULT__N };
+FJ_INTERNAL int fj_fault_hit(int cls);
+FJ_API void fj_test_fault_inject(int cls, long countdown);
+
+#endif
