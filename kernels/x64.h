@@ -94,6 +94,11 @@ typedef struct x64_insn {
     uint8_t rsp_kind;      /* X64_RSP_* below */
     int32_t rsp_delta;     /* X64_RSP_DELTA: rsp += delta */
     uint8_t is_ret, is_call, is_jump, is_leave, is_push_rbp, is_mov_rbp_rsp, is_pop_rbp;
+    /* For `mov r/m64, r64` (89 /r) with a memory destination: the stored
+     * register, the base register and displacement (else store_reg = 0xff).
+     * The verifier matches callee-saved register saves against the CFI. */
+    uint8_t store_reg, store_base;
+    int32_t store_disp;
 } x64_insn;
 
 enum {
