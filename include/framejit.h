@@ -72,14 +72,80 @@ FJ_API const char *fj_last_error(void);
 
 /* ---- eltwise --------------------------------------------------------- */
 
+/* Element-wise ops (oneDNN's eltwise algorithms, same alpha/beta meaning). */
 typedef enum fj_eltwise_op {
-    FJ_ELT_RELU = 1,      /* dst = src > 0 ? src : alpha * src (alpha = 0: relu) */
+    FJ_ELT_RELU = 1,      /* x > 0 ? x : alpha * x   (alpha = 0: plain relu) */
+    FJ_ELT_LEAKY_RELU,    /* x > 0 ? x : alpha * x */
+    FJ_ELT_CLIP,          /* min(max(x, alpha), beta) */
+    FJ_ELT_LINEAR,        /* alpha * x + beta */
+    FJ_ELT_ABS,           /* |x| */
+    FJ_ELT_SQUARE,        /* x * x */
+    FJ_ELT_SQRT,          /* sqrt(x) */
+    FJ_ELT_EXP,           /* e^x */
+    FJ_ELT_LOG,           /* ln(x) */
+    FJ_ELT_TANH,          /* tanh(x) */
+    FJ_ELT_SIGMOID,       /* 1 / (1 + e^-x) */
+    FJ_ELT_GELU_TANH,     /* 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))) */
+    FJ_ELT_GELU_ERF,      /* 0.5x(1 + erf(x / sqrt(2))) */
+    FJ_ELT_SWISH,         /* x * sigmoid(alpha * x) */
+    FJ_ELT_HARDSWISH,     /* x * min(max(x + 3, 0), 6) / 6 */
+    FJ_ELT__COUNT
 } fj_eltwise_op;
 
 /* dst[i] = op(src[i]) for i < n; src == dst (in place) is allowed, other
  * overlap is not. n == 0 is a no-op that still validates rt and op. */
 FJ_API fj_status fj_eltwise_f32(fj_runtime *rt, fj_eltwise_op op, float alpha, float beta,
                                 const float *src, float *dst, size_t n);
+
+/* ---- GEMM --------------------------------------------------------------- */
+
+/* C = alpha * op(A) * op(B) + beta * C, row-major, with dnnl_sgemm's
+ * semantics: transa/transb 'N'/'n' or 'T'/'t'; op(A) is m x k, op(B) is
+ * k x n; lda >= (transa == 'N' ? k : m) (and >= 1), likewise ldb, ldc >= n.
+ * beta == 0 never reads C (NaN in C does not propagate). m, n or k == 0 is
+ * fine (k == 0 scales C by beta). */
+FJ_API fj_status fj_gemm_f32(fj_runtime *rt, char transa, char transb,
+                             int64_t m, int64_t n, int64_t k, float alpha,
+                             const float *a, int64_t lda, const float *b, int64_t ldb,
+                             float beta, float *c, int64_t ldc);
+
+/* Create-once / execute-many GEMM with a fused epilogue: after alpha/beta,
+ * bias[j] (per column of C, if has_bias) is added and post_op (an eltwise
+ * op, 0 = none, with post_alpha/post_beta) applied before C is stored. */
+typedef struct fj_gemm_desc {
+    char transa, transb;
+    int64_t m, n, k;
+    int64_t lda, ldb, ldc;
+    float alpha, beta;
+    int has_bias;
+    fj_eltwise_op post_op;     /* 0: none */
+    float post_alpha, post_beta;
+} fj_gemm_desc;
+
+typedef struct fj_gemm fj_gemm;
+FJ_API fj_status fj_gemm_create(fj_runtime *rt, const fj_gemm_desc *d, fj_gemm **out);
+/* bias is ignored (may be NULL) unless the descriptor has has_bias. */
+FJ_API fj_status fj_gemm_execute(const fj_gemm *g, const float *a, const float *b,
+                                 const float *bias, float *c);
+FJ_API void fj_gemm_destroy(fj_gemm *g);
+
+/* ---- reductions and softmax ------------------------------------------- */
+
+typedef enum fj_reduce_op {
+    FJ_REDUCE_SUM = 1, FJ_REDUCE_MAX, FJ_REDUCE_MIN, FJ_REDUCE_MEAN, FJ_REDUCE_L2,
+    FJ_REDUCE__COUNT
+} fj_reduce_op;
+
+/* dst[r] = reduce(src[r * ld + 0 .. cols)) for r < rows; ld >= cols.
+ * cols == 0: sum/L2 give 0, mean gives NaN, max gives -Inf, min +Inf. The
+ * result does not depend on the thread count. */
+FJ_API fj_status fj_reduce_f32(fj_runtime *rt, fj_reduce_op op, int64_t rows, int64_t cols,
+                               const float *src, int64_t ld, float *dst);
+
+/* Softmax (log_softmax if log != 0) over each row, numerically stable
+ * (the row max is subtracted). src == dst with equal ld is allowed. */
+FJ_API fj_status fj_softmax_f32(fj_runtime *rt, int log, int64_t rows, int64_t cols,
+                                const float *src, int64_t ld_src, float *dst, int64_t ld_dst);
 
 /* ---- symbolization --------------------------------------------------- */
 

@@ -30,8 +30,10 @@ enum {
     UW_ALL = UW_LIBGCC | UW_LIBUNWIND | UW_GDB,
 };
 
-/* Parses a FRAMEJIT_UNWIND value ("libgcc,libunwind,gdb", "all", "none");
- * NULL means all. Unknown words fail with FJ_ERR_INVALID_ARG. */
+/* Parses a FRAMEJIT_UNWIND value ("libgcc,libunwind,gdb" in any order or
+ * subset, "all", "none"; case and spaces around words ignored); NULL or ""
+ * means all. Unknown words, or "none" with others, fail with
+ * FJ_ERR_INVALID_ARG. */
 FJ_INTERNAL fj_status uw_parse_backends(const char *s, unsigned *out);
 
 /* .eh_frame for fns: one CIE, one FDE per function, a 4-byte zero
@@ -50,11 +52,14 @@ FJ_INTERNAL fj_status uw_register(const uw_func *fns, size_t n, unsigned backend
 FJ_INTERNAL void uw_deregister(uw_object *o);
 
 /* ELF writer, shared by the GDB JIT objects and FRAMEJIT_DUMP files.
- * code == NULL: GDB JIT object (ET_REL, .text SHT_NOBITS at fns' addresses,
- * absolute symbols/FDEs). code != NULL: a relocatable .o with the bytes in
- * .text (addresses relative to .text), for objdump -d / readelf -wf.
- * Buffer fj_malloc'ed. */
-FJ_INTERNAL fj_status uw_elf_build(const uw_func *f, const uint8_t *code, uint8_t **out, size_t *len);
+ * fns cover [lo, hi) (lo = lowest start, hi = highest end); .text is that
+ * range and each function gets an STT_FUNC symbol (section-relative value).
+ * code == NULL: GDB JIT object (ET_REL, .text SHT_NOBITS with sh_addr lo,
+ * absolute FDEs). code != NULL: the hi - lo bytes of [lo, hi); a relocatable
+ * .o with them in .text (FDE addresses relative to .text), for objdump -d /
+ * readelf -wf. Buffer fj_malloc'ed. */
+FJ_INTERNAL fj_status uw_elf_build(const uw_func *fns, size_t n, const uint8_t *code, uint8_t **out,
+                                   size_t *len);
 
 /* FRAMEJIT_DUMP: writes DIR/<name>.<seq>.o. Failures are logged
  * (FRAMEJIT_VERBOSE) and returned, never fatal to the kernel. */

@@ -86,8 +86,9 @@ FJ_API fj_reg fj_vreg(fj_builder *b);   /* a vector register (zmm0-31 / ymm0-15)
 FJ_API fj_reg fj_kreg(fj_builder *b);   /* an AVX-512 mask register (k1-k7) */
 FJ_API void fj_release(fj_builder *b, fj_reg r);
 
-/* A stack slot of `bytes` bytes (aligned to `align`, a power of two <= 64)
- * in the kernel's frame, as a memory operand of `bits` access width. */
+/* A stack slot of `bytes` bytes (aligned to `align`, a power of two <= 16:
+ * the frame is 16-byte aligned) in the kernel's frame, as a memory operand
+ * of `bits` access width. Vector spills use unaligned moves. */
 FJ_API fj_opnd fj_stack_slot(fj_builder *b, uint32_t bytes, uint32_t align, uint16_t bits);
 /* A constant placed out of the instruction stream (after the code),
  * addressed RIP-relative. fj_const_f32 is meant for {1toN} broadcast or

@@ -1,0 +1,32 @@
+/* bench.h: the pieces of framejit-bench. Each section (one file each)
+ * measures one family side by side with its references in the same run,
+ * and reports rows through bench_row. Nothing here is ever a test. */
+#ifndef FJ_BENCH_H
+#define FJ_BENCH_H
+
+#include <framejit.h>
+#include <stddef.h>
+
+typedef struct bench_ctx {
+    int reps;               /* repetitions per measurement (median) */
+    int quick;              /* --quick: fewer sizes and reps */
+    const char *filter;     /* run only sections whose name contains this */
+} bench_ctx;
+
+/* Monotonic time in ns. */
+double bench_now_ns(void);
+/* Median of v[0..n) (sorts v). */
+double bench_median(double *v, int n);
+/* Times `calls` calls of fn(arg) per repetition, interleaved with the
+ * others in the same group by the caller; returns ns per call. */
+
+/* One result row: section, case, variant ("framejit", "onednn", "c" ...),
+ * the measured value and its unit ("ns", "GB/s", "GFLOP/s", "us", "%"),
+ * and an optional ratio against the section's reference (0 = none). */
+void bench_row(const char *section, const char *name, const char *variant, double value,
+               const char *unit, double ratio);
+
+/* Sections. */
+void bench_eltwise(const bench_ctx *c);
+
+#endif

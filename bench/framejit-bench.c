@@ -1,0 +1,78 @@
+/* framejit-bench: speed of framejit kernels, side by side with references
+ * in the same run (interleaved repetitions, medians, ratios). A human
+ * table on stdout; --json FILE writes every row too. */
+#include "bench.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+double bench_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+double bench_median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static FILE *json;
+static int json_rows;
+
+void bench_row(const char *section, const char *name, const char *variant, double value,
+               const char *unit, double ratio) {
+    if (ratio > 0)
+        printf("%-10s %-28s %-16s %12.2f %-8s ratio %.2f\n", section, name, variant, value, unit,
+               ratio);
+    else
+        printf("%-10s %-28s %-16s %12.2f %-8s\n", section, name, variant, value, unit);
+    fflush(stdout);
+    if (json) {
+        fprintf(json, "%s  {\"section\": \"%s\", \"case\": \"%s\", \"variant\": \"%s\", "
+                "\"value\": %.4f, \"unit\": \"%s\", \"ratio\": %.4f}",
+                json_rows++ ? ",\n" : "", section, name, variant, value, unit, ratio);
+    }
+}
+
+typedef struct section {
+    const char *name;
+    void (*run)(const bench_ctx *);
+} section;
+
+static const section sections[] = {
+    {"eltwise", bench_eltwise},
+};
+
+int main(int argc, char **argv) {
+    bench_ctx c = {.reps = 9};
+    const char *json_path = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
+        else if (!strcmp(argv[i], "--quick")) c.quick = 1, c.reps = 5;
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc) c.filter = argv[++i];
+        else {
+            fprintf(stderr, "usage: framejit-bench [--json FILE] [--quick] [--only SECTION]\n");
+            return 2;
+        }
+    }
+    if (json_path) {
+        json = fopen(json_path, "w");
+        if (!json) { perror(json_path); return 1; }
+        fprintf(json, "{\"rows\": [\n");
+    }
+    for (size_t i = 0; i < sizeof sections / sizeof sections[0]; i++)
+        if (!c.filter || strstr(sections[i].name, c.filter)) sections[i].run(&c);
+    if (json) {
+        fprintf(json, "\n]}\n");
+        fclose(json);
+    }
+    return 0;
+}

@@ -1,0 +1,372 @@
+/* cc_arena.c: OS memory for the code cache: the process-wide address-space
+ * reservation, arenas backed by /dev/shm files, memfds or anonymous pages,
+ * the reserve -> write -> commit/abort protocol that keeps W^X, and removal
+ * of /dev/shm files left behind by dead processes. */
+#include "codecache/cc_impl.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ------------------------------------------------------------------------
+ * OS calls behind one small table, each fallible one preceded by its
+ * fault-injection check so tests can make exactly one of them fail.
+ * ---------------------------------------------------------------------- */
+
+typedef struct cc_os {
+    void *(*mmap)(void *, size_t, int, int, int, off_t);
+    int (*munmap)(void *, size_t);
+    int (*mprotect)(void *, size_t, int);
+    int (*open)(const char *, int, ...);
+    int (*memfd_create)(const char *, unsigned int);
+    int (*fallocate)(int, int, off_t, off_t);
+    int (*ftruncate)(int, off_t);
+    int (*fchmod)(int, mode_t);
+    int (*close)(int);
+    int (*unlink)(const char *);
+} cc_os;
+
+static const cc_os os = {mmap, munmap, mprotect, open, memfd_create,
+                         fallocate, ftruncate, fchmod, close, unlink};
+
+static void *sys_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
+    if (fj_fault_hit(FJ_FAULT_MMAP)) {
+        errno = ENOMEM;
+        return MAP_FAILED;
+    }
+    return os.mmap(addr, len, prot, flags, fd, off);
+}
+
+static int sys_mprotect(uintptr_t addr, size_t len, int prot) {
+    if (fj_fault_hit(FJ_FAULT_MPROTECT)) {
+        errno = ENOMEM;
+        return -1;
+    }
+    return os.mprotect((void *)addr, len, prot);
+}
+
+/* Every file call shares one check so "the next file call fails" is
+ * meaningful whatever the call is. */
+static int file_fault(void) {
+    if (fj_fault_hit(FJ_FAULT_FILE)) {
+        errno = EIO;
+        return 1;
+    }
+    return 0;
+}
+
+/* Replaces [lo, lo+len) by fresh PROT_NONE pages. Used to keep an address
+ * range reserved after its code is gone, so nothing else (ours or another
+ * JIT's) is ever mapped there. Cleanup: no fault check. */
+static int rereserve(uintptr_t lo, size_t len) {
+    void *p = os.mmap((void *)lo, len, PROT_NONE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+    return p == MAP_FAILED ? -1 : 0;
+}
+
+static size_t page_size(void) {
+    static size_t pg;
+    if (!pg) pg = (size_t)sysconf(_SC_PAGESIZE);
+    return pg;
+}
+
+static size_t round_up(size_t n, size_t a) { return (n + a - 1) & ~(a - 1); }
+
+const char *cc_kind_name(int kind) {
+    switch (kind) {
+    case CC_FILE: return "file";
+    case CC_MEMFD: return "memfd";
+    default: return "anonymous";
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * Address space: one large PROT_NONE reservation carved monotonically.
+ * Nothing is ever returned to it, so a code address is used at most once.
+ * ---------------------------------------------------------------------- */
+
+#define CC_RESERVE_BYTES ((size_t)1 << 30)
+
+static pthread_mutex_t va_lock = PTHREAD_MUTEX_INITIALIZER;
+static uintptr_t va_cur, va_end;
+
+static fj_status va_carve(size_t n, uintptr_t *out) {
+    fj_status st = FJ_OK;
+    pthread_mutex_lock(&va_lock);
+    if (va_end - va_cur < n) {
+        /* MAP_NORESERVE: the range costs neither memory nor commit charge.
+         * Just n is tried when address space is limited (ulimit -v).
+         * The old range's unused tail stays reserved, never reused. */
+        size_t want = n > CC_RESERVE_BYTES ? round_up(n, CC_RESERVE_BYTES) : CC_RESERVE_BYTES;
+        size_t tries[2] = {want, round_up(n, page_size())};
+        void *p = MAP_FAILED;
+        int err = 0;
+        for (int i = 0; i < 2 && p == MAP_FAILED; i++) {
+            p = sys_mmap(NULL, tries[i], PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                         -1, 0);
+            if (p == MAP_FAILED) err = errno;
+            else want = tries[i];
+        }
+        if (p == MAP_FAILED) {
+            st = fj_fail(FJ_ERR_OS, "codecache: reserving %zu bytes of address space: %s", want,
+                         strerror(err));
+            goto out;
+        }
+        va_cur = (uintptr_t)p;
+        va_end = va_cur + want;
+        fj_log(2, "codecache: reserved %zu MiB of code address space at %#lx", want >> 20,
+               (unsigned long)va_cur);
+    }
+    *out = va_cur;
+    va_cur += n;
+out:
+    pthread_mutex_unlock(&va_lock);
+    return st;
+}
+
+/* ------------------------------------------------------------------------
+ * Arenas
+ * ---------------------------------------------------------------------- */
+
+/* Files grow in steps: pages are allocated up front with fallocate so that
+ * a full /dev/shm shows up as ENOSPC here, not as SIGBUS on a later write
+ * through the shared mapping. */
+#define CC_FILE_GROW ((size_t)64 << 10)
+#define CC_VEC_INITIAL 16
+
+static atomic_uint file_seq;
+
+static int file_extend(int fd, size_t from, size_t to) {
+    if (file_fault()) return -1;
+    if (os.fallocate(fd, 0, (off_t)from, (off_t)(to - from)) == 0) return 0;
+    if (errno != EOPNOTSUPP && errno != ENOSYS) return -1;
+    return os.ftruncate(fd, (off_t)to);
+}
+
+/* Opens the backing file or memfd; O_EXCL so a leftover file is never
+ * shared, 0600 (fchmod too, since umask could widen nothing but we want
+ * exactly 0600 whatever it is) so no other user can read or write code. */
+static fj_status open_backing(cc_arena *a) {
+    if (a->kind == CC_FILE) {
+        snprintf(a->path, sizeof a->path, "/dev/shm/framejit-%d-%u", (int)a->pid,
+                 atomic_fetch_add(&file_seq, 1));
+        a->fd = file_fault() ? -1
+                             : os.open(a->path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
+                                       0600);
+        if (a->fd < 0) {
+            int err = errno;
+            a->path[0] = 0;
+            return fj_fail(FJ_ERR_OS, "codecache: creating /dev/shm file: %s", strerror(err));
+        }
+        if (file_fault() || os.fchmod(a->fd, 0600) != 0)
+            return fj_fail(FJ_ERR_OS, "codecache: chmod %s: %s", a->path, strerror(errno));
+    } else {
+        a->fd = file_fault() ? -1 : os.memfd_create("framejit", MFD_CLOEXEC);
+        if (a->fd < 0)
+            return fj_fail(FJ_ERR_OS, "codecache: memfd_create: %s", strerror(errno));
+    }
+    return FJ_OK;
+}
+
+static fj_status map_views(cc_arena *a, size_t span) {
+    /* The first page(s) of the file are kept for a header (an ELF image's
+     * headers later); code starts at a page-aligned offset after it. */
+    a->code_off = page_size();
+    a->rw_len = a->code_off + span;
+    a->file_len = a->code_off + (span < CC_FILE_GROW ? span : CC_FILE_GROW);
+    if (file_extend(a->fd, 0, a->file_len) != 0)
+        return fj_fail(FJ_ERR_OS, "codecache: sizing code file to %zu bytes: %s", a->file_len,
+                       strerror(errno));
+    void *rw = sys_mmap(NULL, a->rw_len, PROT_READ | PROT_WRITE, MAP_SHARED, a->fd, 0);
+    if (rw == MAP_FAILED)
+        return fj_fail(FJ_ERR_OS, "codecache: mapping RW view (%zu bytes): %s", a->rw_len,
+                       strerror(errno));
+    a->rw = rw;
+    /* The RX view replaces our own PROT_NONE reservation in place. It maps
+     * the whole span even past the current end of file: nothing executes
+     * or reads there before the file has grown over it. */
+    void *rx = sys_mmap((void *)a->lo, span, PROT_READ | PROT_EXEC, MAP_SHARED | MAP_FIXED, a->fd,
+                        (off_t)a->code_off);
+    if (rx == MAP_FAILED) {
+        int err = errno;
+        rereserve(a->lo, span); /* a failed MAP_FIXED may have left a hole */
+        return fj_fail(FJ_ERR_OS, "codecache: mapping RX view (%zu bytes): %s", span,
+                       strerror(err));
+    }
+    return FJ_OK;
+}
+
+fj_status cc_arena_new(int kind, size_t min_code, cc_arena **out) {
+    *out = NULL;
+    size_t span = round_up(min_code > CC_ARENA_BYTES ? min_code : CC_ARENA_BYTES, page_size());
+    if (span < min_code) return fj_fail(FJ_ERR_INVALID_ARG, "codecache: kernel too large");
+    cc_arena *a = fj_calloc(1, sizeof *a);
+    cc_vec *v = fj_malloc(sizeof *v + CC_VEC_INITIAL * sizeof v->items[0]);
+    if (!a || !v) {
+        fj_free(a);
+        fj_free(v);
+        return fj_fail(FJ_ERR_NO_MEMORY, "codecache: arena descriptor");
+    }
+    v->cap = CC_VEC_INITIAL;
+    v->older = NULL;
+    atomic_init(&a->vec, v);
+    atomic_init(&a->count, 0);
+    a->kind = kind;
+    a->fd = -1;
+    a->slot = -1;
+    a->pid = getpid();
+
+    uintptr_t lo = 0;
+    fj_status st = va_carve(span, &lo);
+    if (st != FJ_OK) goto fail;
+    a->lo = lo;
+    a->hi = lo + span;
+    if (kind != CC_ANON) {
+        st = open_backing(a);
+        if (st == FJ_OK) st = map_views(a, span);
+        if (st != FJ_OK) goto fail;
+    }
+    /* CC_ANON: the pages stay PROT_NONE in the reservation until a
+     * placement makes exactly its own pages RW, then RX. */
+    fj_log(2, "codecache: new %s arena %#lx-%#lx%s%s", cc_kind_name(kind), (unsigned long)a->lo,
+           (unsigned long)a->hi, a->path[0] ? " " : "", a->path);
+    *out = a;
+    return FJ_OK;
+fail:
+    if (a->rw) os.munmap(a->rw, a->rw_len);
+    if (a->fd >= 0) os.close(a->fd);
+    if (a->path[0]) os.unlink(a->path);
+    fj_free(v);
+    fj_free(a);
+    return st;
+}
+
+void cc_arena_release(cc_arena *a) {
+    if (a->retired) return;
+    a->retired = 1;
+    /* The range stays reserved (PROT_NONE, no memory behind it) for the
+     * life of the process; if even that fails the old mapping stays, which
+     * wastes memory but still never lets the addresses be reused. */
+    if (a->lo && rereserve(a->lo, a->hi - a->lo) != 0)
+        fj_log(1, "codecache: could not release arena %#lx: %s", (unsigned long)a->lo,
+               strerror(errno));
+    if (a->rw) os.munmap(a->rw, a->rw_len);
+    a->rw = NULL;
+    if (a->fd >= 0) os.close(a->fd);
+    a->fd = -1;
+    /* A forked child must not delete the file its parent still uses. */
+    if (a->path[0] && a->pid == getpid()) os.unlink(a->path);
+}
+
+void cc_arena_free(cc_arena *a) {
+    if (!a) return;
+    cc_vec *v = atomic_load_explicit(&a->vec, memory_order_relaxed);
+    size_t n = atomic_load_explicit(&a->count, memory_order_relaxed);
+    for (size_t i = 0; i < n; i++) fj_free(v->items[i]);
+    while (v) {
+        cc_vec *o = v->older;
+        fj_free(v);
+        v = o;
+    }
+    fj_free(a);
+}
+
+fj_status cc_arena_reserve(cc_arena *a, size_t len, cc_txn *t, int *fits) {
+    *fits = 0;
+    /* After fork the child's placements go to arenas of its own: these
+     * pages are still shared with the parent, which keeps writing them. */
+    if (a->retired || a->pid != getpid()) return FJ_OK;
+    /* Anonymous arenas place each kernel on pages of its own, so no page is
+     * ever made writable while another kernel on it may be running. */
+    size_t unit = a->kind == CC_ANON ? page_size() : CC_ALIGN;
+    size_t size = a->hi - a->lo;
+    size_t off = round_up(a->cursor, unit);
+    if (len > size || off > size - len) return FJ_OK;
+    size_t span = round_up(len, unit);
+    if (span > size - off) span = size - off;
+    *fits = 1;
+    t->a = a;
+    t->off = off;
+    t->span = span;
+    if (a->kind == CC_ANON) {
+        if (sys_mprotect(a->lo + off, span, PROT_READ | PROT_WRITE) != 0)
+            return fj_fail(FJ_ERR_OS, "codecache: mprotect RW %zu bytes: %s", span,
+                           strerror(errno));
+        t->w = (uint8_t *)(a->lo + off);
+    } else {
+        size_t need = a->code_off + off + span;
+        if (need > a->file_len) {
+            size_t nl = round_up(need, CC_FILE_GROW);
+            if (nl > a->rw_len) nl = a->rw_len;
+            if (file_extend(a->fd, a->file_len, nl) != 0)
+                return fj_fail(FJ_ERR_OS, "codecache: growing code file to %zu bytes: %s", nl,
+                               strerror(errno));
+            a->file_len = nl;
+        }
+        t->w = a->rw + a->code_off + off;
+    }
+    return FJ_OK;
+}
+
+fj_status cc_arena_commit(cc_txn *t) {
+    cc_arena *a = t->a;
+    a->cursor = t->off + t->span;
+    if (a->kind != CC_ANON) return FJ_OK; /* the RX view already shows the bytes */
+    if (sys_mprotect(a->lo + t->off, t->span, PROT_READ | PROT_EXEC) != 0) {
+        int err = errno;
+        /* Never leave written code writable; the pages are simply skipped. */
+        os.mprotect((void *)(a->lo + t->off), t->span, PROT_NONE);
+        return fj_fail(FJ_ERR_OS, "codecache: mprotect RX %zu bytes: %s", t->span,
+                       strerror(err));
+    }
+    return FJ_OK;
+}
+
+void cc_arena_abort(cc_txn *t) {
+    cc_arena *a = t->a;
+    /* Written-but-unpublished bytes are skipped rather than rewritten:
+     * addresses only ever move forward. */
+    a->cursor = t->off + t->span;
+    if (a->kind == CC_ANON) os.mprotect((void *)(a->lo + t->off), t->span, PROT_NONE);
+}
+
+/* ------------------------------------------------------------------------
+ * Stale files. A process that died without running its exit hook leaves
+ * /dev/shm/framejit-<pid>-<seq>; remove ours (same uid) whose pid is gone.
+ * Best effort and not fault-injected: a failure here only leaves a file.
+ * ---------------------------------------------------------------------- */
+
+void cc_shm_cleanup_stale(void) {
+    DIR *d = opendir("/dev/shm");
+    if (!d) return;
+    int dfd = dirfd(d);
+    uid_t me = geteuid();
+    pid_t self = getpid();
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        int pid;
+        unsigned seq;
+        char canon[64];
+        if (strncmp(de->d_name, "framejit-", 9) != 0) continue;
+        if (sscanf(de->d_name, "framejit-%d-%u", &pid, &seq) != 2 || pid <= 0 || pid == self)
+            continue;
+        /* Only names we would have written, nothing that merely starts so. */
+        snprintf(canon, sizeof canon, "framejit-%d-%u", pid, seq);
+        if (strcmp(canon, de->d_name) != 0) continue;
+        struct stat st;
+        if (fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+        if (!S_ISREG(st.st_mode) || st.st_uid != me) continue;
+        if (kill(pid, 0) == -1 && errno == ESRCH) {
+            if (unlinkat(dfd, de->d_name, 0) == 0)
+                fj_log(1, "codecache: removed stale /dev/shm/%s", de->d_name);
+        }
+    }
+    closedir(d);
+}

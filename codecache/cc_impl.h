@@ -1,0 +1,111 @@
+/* cc_impl.h: the code cache's internal structures, shared by cc_arena.c
+ * (OS memory, backings, address space) and cc_cache.c (placement, lookup).
+ *
+ * Overview:
+ *
+ *   process-wide PROT_NONE reservation (1 GiB, grown by more reservations)
+ *   ┌──────────┬──────────┬──────────┬───────────────────────── ─ ─
+ *   │ arena 0  │ arena 1  │ arena 2  │ never handed out yet ...
+ *   └──────────┴──────────┴──────────┴───────────────────────── ─ ─
+ *     RX view of file/memfd pages (or anonymous pages flipped RW -> RX)
+ *
+ *   file /dev/shm/framejit-<pid>-<seq>:  [header page(s)][code ...]
+ *     RW view: whole file, somewhere else; RX view: code part, in the range.
+ *
+ * Arenas are carved from the reservation monotonically and their virtual
+ * addresses are never given back for reuse, so a code address names one
+ * kernel for the life of the process. Every live arena sits in a global
+ * slot table that cc_lookup scans without locks.
+ */
+#ifndef FJ_CC_IMPL_H
+#define FJ_CC_IMPL_H
+
+#include <stdatomic.h>
+#include <sys/types.h>
+#include "codecache/cc.h"
+
+enum { CC_FILE, CC_MEMFD, CC_ANON };
+
+#define CC_ALIGN 64u                    /* kernel start alignment (a cache line) */
+#define CC_ARENA_BYTES ((size_t)1 << 20) /* default code span of an arena */
+#define CC_DEFAULT_CAPACITY ((size_t)64 << 20)
+#define CC_MAX_ARENAS 4096              /* live arenas in the whole process */
+
+typedef struct cc_arena cc_arena;
+
+/* One placed kernel. The public part comes first so a cc_entry * is also a
+ * cc_rec *. Records stay allocated until their cache is destroyed, so a
+ * pointer cc_lookup returned never dangles before that. */
+typedef struct cc_rec {
+    cc_entry e;
+    atomic_int dead;     /* set by cc_remove; lookups then skip it */
+    cc_arena *arena;
+    char name[];         /* e.name points here */
+} cc_rec;
+
+/* Append-only array of entries sorted by start. When it grows, the old
+ * array is kept (chained) until the arena dies: a lookup may still read it. */
+typedef struct cc_vec {
+    size_t cap;
+    struct cc_vec *older;
+    cc_rec *items[];
+} cc_vec;
+
+struct cc_arena {
+    /* Read by cc_lookup; immutable once the arena is published. */
+    uintptr_t lo, hi;                /* RX code span [lo, hi) */
+    _Atomic(cc_vec *) vec;
+    atomic_size_t count;             /* published entries in vec */
+
+    /* Writer side, under the owning cache's lock. */
+    cc_cache *owner;
+    int kind;                        /* CC_FILE, CC_MEMFD, CC_ANON */
+    int fd;                          /* -1 for CC_ANON or once retired */
+    pid_t pid;                       /* creator; a forked child never writes here */
+    uint8_t *rw;                     /* RW view of the whole file (file/memfd) */
+    size_t rw_len;
+    size_t code_off;                 /* file offset of lo: header page(s) first */
+    size_t file_len;                 /* current file size */
+    size_t cursor;                   /* next free byte, relative to lo */
+    size_t ndead;
+    int slot;                        /* index in the global slot table, -1 if none */
+    int retired;                     /* memory given back; records kept */
+    cc_arena *next;                  /* the cache's arena list */
+    char path[64];                   /* /dev/shm file, "" otherwise */
+};
+
+/* A write in progress (LuaJIT's reserve -> write -> commit | abort). */
+typedef struct cc_txn {
+    cc_arena *a;
+    size_t off;                      /* relative to a->lo */
+    size_t span;                     /* bytes reserved (len rounded up) */
+    uint8_t *w;                      /* where to write the code */
+} cc_txn;
+
+/* ---- cc_arena.c ---- */
+
+/* Creates an arena of the given kind with at least min_code bytes of code
+ * span; fills everything but slot/owner/next. */
+FJ_INTERNAL fj_status cc_arena_new(int kind, size_t min_code, cc_arena **out);
+/* Gives the arena's memory back (keeps its addresses reserved as PROT_NONE
+ * forever), closes and unlinks its file. The descriptor stays valid. */
+FJ_INTERNAL void cc_arena_release(cc_arena *a);
+/* Frees the descriptor and its records. Unpublished, after a grace period. */
+FJ_INTERNAL void cc_arena_free(cc_arena *a);
+/* Room for len bytes at the cursor, made writable; 0 if it does not fit. */
+FJ_INTERNAL fj_status cc_arena_reserve(cc_arena *a, size_t len, cc_txn *t, int *fits);
+/* Makes the written bytes executable (anonymous: flips the pages to RX). */
+FJ_INTERNAL fj_status cc_arena_commit(cc_txn *t);
+/* Drops a reservation; its addresses are simply never used. */
+FJ_INTERNAL void cc_arena_abort(cc_txn *t);
+/* Removes /dev/shm/framejit-<pid>-* files of processes that are gone. */
+FJ_INTERNAL void cc_shm_cleanup_stale(void);
+FJ_INTERNAL const char *cc_kind_name(int kind);
+
+/* ---- cc_cache.c ---- */
+
+/* The /dev/shm file holding e's code, or NULL (memfd/anonymous). Tests and
+ * the future ELF writer use it. */
+FJ_INTERNAL const char *cc_entry_path(const cc_entry *e);
+
+#endif

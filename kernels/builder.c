@@ -1,0 +1,790 @@
+/* builder.c: the kernel builder: register pools without rbp/rsp, labels,
+ * stack slots, constant pool, C calls, and the frame (prologue, epilogue
+ * and their frame records) wrapped around the body at assembly time.
+ *
+ * Layout of an assembled kernel:
+ *
+ *     push rbp                 ; UW_PUSH_FP
+ *     mov  rbp, rsp            ; UW_SET_FP   (CFA = rbp + 16 from here on)
+ *     sub  rsp, FRAME          ; if anything lives in the frame
+ *     mov  [rbp - 8*i], reg    ; UW_SAVE_REG for each callee-saved reg used
+ *     <body>                   ; never touches rbp; rsp fixed
+ *   epilogue:
+ *     mov  reg, [rbp - 8*i]    ; UW_RESTORE_REG
+ *     vzeroupper               ; if vector registers were used
+ *     leave / pop rbp          ; UW_POP_FP   (CFA = rsp + 8)
+ *     ret
+ *     <constant pool, 64-byte aligned>
+ *
+ * Frame (rbp-relative, 16-byte aligned):
+ *     [rbp-40, rbp)            fixed save slots of rbx, r12..r15
+ *     [rbp-40-slots, rbp-40)   fj_stack_slot spills
+ *     [rsp, rsp+callarea)      caller-saved registers preserved by fj_call
+ *
+ * The body is emitted into its own buffer because the prologue's size is
+ * known only at the end (which callee-saved registers were handed out, how
+ * big the frame got); jumps are relative, constants are RIP-relative with
+ * fixups, so the body moves without change.
+ */
+#include "kernels/builder_int.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "kernels/x64.h"
+
+enum { RC_GPR = 1, RC_VEC = 2, RC_K = 3 };
+/* Handle layout: class (2 bits) | phys (5 bits) | tag (25 bits). Tags come
+ * from a process-wide counter, so a handle of another builder, or of a
+ * register freed and handed out again, never matches the live tag. */
+#define H_CLASS(id) ((id) >> 30)
+#define H_PHYS(id) (((id) >> 25) & 31u)
+#define H_TAG(id) ((id) & 0x1ffffffu)
+/* Special bases of memory operands: the frame (rbp-relative slots), the
+ * call area (rsp-relative, internal) and the constant pool (RIP). */
+#define H_FRAME 0x00000001u
+#define H_CONST 0x00000002u
+
+#define SAVE_AREA 40   /* rbx, r12, r13, r14, r15 */
+
+static const uint8_t callee_saved[5] = {X64_RBX, X64_R12, X64_R13, X64_R14, X64_R15};
+/* Caller-saved first: callee-saved registers cost a save and a restore. */
+static const uint8_t gpr_order[14] = {X64_RAX, X64_RCX, X64_RDX, X64_RSI, X64_RDI, X64_R8,
+                                      X64_R9,  X64_R10, X64_R11, X64_RBX, X64_R12, X64_R13,
+                                      X64_R14, X64_R15};
+static const uint8_t arg_regs[6] = {X64_RDI, X64_RSI, X64_RDX, X64_RCX, X64_R8, X64_R9};
+#define CALLER_SAVED_MASK 0x0fc7u /* rax rcx rdx rsi rdi r8-r11 */
+
+typedef struct fixup {
+    uint32_t pos;      /* of the 4-byte field in the body */
+    uint32_t end;      /* end of the instruction, in the body */
+    uint32_t target;   /* label index, or constant-pool offset */
+    uint8_t is_const;
+} fixup;
+
+struct fj_builder {
+    char *name;
+    fj_runtime *rt;
+    fj_isa isa;
+    uint32_t features;     /* X64_F_* allowed: the ISA's and the CPU's */
+    int vbits, nvec;
+    fj_status err;
+    char errmsg[256];
+
+    uint8_t *code;
+    size_t len, cap;
+
+    uint32_t tag[4][32];   /* live tag per class and physical register, 0 = free */
+    uint32_t gpr_ever;     /* GPRs ever handed out (callee-saved to save) */
+    int used_vec;
+
+    int32_t *labels;       /* body offset, -1 = unbound */
+    uint32_t nlabels, labels_cap;
+    fixup *fix;
+    size_t nfix, fix_cap;
+
+    uint8_t *consts;
+    uint32_t const_len, const_cap;
+
+    uint32_t slot_bytes;   /* below the save area */
+    uint32_t call_area;    /* max bytes any fj_call needs */
+    int32_t last_ret_jmp;  /* body offset just past fj_return's jmp, or -1 */
+};
+
+static atomic_uint tag_counter = 1;
+
+/* ---- errors --------------------------------------------------------- */
+
+__attribute__((format(printf, 2, 3))) static void berr(fj_builder *b, const char *fmt, ...) {
+    if (b->err != FJ_OK) return;
+    b->err = FJ_ERR_CODEGEN;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(b->errmsg, sizeof b->errmsg, fmt, ap);
+    va_end(ap);
+}
+
+#define ERR_NOMEM(b) \
+    do { if ((b)->err == FJ_OK) { (b)->err = FJ_ERR_NO_MEMORY; \
+         snprintf((b)->errmsg, sizeof (b)->errmsg, "out of memory"); } } while (0)
+
+static int grow(fj_builder *b, void **p, size_t *cap, size_t need, size_t elem) {
+    if (need <= *cap) return 1;
+    size_t n = *cap ? *cap : 16;
+    while (n < need) n *= 2;
+    void *q = fj_realloc(*p, n * elem);
+    if (!q) { ERR_NOMEM(b); return 0; }
+    *p = q;
+    *cap = n;
+    return 1;
+}
+
+/* ---- creation ------------------------------------------------------- */
+
+static uint32_t new_handle(fj_builder *b, int cls, unsigned phys) {
+    uint32_t t = atomic_fetch_add(&tag_counter, 1) & 0x1ffffffu;
+    if (t == 0) t = atomic_fetch_add(&tag_counter, 1) & 0x1ffffffu;
+    b->tag[cls][phys] = t;
+    if (cls == RC_GPR) b->gpr_ever |= 1u << phys;
+    if (cls == RC_VEC) b->used_vec = 1;
+    return ((uint32_t)cls << 30) | (phys << 25) | t;
+}
+
+fj_status kb_new(const char *name, int nargs, fj_isa isa, uint32_t cpu, fj_runtime *rt,
+                 fj_builder **out) {
+    fj_builder *b = fj_calloc(1, sizeof *b);
+    if (!b) return fj_fail(FJ_ERR_NO_MEMORY, "builder: out of memory");
+    b->name = fj_strdup(name);
+    if (!b->name) { fj_free(b); return fj_fail(FJ_ERR_NO_MEMORY, "builder: out of memory"); }
+    b->isa = isa;
+    b->rt = rt;
+    uint32_t allowed = X64_F_AVX | X64_F_AVX2 | X64_F_FMA | X64_F_BMI2 | X64_F_F16C;
+    if (isa == FJ_ISA_AVX512)
+        allowed |= X64_F_AVX512F | X64_F_AVX512VL | X64_F_AVX512BW | X64_F_AVX512DQ;
+    b->features = allowed & cpu;
+    b->vbits = isa == FJ_ISA_AVX512 ? 512 : 256;
+    b->nvec = isa == FJ_ISA_AVX512 ? 32 : 16;
+    b->last_ret_jmp = -1;
+    for (int i = 0; i < nargs; i++) new_handle(b, RC_GPR, arg_regs[i]);
+    b->gpr_ever = 0; /* argument registers are caller-saved: nothing to save */
+    *out = b;
+    return FJ_OK;
+}
+
+const char *kb_name(const fj_builder *b) { return b->name; }
+fj_runtime *kb_runtime(const fj_builder *b) { return b->rt; }
+
+void kb_free(fj_builder *b) {
+    if (!b) return;
+    fj_free(b->name);
+    fj_free(b->code);
+    fj_free(b->labels);
+    fj_free(b->fix);
+    fj_free(b->consts);
+    fj_free(b);
+}
+
+fj_isa fj_builder_isa(const fj_builder *b) { return b ? b->isa : FJ_ISA_AUTO; }
+int fj_builder_vbits(const fj_builder *b) { return b ? b->vbits : 0; }
+
+/* ---- registers ------------------------------------------------------ */
+
+fj_reg fj_arg(fj_builder *b, int i) {
+    fj_reg r = {0};
+    if (!b) return r;
+    if (i < 0 || i >= 6) { berr(b, "fj_arg(%d): kernels take 0..6 arguments", i); return r; }
+    uint8_t p = arg_regs[i];
+    if (!b->tag[RC_GPR][p]) {
+        berr(b, "fj_arg(%d): the kernel has no such argument, or its register was released", i);
+        return r;
+    }
+    r.id = ((uint32_t)RC_GPR << 30) | ((uint32_t)p << 25) | b->tag[RC_GPR][p];
+    return r;
+}
+
+fj_reg fj_gpr(fj_builder *b) {
+    fj_reg r = {0};
+    if (!b) return r;
+    for (int i = 0; i < 14; i++)
+        if (!b->tag[RC_GPR][gpr_order[i]]) { r.id = new_handle(b, RC_GPR, gpr_order[i]); return r; }
+    berr(b, "out of general-purpose registers (14 allocatable: rbp and rsp are never handed out)");
+    return r;
+}
+
+fj_reg fj_vreg(fj_builder *b) {
+    fj_reg r = {0};
+    if (!b) return r;
+    for (int i = 0; i < b->nvec; i++)
+        if (!b->tag[RC_VEC][i]) { r.id = new_handle(b, RC_VEC, (unsigned)i); return r; }
+    berr(b, "out of vector registers (%d)", b->nvec);
+    return r;
+}
+
+fj_reg fj_kreg(fj_builder *b) {
+    fj_reg r = {0};
+    if (!b) return r;
+    if (b->isa != FJ_ISA_AVX512) { berr(b, "mask registers need the AVX-512 ISA"); return r; }
+    for (unsigned i = 1; i < 8; i++) /* k0 cannot be a write mask: not in the pool */
+        if (!b->tag[RC_K][i]) { r.id = new_handle(b, RC_K, i); return r; }
+    berr(b, "out of mask registers (k1-k7)");
+    return r;
+}
+
+/* The physical register of a live handle of class cls, or -1 (error set). */
+static int phys_of(fj_builder *b, fj_reg r, int cls, const char *what) {
+    unsigned c = H_CLASS(r.id), p = H_PHYS(r.id);
+    if (r.id == 0) { berr(b, "%s: no register given", what); return -1; }
+    if (c != (unsigned)cls) {
+        berr(b, "%s: wrong register class (handle 0x%08x)", what, r.id);
+        return -1;
+    }
+    if (b->tag[c][p] == 0 || b->tag[c][p] != H_TAG(r.id)) {
+        berr(b, "%s: register handle 0x%08x is not live in this builder (released, or from "
+             "another builder)", what, r.id);
+        return -1;
+    }
+    return (int)p;
+}
+
+void fj_release(fj_builder *b, fj_reg r) {
+    if (!b || b->err) return;
+    int cls = (int)H_CLASS(r.id);
+    if (cls < RC_GPR || phys_of(b, r, cls, "fj_release") < 0) return;
+    b->tag[cls][H_PHYS(r.id)] = 0;
+}
+
+/* ---- frame and constants -------------------------------------------- */
+
+fj_opnd fj_stack_slot(fj_builder *b, uint32_t bytes, uint32_t align, uint16_t bits) {
+    fj_opnd o = {0};
+    if (!b || b->err) return o;
+    if (bytes == 0 || bytes > (1u << 20) || align == 0 || (align & (align - 1)) || align > 16) {
+        berr(b, "fj_stack_slot(%u bytes, align %u): size must be 1..1 MiB, align a power of two "
+             "<= 16", bytes, align);
+        return o;
+    }
+    uint32_t top = SAVE_AREA + b->slot_bytes + bytes;
+    top = (top + align - 1) & ~(align - 1);
+    b->slot_bytes = top - SAVE_AREA;
+    o.kind = FJ_OPND_MEM;
+    o.bits = bits;
+    o.scale = 1;
+    o.reg.id = H_FRAME;
+    o.val = -(int64_t)top;
+    return o;
+}
+
+static uint32_t add_const(fj_builder *b, const void *data, uint32_t bytes, uint32_t align) {
+    uint32_t off = (b->const_len + align - 1) & ~(align - 1);
+    size_t cap = b->const_cap;
+    if (!grow(b, (void **)&b->consts, &cap, (size_t)off + bytes, 1)) return 0;
+    b->const_cap = (uint32_t)cap;
+    memset(b->consts + b->const_len, 0, off - b->const_len);
+    memcpy(b->consts + off, data, bytes);
+    b->const_len = off + bytes;
+    return off;
+}
+
+fj_opnd fj_const_data(fj_builder *b, const void *data, uint32_t bytes, uint32_t align,
+                      uint16_t bits) {
+    fj_opnd o = {0};
+    if (!b || b->err) return o;
+    if (!data || bytes == 0 || bytes > (1u << 20) || align == 0 || (align & (align - 1)) ||
+        align > 64) {
+        berr(b, "fj_const_data: need data, 1..1 MiB, align a power of two <= 64");
+        return o;
+    }
+    uint32_t off = add_const(b, data, bytes, align);
+    o.kind = FJ_OPND_MEM;
+    o.bits = bits;
+    o.scale = 1;
+    o.reg.id = H_CONST;
+    o.val = off;
+    return o;
+}
+
+fj_opnd fj_const_f32(fj_builder *b, float v) { return fj_const_data(b, &v, 4, 4, 32); }
+
+/* ---- emission ------------------------------------------------------- */
+
+static const char *isa_need(uint32_t missing) {
+    if (missing & (X64_F_AVX512F | X64_F_AVX512VL | X64_F_AVX512BW | X64_F_AVX512DQ))
+        return "AVX-512";
+    if (missing & X64_F_FMA) return "FMA";
+    if (missing & X64_F_BMI2) return "BMI2";
+    return "AVX2";
+}
+
+/* Encodes at the end of the body. Returns the instruction's length (0 on
+ * error, which is then sticky). */
+static int put(fj_builder *b, x64_op op, const x64_opnd *o, int n, x64_enc_info *info) {
+    if (b->err) return 0;
+    if (!grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return 0;
+    x64_enc_info tmp;
+    if (!info) info = &tmp;
+    int r = x64_encode(op, o, n, b->code + b->len, info);
+    if (r <= 0) {
+        berr(b, "%s: %s", x64_op_name(op), x64_err_str(r));
+        return 0;
+    }
+    if (info->features & ~b->features) {
+        berr(b, "%s: this form needs %s, which the target (%s) does not have", x64_op_name(op),
+             isa_need(info->features & ~b->features),
+             b->isa == FJ_ISA_AVX512 ? "avx512" : "avx2");
+        return 0;
+    }
+    b->len += (size_t)r;
+    return r;
+}
+
+static x64_opnd gpr_op(int reg, int bits) {
+    x64_opnd o = {0};
+    o.kind = X64_K_GPR; o.reg = (uint8_t)reg; o.bits = (uint16_t)bits;
+    return o;
+}
+static x64_opnd vec_op(int reg, int bits) {
+    x64_opnd o = {0};
+    o.kind = X64_K_VEC; o.reg = (uint8_t)reg; o.bits = (uint16_t)bits;
+    return o;
+}
+static x64_opnd k_op(int reg) {
+    x64_opnd o = {0};
+    o.kind = X64_K_KREG; o.reg = (uint8_t)reg; o.bits = 16;
+    return o;
+}
+static x64_opnd mem_op(int base, int32_t disp, int bits) {
+    x64_opnd o = {0};
+    o.kind = X64_K_MEM; o.base = (uint8_t)base; o.index = X64_NOREG; o.scale = 1;
+    o.disp = disp; o.bits = (uint16_t)bits;
+    return o;
+}
+static x64_opnd imm_op(int64_t v) {
+    x64_opnd o = {0};
+    o.kind = X64_K_IMM; o.imm = v;
+    return o;
+}
+
+/* Translates a public operand. A constant-pool operand sets *const_off to
+ * its pool offset (its RIP disp32 gets a fixup). Returns 0 on error. */
+static int xlate(fj_builder *b, const fj_opnd *in, x64_opnd *out, int64_t *const_off) {
+    memset(out, 0, sizeof *out);
+    out->base = out->index = X64_NOREG;
+    switch (in->kind) {
+    case FJ_OPND_REG: {
+        int cls = (int)H_CLASS(in->reg.id);
+        if (cls == RC_GPR) {
+            if (in->bits != 8 && in->bits != 16 && in->bits != 32 && in->bits != 64) {
+                berr(b, "general-purpose register width %u (must be 8, 16, 32 or 64)", in->bits);
+                return 0;
+            }
+            out->kind = X64_K_GPR;
+        } else if (cls == RC_VEC) {
+            if (in->bits != 128 && in->bits != 256 && in->bits != 512) {
+                berr(b, "vector register width %u (must be 128, 256 or 512)", in->bits);
+                return 0;
+            }
+            if (in->bits > (unsigned)b->vbits) {
+                berr(b, "zmm registers need the AVX-512 ISA (target is avx2)");
+                return 0;
+            }
+            out->kind = X64_K_VEC;
+        } else if (cls == RC_K) {
+            out->kind = X64_K_KREG;
+        } else {
+            berr(b, "operand names no register (handle 0x%08x)", in->reg.id);
+            return 0;
+        }
+        int p = phys_of(b, in->reg, cls, "operand");
+        if (p < 0) return 0;
+        out->reg = (uint8_t)p;
+        out->bits = cls == RC_K ? 16 : in->bits;
+        break;
+    }
+    case FJ_OPND_MEM: {
+        out->kind = X64_K_MEM;
+        out->bits = in->bits;
+        out->bcst = in->bcst;
+        if (in->val < INT32_MIN || in->val > INT32_MAX) {
+            berr(b, "memory displacement %lld does not fit in 32 bits", (long long)in->val);
+            return 0;
+        }
+        out->disp = (int32_t)in->val;
+        out->scale = in->scale ? in->scale : 1;
+        if (in->reg.id == H_FRAME) {
+            out->base = X64_RBP; /* reading rbp as a base is fine; writing it never is */
+        } else if (in->reg.id == H_CONST) {
+            out->base = X64_RIP;
+            out->disp = 0;
+            *const_off = in->val;
+        } else if (in->reg.id) {
+            int p = phys_of(b, in->reg, RC_GPR, "memory base");
+            if (p < 0) return 0;
+            out->base = (uint8_t)p;
+        }
+        if (in->index.id) {
+            if (in->reg.id == H_CONST) { berr(b, "a constant cannot take an index register"); return 0; }
+            int p = phys_of(b, in->index, RC_GPR, "memory index");
+            if (p < 0) return 0;
+            out->index = (uint8_t)p;
+        }
+        if (out->scale != 1 && out->scale != 2 && out->scale != 4 && out->scale != 8) {
+            berr(b, "memory scale %u (must be 1, 2, 4 or 8)", out->scale);
+            return 0;
+        }
+        break;
+    }
+    case FJ_OPND_IMM:
+        out->kind = X64_K_IMM;
+        out->imm = in->val;
+        break;
+    default:
+        berr(b, "operand kind %u is not valid here", in->kind);
+        return 0;
+    }
+    if (in->mask.id) {
+        int p = phys_of(b, in->mask, RC_K, "write mask");
+        if (p < 0) return 0;
+        out->mask = (uint8_t)p;
+        out->zero = in->zero;
+    }
+    return 1;
+}
+
+/* ---- labels and jumps ----------------------------------------------- */
+
+fj_label fj_label_new(fj_builder *b) {
+    fj_label l = {0};
+    if (!b || b->err) return l;
+    size_t cap = b->labels_cap;
+    if (!grow(b, (void **)&b->labels, &cap, b->nlabels + 1, sizeof(int32_t))) return l;
+    b->labels_cap = (uint32_t)cap;
+    b->labels[b->nlabels++] = -1;
+    l.id = b->nlabels; /* 1-based: 0 is "no label" */
+    return l;
+}
+
+static int label_index(fj_builder *b, uint32_t id) {
+    if (id == 0 || id > b->nlabels) {
+        berr(b, "label %u does not belong to this builder", id);
+        return -1;
+    }
+    return (int)id - 1;
+}
+
+void fj_label_bind(fj_builder *b, fj_label l) {
+    if (!b || b->err) return;
+    int i = label_index(b, l.id);
+    if (i < 0) return;
+    if (b->labels[i] >= 0) { berr(b, "label %u bound twice", l.id); return; }
+    b->labels[i] = (int32_t)b->len;
+}
+
+static void add_fixup(fj_builder *b, uint32_t pos, uint32_t end, uint32_t target, int is_const) {
+    if (!grow(b, (void **)&b->fix, &b->fix_cap, b->nfix + 1, sizeof(fixup))) return;
+    b->fix[b->nfix++] = (fixup){pos, end, target, (uint8_t)is_const};
+}
+
+/* jmp/jcc to a label: rel8 when the (backward) target is near, else rel32
+ * with a fixup resolved when the label is bound or at assembly. */
+static void jump(fj_builder *b, x64_op op, int li) {
+    x64_opnd rel = {0};
+    rel.kind = X64_K_REL;
+    int32_t target = b->labels[li];
+    if (target >= 0) {
+        int64_t d8 = (int64_t)target - (int64_t)(b->len + 2);
+        if (d8 >= -128) {
+            rel.bits = 8; rel.imm = d8;
+            put(b, op, &rel, 1, NULL);
+            return;
+        }
+    }
+    rel.bits = 32;
+    x64_enc_info info;
+    int n = put(b, op, &rel, 1, &info);
+    if (!n) return;
+    add_fixup(b, (uint32_t)(b->len - (size_t)n + (size_t)info.rel_pos), (uint32_t)b->len,
+              (uint32_t)li, 0);
+}
+
+/* ---- instructions --------------------------------------------------- */
+
+void fj_emitv(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
+    if (!b || b->err) return;
+    if (op <= FJ_OP_NONE || op >= FJ_OP_COUNT) { berr(b, "unknown instruction %d", (int)op); return; }
+    if (nops < 0 || nops > 4 || (nops > 0 && !ops)) {
+        berr(b, "%s: %d operands (0..4, non-NULL)", x64_op_name((x64_op)op), nops);
+        return;
+    }
+    switch (op) {
+    case FJ_PUSH: case FJ_POP: case FJ_RET: case FJ_LEAVE:
+        berr(b, "%s is not available to kernels: it would move rsp behind the CFI's back "
+             "(use fj_return, fj_stack_slot)", x64_op_name((x64_op)op));
+        return;
+    case FJ_CALL:
+        berr(b, "call is not available directly: use fj_call, which aligns the stack and "
+             "preserves live registers");
+        return;
+    default:
+        break;
+    }
+    if (op == FJ_JMP || (op >= FJ_JO && op <= FJ_JG)) {
+        if (nops != 1 || ops[0].kind != FJ_OPND_LABEL) {
+            berr(b, "%s takes one label operand", x64_op_name((x64_op)op));
+            return;
+        }
+        int li = label_index(b, (uint32_t)ops[0].val);
+        if (li >= 0) jump(b, (x64_op)op, li);
+        return;
+    }
+    x64_opnd x[4] = {{0}};
+    int64_t const_off = -1;
+    for (int i = 0; i < nops; i++)
+        if (!xlate(b, &ops[i], &x[i], &const_off)) return;
+    x64_enc_info info;
+    int n = put(b, (x64_op)op, x, nops, &info);
+    if (n && const_off >= 0) {
+        if (info.disp_pos < 0) { berr(b, "internal: constant operand without a disp32"); return; }
+        add_fixup(b, (uint32_t)(b->len - (size_t)n + (size_t)info.disp_pos), (uint32_t)b->len,
+                  (uint32_t)const_off, 1);
+    }
+}
+
+void kb_test_raw(fj_builder *b, const void *bytes, size_t n) {
+    if (!b || b->err) return;
+    if (!grow(b, (void **)&b->code, &b->cap, b->len + n, 1)) return;
+    memcpy(b->code + b->len, bytes, n);
+    b->len += n;
+}
+
+/* ---- calls and returns ---------------------------------------------- */
+
+static void mov_rr(fj_builder *b, int dst, int src) {
+    x64_opnd o[2] = {gpr_op(dst, 64), gpr_op(src, 64)};
+    put(b, X64_MOV, o, 2, NULL);
+}
+
+void fj_call(fj_builder *b, const void *fn, const fj_opnd *args, int nargs, fj_reg result) {
+    if (!b || b->err) return;
+    if (!fn) { berr(b, "fj_call: NULL function"); return; }
+    if (nargs < 0 || nargs > 6 || (nargs && !args)) {
+        berr(b, "fj_call: %d arguments (0..6 integer/pointer arguments)", nargs);
+        return;
+    }
+    int res = -1;
+    if (result.id && (res = phys_of(b, result, RC_GPR, "fj_call result")) < 0) return;
+    /* Validate arguments before emitting anything. */
+    int src[6];
+    for (int i = 0; i < nargs; i++) {
+        if (args[i].kind == FJ_OPND_REG) {
+            if ((src[i] = phys_of(b, args[i].reg, RC_GPR, "fj_call argument")) < 0) return;
+        } else if (args[i].kind == FJ_OPND_IMM) {
+            src[i] = -1;
+        } else {
+            berr(b, "fj_call argument %d: pass a general-purpose register or an immediate", i);
+            return;
+        }
+    }
+    /* Save live caller-saved registers in the call area at the bottom of
+     * the frame ([rsp + off]: rsp does not move in the body, so the stack
+     * stays 16-byte aligned at the call as the ABI requires). */
+    int32_t gslot[16], vslot[32], kslot[8];
+    uint32_t off = 0;
+    int vbytes = b->vbits / 8;
+    for (int r = 0; r < 16; r++) {
+        gslot[r] = -1;
+        if ((CALLER_SAVED_MASK >> r & 1) && b->tag[RC_GPR][r]) {
+            gslot[r] = (int32_t)off;
+            off += 8;
+            x64_opnd o[2] = {mem_op(X64_RSP, gslot[r], 64), gpr_op(r, 64)};
+            put(b, X64_MOV, o, 2, NULL);
+        }
+    }
+    for (int r = 1; r < 8; r++) {
+        kslot[r] = -1;
+        if (b->tag[RC_K][r]) {
+            kslot[r] = (int32_t)off;
+            off += 8;
+            x64_opnd o[2] = {mem_op(X64_RSP, kslot[r], 32), k_op(r)};
+            put(b, X64_KMOVD, o, 2, NULL);
+        }
+    }
+    off = (off + 63) & ~63u;
+    for (int r = 0; r < b->nvec; r++) {
+        vslot[r] = -1;
+        if (b->tag[RC_VEC][r]) {
+            vslot[r] = (int32_t)off;
+            off += (uint32_t)vbytes;
+            x64_opnd o[2] = {mem_op(X64_RSP, vslot[r], b->vbits), vec_op(r, b->vbits)};
+            put(b, X64_VMOVUPS, o, 2, NULL);
+        }
+    }
+    if (off > b->call_area) b->call_area = off;
+    /* Dirty upper vector state makes SSE code in the callee slow. */
+    if (b->used_vec) put(b, X64_VZEROUPPER, NULL, 0, NULL);
+    /* Arguments: caller-saved sources are read back from their save slots,
+     * so writing one argument register never clobbers another's source. */
+    for (int i = 0; i < nargs; i++) {
+        int dst = arg_regs[i];
+        if (src[i] < 0) {
+            x64_opnd o[2] = {gpr_op(dst, 64), imm_op(args[i].val)};
+            put(b, X64_MOV, o, 2, NULL);
+        } else if (gslot[src[i]] >= 0) {
+            x64_opnd o[2] = {gpr_op(dst, 64), mem_op(X64_RSP, gslot[src[i]], 64)};
+            put(b, X64_MOV, o, 2, NULL);
+        } else if (src[i] != dst) {
+            mov_rr(b, dst, src[i]);
+        }
+    }
+    x64_opnd o[2] = {gpr_op(X64_RAX, 64), imm_op((int64_t)(uintptr_t)fn)};
+    put(b, X64_MOV, o, 2, NULL);
+    x64_opnd t = gpr_op(X64_RAX, 64);
+    put(b, X64_CALL, &t, 1, NULL);
+    if (res >= 0 && res != X64_RAX) mov_rr(b, res, X64_RAX);
+    for (int r = 0; r < b->nvec; r++)
+        if (vslot[r] >= 0) {
+            x64_opnd v[2] = {vec_op(r, b->vbits), mem_op(X64_RSP, vslot[r], b->vbits)};
+            put(b, X64_VMOVUPS, v, 2, NULL);
+        }
+    for (int r = 1; r < 8; r++)
+        if (kslot[r] >= 0) {
+            x64_opnd v[2] = {k_op(r), mem_op(X64_RSP, kslot[r], 32)};
+            put(b, X64_KMOVD, v, 2, NULL);
+        }
+    for (int r = 0; r < 16; r++)
+        if (gslot[r] >= 0 && r != res) {
+            x64_opnd v[2] = {gpr_op(r, 64), mem_op(X64_RSP, gslot[r], 64)};
+            put(b, X64_MOV, v, 2, NULL);
+        }
+}
+
+/* Label index 0 is reserved, at assembly, for the epilogue: fj_return
+ * jumps there with a rel32 fixup whose target is EPILOGUE. */
+#define EPILOGUE 0xffffffffu
+
+void fj_return(fj_builder *b, fj_opnd value) {
+    if (!b || b->err) return;
+    if (value.kind == FJ_OPND_REG) {
+        int p = phys_of(b, value.reg, RC_GPR, "fj_return value");
+        if (p < 0) return;
+        if (p != X64_RAX) mov_rr(b, X64_RAX, p);
+    } else if (value.kind == FJ_OPND_IMM) {
+        x64_opnd o[2] = {gpr_op(X64_RAX, 64), imm_op(value.val)};
+        put(b, X64_MOV, o, 2, NULL);
+    } else if (value.kind != FJ_OPND_NONE) {
+        berr(b, "fj_return: the value must be a general-purpose register or an immediate");
+        return;
+    }
+    x64_opnd rel = {0};
+    rel.kind = X64_K_REL; rel.bits = 32;
+    x64_enc_info info;
+    int n = put(b, X64_JMP, &rel, 1, &info);
+    if (!n) return;
+    add_fixup(b, (uint32_t)(b->len - (size_t)n + (size_t)info.rel_pos), (uint32_t)b->len,
+              EPILOGUE, 0);
+    b->last_ret_jmp = (int32_t)b->len;
+}
+
+/* ---- assembly ------------------------------------------------------- */
+
+static int add_rec(kb_code *c, size_t *cap, uint32_t off, int kind, int reg, int cfa_off) {
+    if (c->nrecs == *cap) {
+        size_t n = *cap ? *cap * 2 : 16;
+        uw_rec *r = fj_realloc(c->recs, n * sizeof *r);
+        if (!r) return 0;
+        c->recs = r;
+        *cap = n;
+    }
+    c->recs[c->nrecs++] = (uw_rec){off, (uint8_t)kind, (uint8_t)reg, (int16_t)cfa_off};
+    return 1;
+}
+
+static void put32(uint8_t *p, int32_t v) { memcpy(p, &v, 4); }
+
+void kb_code_free(kb_code *c) {
+    if (!c) return;
+    fj_free(c->bytes);
+    fj_free(c->recs);
+    memset(c, 0, sizeof *c);
+}
+
+fj_status kb_assemble(fj_builder *b, kb_code *out) {
+    memset(out, 0, sizeof *out);
+    if (b->err) return fj_fail(b->err, "kernel %s: %s", b->name, b->errmsg);
+    for (uint32_t i = 0; i < b->nlabels; i++)
+        if (b->labels[i] < 0)
+            return fj_fail(FJ_ERR_CODEGEN, "kernel %s: label %u is used but never bound",
+                           b->name, i + 1);
+    /* A trailing fj_return jumps to the very next byte: drop that jmp. */
+    size_t body_len = b->len, nfix = b->nfix;
+    int label_at_end = 0;
+    for (uint32_t i = 0; i < b->nlabels; i++)
+        if ((size_t)b->labels[i] == b->len) label_at_end = 1;
+    if (!label_at_end && b->last_ret_jmp >= 0 && (size_t)b->last_ret_jmp == b->len && nfix &&
+        b->fix[nfix - 1].target == EPILOGUE) {
+        body_len -= 5;
+        nfix--;
+    }
+    uint32_t saved = 0; /* bit i: callee_saved[i] used */
+    for (int i = 0; i < 5; i++)
+        if (b->gpr_ever >> callee_saved[i] & 1) saved |= 1u << i;
+    uint32_t frame = 0;
+    if (saved || b->slot_bytes || b->call_area)
+        frame = (SAVE_AREA + b->slot_bytes + b->call_area + 15) & ~15u;
+
+    /* Prologue and epilogue are built into small scratch builders' bytes. */
+    uint8_t pro[64], epi[64];
+    size_t np = 0, ne = 0, reccap = 0;
+    x64_opnd o[2];
+    int n;
+#define EMIT(buf, nb, op, cnt) \
+    do { n = x64_encode((op), o, (cnt), (buf) + (nb), NULL); \
+         if (n <= 0) return fj_fail(FJ_ERR_CODEGEN, "kernel %s: internal: frame encoding", b->name); \
+         (nb) += (size_t)n; } while (0)
+    o[0] = gpr_op(X64_RBP, 64);
+    EMIT(pro, np, X64_PUSH, 1);
+    if (!add_rec(out, &reccap, (uint32_t)np, UW_PUSH_FP, 0, 0)) goto nomem;
+    o[0] = gpr_op(X64_RBP, 64); o[1] = gpr_op(X64_RSP, 64);
+    EMIT(pro, np, X64_MOV, 2);
+    if (!add_rec(out, &reccap, (uint32_t)np, UW_SET_FP, 0, 0)) goto nomem;
+    if (frame) {
+        o[0] = gpr_op(X64_RSP, 64); o[1] = imm_op(frame);
+        EMIT(pro, np, X64_SUB, 2);
+    }
+    for (int i = 0; i < 5; i++)
+        if (saved >> i & 1) {
+            o[0] = mem_op(X64_RBP, -8 * (i + 1), 64); o[1] = gpr_op(callee_saved[i], 64);
+            EMIT(pro, np, X64_MOV, 2);
+            if (!add_rec(out, &reccap, (uint32_t)np, UW_SAVE_REG, callee_saved[i], -8 * (i + 1) - 16))
+                goto nomem;
+        }
+    size_t epi_at = np + body_len;
+    for (int i = 0; i < 5; i++)
+        if (saved >> i & 1) {
+            o[0] = gpr_op(callee_saved[i], 64); o[1] = mem_op(X64_RBP, -8 * (i + 1), 64);
+            EMIT(epi, ne, X64_MOV, 2);
+            if (!add_rec(out, &reccap, (uint32_t)(epi_at + ne), UW_RESTORE_REG, callee_saved[i], 0))
+                goto nomem;
+        }
+    if (b->used_vec) EMIT(epi, ne, X64_VZEROUPPER, 0);
+    if (frame) {
+        EMIT(epi, ne, X64_LEAVE, 0);
+    } else {
+        o[0] = gpr_op(X64_RBP, 64);
+        EMIT(epi, ne, X64_POP, 1);
+    }
+    if (!add_rec(out, &reccap, (uint32_t)(epi_at + ne), UW_POP_FP, 0, 0)) goto nomem;
+    EMIT(epi, ne, X64_RET, 0);
+#undef EMIT
+
+    size_t code_len = np + body_len + ne;
+    size_t const_at = b->const_len ? (code_len + 63) & ~(size_t)63 : code_len;
+    size_t total = const_at + b->const_len;
+    out->bytes = fj_malloc(total ? total : 1);
+    if (!out->bytes) goto nomem;
+    /* Padding between code and constants is int3: never executed, and a
+     * decoder reading past the end sees a trap, not a random instruction. */
+    memset(out->bytes, 0xcc, total);
+    memcpy(out->bytes, pro, np);
+    memcpy(out->bytes + np, b->code, body_len);
+    memcpy(out->bytes + epi_at, epi, ne);
+    if (b->const_len) memcpy(out->bytes + const_at, b->consts, b->const_len);
+    for (size_t i = 0; i < nfix; i++) {
+        const fixup *f = &b->fix[i];
+        int64_t target;
+        if (f->is_const) target = (int64_t)(const_at + f->target);
+        else if (f->target == EPILOGUE) target = (int64_t)epi_at;
+        else target = (int64_t)np + b->labels[f->target];
+        int64_t rel = target - (int64_t)(np + f->end);
+        uint8_t *field = out->bytes + np + f->pos;
+        /* rel8 jumps were resolved at emission (backward only); every fixup
+         * is a 4-byte field. */
+        put32(field, (int32_t)rel);
+    }
+    out->len = total;
+    out->code_len = code_len;
+    return FJ_OK;
+nomem:
+    kb_code_free(out);
+    return fj_fail(FJ_ERR_NO_MEMORY, "kernel %s: out of memory", b->name);
+}

@@ -1,0 +1,38 @@
+/* builder_int.h: the builder's internal interface to runtime/ (which owns
+ * fj_builder_create/finish because finishing places code and registers
+ * unwind info, which kernels/ must not do). */
+#ifndef FJ_BUILDER_INT_H
+#define FJ_BUILDER_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "runtime/fj_base.h"
+#include "unwindinfo/uw_rec.h"
+
+/* The assembled kernel: position-independent bytes (instructions, then the
+ * constant pool), and the frame records of its prologue/epilogue. */
+typedef struct kb_code {
+    uint8_t *bytes;        /* fj_malloc'ed */
+    size_t len;            /* whole image, constant pool included */
+    size_t code_len;       /* instructions only */
+    uw_rec *recs;          /* fj_malloc'ed */
+    size_t nrecs;
+} kb_code;
+
+/* isa must be AVX2 or AVX512; cpu_features are X64_F_* the CPU has. rt is
+ * only remembered (for fj_builder_finish), never used here. */
+FJ_INTERNAL fj_status kb_new(const char *name, int nargs, fj_isa isa, uint32_t cpu_features,
+                             fj_runtime *rt, fj_builder **out);
+FJ_INTERNAL const char *kb_name(const fj_builder *b);
+FJ_INTERNAL fj_runtime *kb_runtime(const fj_builder *b);
+/* Lays out prologue + body + epilogue + constants. Returns the builder's
+ * sticky error (with its message set via fj_fail) if there was one. */
+FJ_INTERNAL fj_status kb_assemble(fj_builder *b, kb_code *out);
+FJ_INTERNAL void kb_code_free(kb_code *c);
+FJ_INTERNAL void kb_free(fj_builder *b);
+
+/* Test hook (hidden, not public API): append raw bytes to the body, to
+ * build deliberately bad kernels that the verifier must reject. */
+FJ_INTERNAL void kb_test_raw(fj_builder *b, const void *bytes, size_t n);
+
+#endif

@@ -1,0 +1,34 @@
+/* kcache.h: the runtime's kernels keyed by descriptor: one kernel per key,
+ * generated once even when many threads ask at the same time, held by
+ * reference counts so that a kernel in use is never freed. */
+#ifndef FJ_KCACHE_H
+#define FJ_KCACHE_H
+
+#include <stddef.h>
+#include "runtime/fj_base.h"
+
+/* Emits the kernel body for ctx into b (errors stay sticky in b). */
+typedef void (*rt_gen_fn)(fj_builder *b, const void *ctx);
+
+typedef struct rt_kdesc {
+    const void *key;      /* every byte that changes the code (primitive kind
+                             and its parameters); the runtime's ISA is implied */
+    size_t key_len;
+    const char *name;     /* kernel name, e.g. fj_gemm_f32_16x96_avx512 */
+    int nargs;
+    rt_gen_fn gen;
+    const void *ctx;      /* for gen */
+} rt_kdesc;
+
+/* The kernel for d's key, generated on first use; the caller holds a
+ * reference until rt_kernel_unref. */
+FJ_INTERNAL fj_status rt_kernel_acquire(fj_runtime *rt, const rt_kdesc *d, fj_kernel **out);
+FJ_INTERNAL void rt_kernel_ref(fj_kernel *k);
+FJ_INTERNAL void rt_kernel_unref(fj_kernel *k);
+/* The kernel's entry point. */
+FJ_INTERNAL void *rt_kernel_fn(const fj_kernel *k);
+
+/* Called by fj_runtime_destroy: drops the cache's references. */
+FJ_INTERNAL void rt_kcache_clear(fj_runtime *rt);
+
+#endif

@@ -1,0 +1,114 @@
+/* kernel.c: finishing kernels (assemble -> verify -> place -> register
+ * unwind info), kernel handles, and the public builder entry points that
+ * need the runtime. */
+#include "runtime/rt.h"
+
+#include <string.h>
+#include <time.h>
+
+#include "kernels/builder_int.h"
+#include "kernels/verify.h"
+#include "runtime/kcache.h"
+
+fj_status fj_builder_create(fj_runtime *rt, const char *name, int nargs, fj_builder **out) {
+    if (!out) return fj_fail(FJ_ERR_INVALID_ARG, "fj_builder_create: out is NULL");
+    *out = NULL;
+    if (!rt) return fj_fail(FJ_ERR_INVALID_ARG, "fj_builder_create: runtime is NULL");
+    if (!name || !*name) return fj_fail(FJ_ERR_INVALID_ARG, "fj_builder_create: empty kernel name");
+    size_t len = strlen(name);
+    if (len > 200) return fj_fail(FJ_ERR_INVALID_ARG, "fj_builder_create: name longer than 200");
+    for (size_t i = 0; i < len; i++) {
+        char c = name[i];
+        /* Names end up in ELF symbol tables, perf output and file names. */
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '.' || c == '-'))
+            return fj_fail(FJ_ERR_INVALID_ARG, "fj_builder_create: kernel name '%s' has a "
+                           "character outside [A-Za-z0-9_.-]", name);
+    }
+    if (nargs < 0 || nargs > 6)
+        return fj_fail(FJ_ERR_INVALID_ARG, "fj_builder_create: nargs = %d (0..6)", nargs);
+    return kb_new(name, nargs, rt->isa, rt->features, rt, out);
+}
+
+void fj_builder_destroy(fj_builder *b) { kb_free(b); }
+
+static double now_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+fj_status rt_finish(fj_runtime *rt, fj_builder *b, fj_kernel **out) {
+    double t0 = fj_verbose() ? now_us() : 0;
+    kb_code code;
+    fj_status s = kb_assemble(b, &code);
+    fj_kernel *k = NULL;
+    if (s != FJ_OK) goto fail;
+    if (rt->verify &&
+        (s = kv_verify(kb_name(b), code.bytes, code.code_len, code.recs, code.nrecs)) != FJ_OK)
+        goto fail;
+    k = fj_calloc(1, sizeof *k);
+    if (!k) { s = fj_fail(FJ_ERR_NO_MEMORY, "kernel %s: out of memory", kb_name(b)); goto fail; }
+    k->rt = rt;
+    if ((s = cc_place(rt->cache, code.bytes, code.len, kb_name(b), &k->entry)) != FJ_OK) goto fail;
+    uw_func f = {k->entry->name, k->entry->start, code.code_len, code.recs, code.nrecs};
+    /* Registered before the entry is returned (invariant 4). */
+    if ((s = uw_register(&f, 1, rt->uw_backends, &k->uw)) != FJ_OK) goto fail;
+    if (rt->dump_dir)
+        (void)uw_dump(rt->dump_dir, &f, code.bytes, atomic_fetch_add(&rt->dump_seq, 1));
+    k->fn = (void *)k->entry->start;
+    k->code_size = code.code_len;
+    atomic_init(&k->refs, 1);
+    pthread_mutex_lock(&rt->lock);
+    k->next = rt->kernels;
+    if (rt->kernels) rt->kernels->prev = k;
+    rt->kernels = k;
+    pthread_mutex_unlock(&rt->lock);
+    if (fj_verbose())
+        fj_log(1, "kernel,%s,%s,%zu,%.1f,%s", k->entry->name,
+               rt->isa == FJ_ISA_AVX512 ? "avx512" : "avx2", code.code_len, now_us() - t0,
+               cc_backing(rt->cache));
+    kb_code_free(&code);
+    kb_free(b);
+    *out = k;
+    return FJ_OK;
+fail:
+    if (k && k->entry) cc_remove(rt->cache, k->entry);
+    fj_free(k);
+    kb_code_free(&code);
+    kb_free(b);
+    return s;
+}
+
+fj_status fj_builder_finish(fj_builder *b, fj_kernel **out) {
+    if (!out) {
+        kb_free(b);
+        return fj_fail(FJ_ERR_INVALID_ARG, "fj_builder_finish: out is NULL");
+    }
+    *out = NULL;
+    if (!b) return fj_fail(FJ_ERR_INVALID_ARG, "fj_builder_finish: builder is NULL");
+    return rt_finish(kb_runtime(b), b, out);
+}
+
+void *fj_kernel_entry(const fj_kernel *k) { return k ? k->fn : NULL; }
+const char *fj_kernel_name(const fj_kernel *k) { return k ? k->entry->name : NULL; }
+size_t fj_kernel_code_size(const fj_kernel *k) { return k ? k->code_size : 0; }
+
+void rt_kernel_free(fj_kernel *k) {
+    fj_runtime *rt = k->rt;
+    pthread_mutex_lock(&rt->lock);
+    if (k->prev) k->prev->next = k->next;
+    else rt->kernels = k->next;
+    if (k->next) k->next->prev = k->prev;
+    for (int i = 0; i < KG_ELT__N; i++)
+        if (atomic_load(&rt->elt[i]) == k) atomic_store(&rt->elt[i], NULL);
+    pthread_mutex_unlock(&rt->lock);
+    /* Deregister before the memory can be reused (invariant 4). */
+    uw_deregister(k->uw);
+    cc_remove(rt->cache, k->entry);
+    fj_free(k);
+}
+
+void fj_kernel_release(fj_kernel *k) {
+    if (k) rt_kernel_unref(k);
+}

@@ -1,0 +1,26 @@
+/* pool.h: the runtime's thread pool. Built with frame pointers (unlike
+ * libgomp, whose GOMP_parallel keeps data in rbp), and the calling thread
+ * always runs a share itself so its samples carry the caller's stack. */
+#ifndef FJ_POOL_H
+#define FJ_POOL_H
+
+#include <stdint.h>
+#include "runtime/fj_base.h"
+
+/* Runs fn(ctx, i) for every i in [0, nchunks). Chunks are claimed
+ * dynamically by the caller and up to nthreads - 1 workers; what a chunk
+ * computes must not depend on who runs it (fixed partitioning keeps
+ * results independent of the thread count). nthreads <= 1 or nchunks == 1
+ * runs everything on the calling thread. Returns when all chunks are done.
+ * Not reentrant from inside fn. */
+typedef void (*rt_chunk_fn)(void *ctx, int64_t i);
+FJ_INTERNAL void rt_parallel(fj_runtime *rt, int64_t nchunks, int nthreads, rt_chunk_fn fn,
+                             void *ctx);
+/* The runtime's thread count (fj_options.threads / FRAMEJIT_THREADS). */
+FJ_INTERNAL int rt_threads(const fj_runtime *rt);
+
+typedef struct rt_pool rt_pool;
+FJ_INTERNAL fj_status rt_pool_create(int workers, rt_pool **out);
+FJ_INTERNAL void rt_pool_destroy(rt_pool *p);
+
+#endif

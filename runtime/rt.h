@@ -1,0 +1,55 @@
+/* rt.h: the runtime object and kernel handles (internal to runtime/). */
+#ifndef FJ_RT_H
+#define FJ_RT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "codecache/cc.h"
+#include "kernels/eltwise.h"
+#include "unwindinfo/uw.h"
+
+struct fj_kernel {
+    fj_runtime *rt;
+    cc_entry *entry;
+    uw_object *uw;
+    void *fn;
+    size_t code_size;
+    struct fj_kernel *prev, *next;   /* the runtime's list of live kernels */
+    atomic_long refs;                /* users + (the cache, while cached) */
+};
+
+typedef struct rt_kslot rt_kslot;
+typedef struct rt_pool rt_pool;
+
+struct fj_runtime {
+    fj_options opts;
+    fj_isa isa;
+    uint32_t features;       /* X64_F_* of the CPU */
+    unsigned uw_backends;    /* UW_* */
+    int verify;
+    char *dump_dir;          /* FRAMEJIT_DUMP, or NULL */
+    atomic_uint dump_seq;
+    cc_cache *cache;
+    pthread_mutex_t lock;    /* kernel list and the eltwise slots */
+    struct fj_kernel *kernels;
+    /* Generated element-wise kernels, published with release stores so the
+     * hot path reads them without the lock. */
+    _Atomic(struct fj_kernel *) elt[KG_ELT__N];
+    /* Kernels by descriptor key (kcache.c), under kc_lock. */
+    pthread_mutex_t kc_lock;
+    pthread_cond_t kc_cond;
+    rt_kslot **kc_buckets;
+    size_t kc_nbuckets, kc_count;
+    /* Thread pool, created on first parallel call (pool.c). */
+    pthread_mutex_t pool_lock;
+    rt_pool *pool;
+};
+
+/* Frees a kernel: deregisters its unwind info, then its code. */
+FJ_INTERNAL void rt_kernel_free(fj_kernel *k);
+
+/* Assembles b, verifies, places, registers unwind info; frees b. */
+FJ_INTERNAL fj_status rt_finish(fj_runtime *rt, fj_builder *b, fj_kernel **out);
+
+#endif

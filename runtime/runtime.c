@@ -1,0 +1,132 @@
+/* runtime.c: runtime lifecycle, options and environment variables. */
+#include "runtime/rt.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kernels/cpu.h"
+#include "runtime/kcache.h"
+#include "runtime/pool.h"
+
+void fj_options_init(fj_options *o) {
+    if (!o) return;
+    memset(o, 0, sizeof *o);
+}
+
+static const char *isa_str(fj_isa isa) {
+    return isa == FJ_ISA_AVX512 ? "avx512" : isa == FJ_ISA_AVX2 ? "avx2" : "auto";
+}
+
+/* The ISA to use: the best the CPU has, capped by opts and FRAMEJIT_ISA.
+ * Asking for something the CPU lacks is an error, not a silent downgrade:
+ * a user who forces avx512 wants to know it is not there. */
+static fj_status choose_isa(const fj_options *o, uint32_t f, fj_isa *out) {
+    fj_isa want = o->isa;
+    if ((int)want < FJ_ISA_AUTO || want > FJ_ISA_AVX512)
+        return fj_fail(FJ_ERR_INVALID_ARG, "fj_options.isa = %d is not an fj_isa value", (int)want);
+    const char *e = getenv("FRAMEJIT_ISA");
+    if (e && *e) {
+        if (!strcmp(e, "avx512")) want = FJ_ISA_AVX512;
+        else if (!strcmp(e, "avx2")) want = FJ_ISA_AVX2;
+        else if (!strcmp(e, "auto")) want = FJ_ISA_AUTO;
+        else
+            return fj_fail(FJ_ERR_INVALID_ARG, "FRAMEJIT_ISA=%s: expected avx512, avx2 or auto", e);
+    }
+    if (want == FJ_ISA_AUTO) {
+        if (kc_isa_supported(f, FJ_ISA_AVX512)) want = FJ_ISA_AVX512;
+        else if (kc_isa_supported(f, FJ_ISA_AVX2)) want = FJ_ISA_AVX2;
+        else return fj_fail(FJ_ERR_UNSUPPORTED, "this CPU has neither AVX-512 nor AVX2+FMA");
+    }
+    if (!kc_isa_supported(f, want))
+        return fj_fail(FJ_ERR_UNSUPPORTED, "ISA %s requested but this CPU (or OS) does not "
+                       "support it", isa_str(want));
+    *out = want;
+    return FJ_OK;
+}
+
+static int env_flag(const char *name) {
+    const char *e = getenv(name);
+    return e && *e && strcmp(e, "0") != 0;
+}
+
+fj_status fj_runtime_create(const fj_options *opts, fj_runtime **out) {
+    if (!out) return fj_fail(FJ_ERR_INVALID_ARG, "fj_runtime_create: out is NULL");
+    *out = NULL;
+    fj_options o;
+    fj_options_init(&o);
+    if (opts) o = *opts;
+    if (o.threads < 0) return fj_fail(FJ_ERR_INVALID_ARG, "fj_options.threads = %d < 0", o.threads);
+    const char *te = getenv("FRAMEJIT_THREADS");
+    if (te && *te) {
+        char *end;
+        long t = strtol(te, &end, 10);
+        if (*end || t < 0 || t > 4096)
+            return fj_fail(FJ_ERR_INVALID_ARG, "FRAMEJIT_THREADS=%s: expected 0..4096", te);
+        o.threads = (int)t;
+    }
+    if (o.threads == 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        o.threads = n > 0 ? (int)n : 1;
+    }
+    if (o.cache_bytes == 0) o.cache_bytes = (size_t)64 << 20;
+
+    fj_runtime *rt = fj_calloc(1, sizeof *rt);
+    if (!rt) return fj_fail(FJ_ERR_NO_MEMORY, "fj_runtime_create: out of memory");
+    rt->opts = o;
+    rt->features = kc_cpu_features();
+    fj_status s = choose_isa(&o, rt->features, &rt->isa);
+    if (s == FJ_OK) s = uw_parse_backends(getenv("FRAMEJIT_UNWIND"), &rt->uw_backends);
+    if (s != FJ_OK) { fj_free(rt); return s; }
+    rt->opts.isa = rt->isa;
+    rt->verify = o.verify || env_flag("FRAMEJIT_VERIFY");
+    const char *dump = getenv("FRAMEJIT_DUMP");
+    if (dump && *dump && !(rt->dump_dir = fj_strdup(dump))) {
+        fj_free(rt);
+        return fj_fail(FJ_ERR_NO_MEMORY, "fj_runtime_create: out of memory");
+    }
+    const char *cf = getenv("FRAMEJIT_CODE_FILE");
+    cc_config cfg = {.capacity = o.cache_bytes, .code_file = !(cf && !strcmp(cf, "0"))};
+    s = cc_create(&cfg, &rt->cache);
+    if (s != FJ_OK) {
+        fj_free(rt->dump_dir);
+        fj_free(rt);
+        return s;
+    }
+    pthread_mutex_init(&rt->lock, NULL);
+    pthread_mutex_init(&rt->kc_lock, NULL);
+    pthread_cond_init(&rt->kc_cond, NULL);
+    pthread_mutex_init(&rt->pool_lock, NULL);
+    fj_log(1, "runtime: isa=%s threads=%d cache=%zu bytes (%s) unwind=%s%s%s verify=%d",
+           isa_str(rt->isa), rt->opts.threads, o.cache_bytes, cc_backing(rt->cache),
+           rt->uw_backends & UW_LIBGCC ? "libgcc," : "",
+           rt->uw_backends & UW_LIBUNWIND ? "libunwind," : "",
+           rt->uw_backends & UW_GDB ? "gdb" : "", rt->verify);
+    *out = rt;
+    return FJ_OK;
+}
+
+fj_isa fj_runtime_isa(const fj_runtime *rt) { return rt ? rt->isa : FJ_ISA_AUTO; }
+
+void fj_runtime_destroy(fj_runtime *rt) {
+    if (!rt) return;
+    rt_pool_destroy(rt->pool);
+    rt_kcache_clear(rt);
+    /* Kernels still held by the user or by the eltwise slots go too:
+     * unwind info before the code it describes (invariant 4). */
+    while (rt->kernels) rt_kernel_free(rt->kernels);
+    cc_destroy(rt->cache);
+    pthread_mutex_destroy(&rt->lock);
+    pthread_mutex_destroy(&rt->kc_lock);
+    pthread_cond_destroy(&rt->kc_cond);
+    pthread_mutex_destroy(&rt->pool_lock);
+    fj_free(rt->dump_dir);
+    fj_free(rt);
+}
+
+const char *fj_symbolize(const void *pc, uintptr_t *offset) {
+    const cc_entry *e = cc_lookup((uintptr_t)pc);
+    if (!e) return NULL;
+    if (offset) *offset = (uintptr_t)pc - e->start;
+    return e->name;
+}

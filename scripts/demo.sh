@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# demo.sh BUILD_DIR [SECONDS]: what framejit's unwinding looks like to a user.
+#
+# 1. perf: runs examples/callchain (main -> outer -> inner -> JIT relu kernel)
+#    under `perf record -g` and prints how many samples landed in JIT
+#    kernels, how many of those unwound to main, and the top call paths;
+# 2. gdb: the stack of a faulting kernel (examples/crash) as gdb shows it;
+# 3. libunwind and backtrace(): the same stack from a SIGSEGV handler.
+# Called by `scripts/dev demo`, which builds first.
+set -euo pipefail
+
+BUILD="$(cd "${1:?usage: demo.sh BUILD_DIR [SECONDS]}" && pwd)"
+SECONDS_RUN="${2:-3}"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CALLCHAIN="$BUILD/examples/callchain"
+CRASH="$BUILD/examples/crash"
+export TOOL_TEST=demo
+# shellcheck source=tests/tools/lib.sh
+source "$ROOT/tests/tools/lib.sh"
+make_tmp
+
+for exe in "$CALLCHAIN" "$CRASH"; do
+    [[ -x "$exe" ]] || { echo "demo: $exe was not built" >&2; exit 1; }
+done
+
+banner() { printf '\n==== %s ====\n' "$*"; }
+
+# ---- 1. perf -----------------------------------------------------------------
+banner "perf record -g -- callchain $SECONDS_RUN"
+if why="$(perf_usable)"; then
+    perf record -g -o "$TMP/perf.data" -- "$CALLCHAIN" "$SECONDS_RUN" \
+        >"$TMP/cc.out" 2>"$TMP/cc.err" || { cat "$TMP/cc.err"; exit 1; }
+    cat "$TMP/cc.out"
+    grep '^callchain: kernel' "$TMP/cc.err" || true
+    pid="$(sed -n 's/^callchain: pid \([0-9]*\):.*/\1/p' "$TMP/cc.out")"
+    perf script -i "$TMP/perf.data" -F pid,ip,sym,dso 2>/dev/null >"$TMP/perf.script"
+    res="$(analyze_perf_script "$TMP/cc.err" "$pid" <"$TMP/perf.script")"
+    jit="${res#*jit=}"; jit="${jit%% *}"
+    ok="${res#*ok=}"; ok="${ok%% *}"
+    total="${res#*total=}"
+    echo
+    echo "samples of callchain:        $total"
+    echo "samples in JIT kernels:      $jit ($(awk -v a="$jit" -v b="$total" 'BEGIN { printf "%.1f%%", b ? 100 * a / b : 0 }') of all)"
+    echo "JIT samples that reach main: $ok ($(awk -v a="$ok" -v b="$jit" 'BEGIN { printf "%.1f%%", b ? 100 * a / b : 0 }'), through inner and outer)"
+    if [[ -e "/tmp/perf-$pid.map" ]]; then
+        echo "(a /tmp/perf-$pid.map exists: FRAMEJIT_PERFMAP was set)"
+    else
+        echo "no /tmp/perf-$pid.map and no jitdump: perf needed neither"
+    fi
+
+    banner "perf report --no-children -g caller (top entries)"
+    # The call paths of the hottest entries, caller first, trimmed: without
+    # the header comments, the first entries only.
+    perf report -i "$TMP/perf.data" --stdio --no-children -g caller,0.5,callee,function,percent \
+        --percent-limit 5 --comm callchain 2>/dev/null |
+        grep -v '^#' | sed '/^$/N;/^\n$/D' | head -60
+else
+    echo "perf cannot record here: $why"
+    echo "(perf needs perf_event_open: run as root, or lower"
+    echo " /proc/sys/kernel/perf_event_paranoid, or grant CAP_PERFMON)"
+fi
+
+# ---- 2. gdb ------------------------------------------------------------------
+banner "gdb -batch -ex run -ex bt --args crash"
+if command -v gdb >/dev/null 2>&1; then
+    gdb -nx -batch -iex 'set debuginfod enabled off' -ex 'set pagination off' \
+        -ex run -ex bt --args "$CRASH" 2>&1 |
+        grep -E '^(#[0-9]+ |Program received|Thread .* received)' || true
+else
+    echo "gdb is not installed"
+fi
+
+# ---- 3. libunwind and backtrace() from a signal handler -------------------------
+banner "crash --handler (libunwind and backtrace() from a SIGSEGV handler)"
+"$CRASH" --handler || true

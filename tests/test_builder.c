@@ -1,0 +1,224 @@
+/* test_builder.c: the builder's frame, register pools, calls, labels, stack
+ * slots and constants, checked by running what it builds. */
+#include <check.h>
+#include <framejit.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fjtest.h"
+
+static fj_runtime *rt;
+static fj_isa isas[2];
+static int nisa;
+
+static fj_runtime *make_rt(fj_isa isa) {
+    fj_options o;
+    fj_options_init(&o);
+    o.isa = isa;
+    o.verify = 1;
+    fj_runtime *r = NULL;
+    ck_assert_msg(fj_runtime_create(&o, &r) == FJ_OK, "%s", fj_last_error());
+    return r;
+}
+
+typedef int64_t (*fn6)(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t);
+
+typedef struct call_ctx {
+    void *fn;
+    int64_t a[6];
+} call_ctx;
+
+static void call_body(void *p) {
+    call_ctx *c = p;
+    ((fn6)c->fn)(c->a[0], c->a[1], c->a[2], c->a[3], c->a[4], c->a[5]);
+    __asm__ volatile("" ::: "memory"); /* no tail call into the kernel */
+}
+
+/* Every kernel also passes the every-instruction unwinding check. */
+static void check_traced(fj_kernel *k, const int64_t a[6]) {
+    call_ctx c = {fj_kernel_entry(k), {0}};
+    memcpy(c.a, a, sizeof c.a);
+    fjt_trace_result *r = calloc(1, sizeof *r);
+    fjt_trace_opts o = {0};
+    ck_assert_msg(fjt_trace_kernel(call_body, &c, &o, r), "%s: %s", fj_kernel_name(k), r->msg);
+    ck_assert_int_gt(r->kernel_steps, 0);
+    free(r);
+}
+
+static fj_kernel *finish(fj_builder *b) {
+    fj_kernel *k = NULL;
+    fj_status s = fj_builder_finish(b, &k);
+    ck_assert_msg(s == FJ_OK, "finish: %s: %s", fj_status_str(s), fj_last_error());
+    return k;
+}
+
+/* Calls fn(a0..a5) with known values in the caller's callee-saved
+ * registers and checks they survive: a kernel that forgot to restore one
+ * would be caught here, not by luck. */
+__attribute__((noinline)) static int64_t call_checked(void *fn, const int64_t a[6], int *ok) {
+    static const uint64_t want[FJT_NCSR] = {0x1111, 0x1212, 0x1313, 0x1414, 0x1515};
+    uint64_t after[FJT_NCSR];
+    int64_t ret = (int64_t)fjt_call_csr(fn, want, after, (uint64_t)a[0], (uint64_t)a[1],
+                                        (uint64_t)a[2], (uint64_t)a[3], (uint64_t)a[4],
+                                        (uint64_t)a[5]);
+    *ok = memcmp(after, want, sizeof want) == 0;
+    return ret;
+}
+
+/* All 14 GPRs handed out (callee-saved ones included), each loaded with a
+ * distinct value, summed: exercises the pool and the save/restore. */
+START_TEST(all_gprs_sum) {
+    for (int t = 0; t < nisa; t++) {
+        rt = make_rt(isas[t]);
+        fj_builder *b;
+        ck_assert(fj_builder_create(rt, "t_all_gprs", 0, &b) == FJ_OK);
+        fj_reg r[14];
+        for (int i = 0; i < 14; i++) {
+            r[i] = fj_gpr(b);
+            ck_assert_uint_ne(r[i].id, 0);
+            fj_emit(b, FJ_MOV, fj_r64(r[i]), fj_imm((int64_t)(i + 1) << 20));
+        }
+        fj_reg extra = fj_gpr(b); /* the 15th: rbp and rsp are never in the pool */
+        ck_assert_uint_eq(extra.id, 0);
+        fj_builder_destroy(b);
+
+        ck_assert(fj_builder_create(rt, "t_all_gprs", 0, &b) == FJ_OK);
+        for (int i = 0; i < 14; i++) {
+            r[i] = fj_gpr(b);
+            fj_emit(b, FJ_MOV, fj_r64(r[i]), fj_imm((int64_t)(i + 1) << 20));
+        }
+        for (int i = 1; i < 14; i++) fj_emit(b, FJ_ADD, fj_r64(r[0]), fj_r64(r[i]));
+        fj_return(b, fj_r64(r[0]));
+        fj_kernel *k = finish(b);
+        int64_t a[6] = {0};
+        int ok;
+        int64_t got = call_checked(fj_kernel_entry(k), a, &ok);
+        ck_assert_int_eq(got, (int64_t)105 << 20);
+        ck_assert_msg(ok, "callee-saved registers not restored");
+        check_traced(k, a);
+        fj_runtime_destroy(rt);
+    }
+}
+END_TEST
+
+/* A C function that clobbers every caller-saved register it may. */
+__attribute__((noinline)) static int64_t clobber(int64_t a, int64_t b2, int64_t c, int64_t d,
+                                                 int64_t e, int64_t f) {
+    __asm__ volatile("mov $-1, %%rax; mov $-1, %%rcx; mov $-1, %%rdx; mov $-1, %%rsi\n\t"
+                     "mov $-1, %%rdi; mov $-1, %%r8; mov $-1, %%r9; mov $-1, %%r10\n\t"
+                     "mov $-1, %%r11; vpcmpeqd %%ymm0, %%ymm0, %%ymm0\n\t"
+                     "vpcmpeqd %%ymm1, %%ymm1, %%ymm1; vpcmpeqd %%ymm7, %%ymm7, %%ymm7\n\t"
+                     "vpcmpeqd %%ymm15, %%ymm15, %%ymm15"
+                     ::: "rax", "rcx", "rdx", "rsi", "rdi", "r8", "r9", "r10", "r11",
+                       "xmm0", "xmm1", "xmm7", "xmm15", "memory");
+    /* Order-sensitive, so swapped arguments are caught. */
+    return a * 1 + b2 * 10 + c * 100 + d * 1000 + e * 10000 + f * 100000;
+}
+
+/* Live GPRs and vectors survive fj_call; arguments are passed in reverse
+ * order of the kernel's own, which needs a correct parallel move. */
+START_TEST(call_preserves_and_passes) {
+    for (int t = 0; t < nisa; t++) {
+        rt = make_rt(isas[t]);
+        fj_builder *b;
+        ck_assert(fj_builder_create(rt, "t_call", 6, &b) == FJ_OK);
+        fj_reg a[6];
+        for (int i = 0; i < 6; i++) a[i] = fj_arg(b, i);
+        fj_reg keep[7];
+        for (int i = 0; i < 7; i++) {
+            keep[i] = fj_gpr(b);
+            fj_emit(b, FJ_MOV, fj_r64(keep[i]), fj_imm(1000 + i));
+        }
+        fj_reg v = fj_vreg(b);
+        fj_emit(b, FJ_VBROADCASTSS, fj_vec(b, v), fj_const_f32(b, 2.5f));
+        fj_reg res = fj_gpr(b); /* 6 args + 7 + 1: all 14, callee-saved ones too */
+        fj_opnd args[6];
+        for (int i = 0; i < 6; i++) args[i] = fj_r64(a[5 - i]);
+        fj_call(b, (const void *)clobber, args, 6, res);
+        /* out = a0 (a pointer we also passed): store v there, then sum. */
+        fj_emit(b, FJ_VMOVUPS, fj_mem(0, a[0], 0), fj_vec(b, v));
+        for (int i = 0; i < 7; i++) fj_emit(b, FJ_ADD, fj_r64(res), fj_r64(keep[i]));
+        fj_return(b, fj_r64(res));
+        fj_kernel *k = finish(b);
+        float out[16] = {0};
+        int64_t in[6] = {(int64_t)(uintptr_t)out, 1, 2, 3, 4, 5};
+        int ok;
+        int64_t got = call_checked(fj_kernel_entry(k), in, &ok);
+        int64_t want = in[5] * 1 + in[4] * 10 + in[3] * 100 + in[2] * 1000 + in[1] * 10000 +
+                       in[0] * 100000;
+        for (int i = 0; i < 7; i++) want += 1000 + i;
+        ck_assert_int_eq(got, want);
+        ck_assert(ok);
+        check_traced(k, in);
+        int lanes = isas[t] == FJ_ISA_AVX512 ? 16 : 8;
+        for (int i = 0; i < lanes; i++) ck_assert_float_eq(out[i], 2.5f);
+        fj_runtime_destroy(rt);
+    }
+}
+END_TEST
+
+/* Loops with backward rel8 and rel32 jumps and a forward exit, a stack
+ * slot, and an immediate argument to a call. */
+static int64_t seen;
+static void note(int64_t v) { seen = v; }
+
+START_TEST(labels_slots_consts) {
+    for (int t = 0; t < nisa; t++) {
+        rt = make_rt(isas[t]);
+        for (int big = 0; big < 2; big++) {
+            fj_builder *b;
+            ck_assert(fj_builder_create(rt, "t_loop", 1, &b) == FJ_OK);
+            fj_reg n = fj_arg(b, 0), acc = fj_gpr(b);
+            fj_opnd slot = fj_stack_slot(b, 8, 8, 64);
+            fj_emit(b, FJ_XOR, fj_r32(acc), fj_r32(acc));
+            fj_emit(b, FJ_MOV, slot, fj_imm(7));
+            fj_label top = fj_label_new(b), out = fj_label_new(b);
+            fj_label_bind(b, top);
+            fj_emit(b, FJ_TEST, fj_r64(n), fj_r64(n));
+            fj_emit(b, FJ_JE, fj_lbl(out));
+            fj_emit(b, FJ_ADD, fj_r64(acc), fj_r64(n));
+            /* Padding that forces the backward jump to need rel32. */
+            for (int i = 0; big && i < 40; i++) fj_emit(b, FJ_ADD, fj_r64(acc), fj_imm(0));
+            fj_emit(b, FJ_DEC, fj_r64(n));
+            fj_emit(b, FJ_JMP, fj_lbl(top));
+            fj_label_bind(b, out);
+            fj_emit(b, FJ_ADD, fj_r64(acc), slot);
+            fj_opnd arg = fj_imm(4242);
+            fj_call(b, (const void *)note, &arg, 1, (fj_reg){0});
+            fj_return(b, fj_r64(acc));
+            fj_kernel *k = finish(b);
+            int64_t in[6] = {100};
+            int ok;
+            seen = 0;
+            ck_assert_int_eq(call_checked(fj_kernel_entry(k), in, &ok), 5050 + 7);
+            ck_assert(ok);
+            ck_assert_int_eq(seen, 4242);
+            in[0] = 5;
+            check_traced(k, in);
+            fj_kernel_release(k);
+        }
+        fj_runtime_destroy(rt);
+    }
+}
+END_TEST
+
+int main(void) {
+    fj_runtime *probe;
+    if (fj_runtime_create(NULL, &probe) == FJ_OK) {
+        if (fj_runtime_isa(probe) == FJ_ISA_AVX512) isas[nisa++] = FJ_ISA_AVX512;
+        fj_runtime_destroy(probe);
+    }
+    isas[nisa++] = FJ_ISA_AVX2;
+    Suite *s = suite_create("builder");
+    TCase *tc = tcase_create("run");
+    tcase_add_test(tc, all_gprs_sum);
+    tcase_add_test(tc, call_preserves_and_passes);
+    tcase_add_test(tc, labels_slots_consts);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

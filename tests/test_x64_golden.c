@@ -1,0 +1,459 @@
+/* test_x64_golden.c: x86-64 encoder golden triples (text, operands, bytes) and error cases. */
+
+/* The build defines FJ_TEST for test programs, which would mangle the
+ * FJ_TEST enumerator of framejit/builder.h (the TEST mnemonic). */
+#undef FJ_TEST
+
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/x64.h"
+
+/* Operand initializers. Registers are physical numbers. */
+#define GPR(b, r) { .kind = X64_K_GPR, .bits = b, .reg = r, .base = X64_NOREG, .index = X64_NOREG }
+#define Q(r) GPR(64, X64_##r)
+#define D(r) GPR(32, X64_##r)
+#define W16(r) GPR(16, X64_##r)
+#define B8(n) GPR(8, n)
+#define VEC(b, n) { .kind = X64_K_VEC, .bits = b, .reg = n, .base = X64_NOREG, .index = X64_NOREG }
+#define XMM(n) VEC(128, n)
+#define YMM(n) VEC(256, n)
+#define ZMM(n) VEC(512, n)
+#define ZMMK(n, k, z) { .kind = X64_K_VEC, .bits = 512, .reg = n, .mask = k, .zero = z, \
+                        .base = X64_NOREG, .index = X64_NOREG }
+#define KR(n) { .kind = X64_K_KREG, .bits = 16, .reg = n, .base = X64_NOREG, .index = X64_NOREG }
+#define KRK(n, k) { .kind = X64_K_KREG, .bits = 16, .reg = n, .mask = k, .base = X64_NOREG, \
+                    .index = X64_NOREG }
+/* [base + index*scale + disp] with bits access width */
+#define MEM(b, bs, idx, sc, d) { .kind = X64_K_MEM, .bits = b, .base = bs, .index = idx, \
+                                   .scale = sc, .disp = d }
+#define M(b, bs, d) MEM(b, X64_##bs, X64_NOREG, 1, d)
+#define MX(b, bs, idx, sc, d) MEM(b, X64_##bs, X64_##idx, sc, d)
+#define MRIP(b, d) MEM(b, X64_RIP, X64_NOREG, 1, d)
+#define MK(b, bs, d, k) { .kind = X64_K_MEM, .bits = b, .base = X64_##bs, .index = X64_NOREG, \
+                            .scale = 1, .disp = d, .mask = k }
+#define BC(bs, d) { .kind = X64_K_MEM, .bits = 32, .base = X64_##bs, .index = X64_NOREG, \
+                      .scale = 1, .disp = d, .bcst = 1 }
+#define IMM(v) { .kind = X64_K_IMM, .imm = v, .base = X64_NOREG, .index = X64_NOREG }
+#define REL(b, v) { .kind = X64_K_REL, .bits = b, .imm = v, .base = X64_NOREG, .index = X64_NOREG }
+
+typedef struct golden {
+    const char *text;     /* what it is, in Intel syntax */
+    const char *hex;      /* expected bytes (from the GNU assembler) */
+    x64_op op;
+    int n;
+    x64_opnd o[4];
+} golden;
+
+#define X(name) X64_##name
+static const golden cases[] = {
+    /* REX.W vs none, REX.R/B only */
+    { "mov rax, rbx", "48 89 d8", X(MOV), 2, { Q(RAX), Q(RBX) } },
+    { "mov eax, ebx", "89 d8", X(MOV), 2, { D(RAX), D(RBX) } },
+    { "mov r8d, eax", "41 89 c0", X(MOV), 2, { D(R8), D(RAX) } },
+    { "mov r15, r9", "4d 89 cf", X(MOV), 2, { Q(R15), Q(R9) } },
+    /* rbp/r13 bases need a disp8 0; rsp/r12 bases need a SIB byte */
+    { "mov rax, qword ptr [rbp]", "48 8b 45 00", X(MOV), 2, { Q(RAX), M(64, RBP, 0) } },
+    { "mov rax, qword ptr [r13]", "49 8b 45 00", X(MOV), 2, { Q(RAX), M(64, R13, 0) } },
+    { "mov rax, qword ptr [rsp]", "48 8b 04 24", X(MOV), 2, { Q(RAX), M(64, RSP, 0) } },
+    { "mov rax, qword ptr [r12]", "49 8b 04 24", X(MOV), 2, { Q(RAX), M(64, R12, 0) } },
+    { "mov rax, qword ptr [rsp+8]", "48 8b 44 24 08", X(MOV), 2, { Q(RAX), M(0, RSP, 8) } },
+    { "mov rax, qword ptr [r12+0x100]", "49 8b 84 24 00 01 00 00", X(MOV), 2, { Q(RAX), M(64, R12, 0x100) } },
+    { "mov rax, qword ptr [rbp+r13*2]", "4a 8b 44 6d 00", X(MOV), 2, { Q(RAX), MX(64, RBP, R13, 2, 0) } },
+    { "mov rax, qword ptr [r13+rax*4+0x7f]", "49 8b 44 85 7f", X(MOV), 2, { Q(RAX), MX(64, R13, RAX, 4, 0x7f) } },
+    { "mov rcx, qword ptr [rbp-0x80]", "48 8b 4d 80", X(MOV), 2, { Q(RCX), M(64, RBP, -0x80) } },
+    { "mov rcx, qword ptr [rbp-0x81]", "48 8b 8d 7f ff ff ff", X(MOV), 2, { Q(RCX), M(64, RBP, -0x81) } },
+    /* index without base, absolute, RIP-relative */
+    { "mov rax, qword ptr [rcx*8+0x10]", "48 8b 04 cd 10 00 00 00", X(MOV), 2, { Q(RAX), MEM(64, X64_NOREG, X64_RCX, 8, 0x10) } },
+    { "mov rax, qword ptr [r9*2]", "4a 8b 04 4d 00 00 00 00", X(MOV), 2, { Q(RAX), MEM(64, X64_NOREG, X64_R9, 2, 0) } },
+    { "mov eax, dword ptr [0x1000]", "8b 04 25 00 10 00 00", X(MOV), 2, { D(RAX), MEM(32, X64_NOREG, X64_NOREG, 1, 0x1000) } },
+    { "mov rax, qword ptr [rip+0x12345678]", "48 8b 05 78 56 34 12", X(MOV), 2, { Q(RAX), MRIP(64, 0x12345678) } },
+    { "mov qword ptr [rdi+8], r9", "4c 89 4f 08", X(MOV), 2, { M(64, RDI, 8), Q(R9) } },
+    /* immediates: mov picks b8 id / c7 id / movabs */
+    { "mov eax, 0x12345678", "b8 78 56 34 12", X(MOV), 2, { D(RAX), IMM(0x12345678) } },
+    { "mov eax, 0xffffffff", "b8 ff ff ff ff", X(MOV), 2, { D(RAX), IMM(0xffffffff) } },
+    { "mov rax, -1", "48 c7 c0 ff ff ff ff", X(MOV), 2, { Q(RAX), IMM(-1) } },
+    { "movabs rax, 0x80000000", "48 b8 00 00 00 80 00 00 00 00", X(MOV), 2, { Q(RAX), IMM(0x80000000) } },
+    { "movabs r10, 0x123456789abcdef", "49 ba ef cd ab 89 67 45 23 01", X(MOV), 2, { Q(R10), IMM(0x123456789abcdefLL) } },
+    { "mov dword ptr [rax], 5", "c7 00 05 00 00 00", X(MOV), 2, { M(32, RAX, 0), IMM(5) } },
+    { "mov qword ptr [rsp+0x10], -2", "48 c7 44 24 10 fe ff ff ff", X(MOV), 2, { M(64, RSP, 0x10), IMM(-2) } },
+    /* 8-bit register 6 is sil (needs a REX), never dh */
+    { "mov byte ptr [rdi], sil", "40 88 37", X(MOV), 2, { M(8, RDI, 0), B8(6) } },
+    { "mov byte ptr [rdi], bl", "88 1f", X(MOV), 2, { M(8, RDI, 0), B8(3) } },
+    { "movzx eax, byte ptr [rdi]", "0f b6 07", X(MOVZX), 2, { D(RAX), M(8, RDI, 0) } },
+    { "movzx rax, word ptr [rsi]", "48 0f b7 06", X(MOVZX), 2, { Q(RAX), M(16, RSI, 0) } },
+    { "movzx ecx, spl", "40 0f b6 cc", X(MOVZX), 2, { D(RCX), B8(4) } },
+    { "movsx r8, dil", "4c 0f be c7", X(MOVSX), 2, { Q(R8), B8(7) } },
+    { "movsx eax, r9w", "41 0f bf c1", X(MOVSX), 2, { D(RAX), W16(R9) } },
+    { "movsxd rax, dword ptr [rdi]", "48 63 07", X(MOVSXD), 2, { Q(RAX), M(32, RDI, 0) } },
+    { "movsxd r11, ecx", "4c 63 d9", X(MOVSXD), 2, { Q(R11), D(RCX) } },
+    { "lea rax, [rip+0x10]", "48 8d 05 10 00 00 00", X(LEA), 2, { Q(RAX), MRIP(0, 0x10) } },
+    { "lea r11, [rax+rbx*2+1]", "4c 8d 5c 58 01", X(LEA), 2, { Q(R11), MX(0, RAX, RBX, 2, 1) } },
+    { "lea eax, [r12+r12*8]", "43 8d 04 e4", X(LEA), 2, { D(RAX), MX(0, R12, R12, 8, 0) } },
+    /* ALU: imm8 vs imm32, the rax short form */
+    { "add rax, 8", "48 83 c0 08", X(ADD), 2, { Q(RAX), IMM(8) } },
+    { "add rax, 0x80", "48 05 80 00 00 00", X(ADD), 2, { Q(RAX), IMM(0x80) } },
+    { "add rcx, -128", "48 83 c1 80", X(ADD), 2, { Q(RCX), IMM(-128) } },
+    { "add rcx, 0x1000", "48 81 c1 00 10 00 00", X(ADD), 2, { Q(RCX), IMM(0x1000) } },
+    { "add ecx, -1", "83 c1 ff", X(ADD), 2, { D(RCX), IMM(0xffffffff) } },
+    { "add rax, rbx", "48 01 d8", X(ADD), 2, { Q(RAX), Q(RBX) } },
+    { "sub r8, qword ptr [rdi+0x40]", "4c 2b 47 40", X(SUB), 2, { Q(R8), M(64, RDI, 0x40) } },
+    { "sub dword ptr [r14+rcx*4], eax", "41 29 04 8e", X(SUB), 2, { MX(32, R14, RCX, 4, 0), D(RAX) } },
+    { "cmp qword ptr [rbp-8], 0", "48 83 7d f8 00", X(CMP), 2, { M(64, RBP, -8), IMM(0) } },
+    { "cmp r9d, 1000", "41 81 f9 e8 03 00 00", X(CMP), 2, { D(R9), IMM(1000) } },
+    { "and eax, 0x7fffffff", "25 ff ff ff 7f", X(AND), 2, { D(RAX), IMM(0x7fffffff) } },
+    { "xor eax, eax", "31 c0", X(XOR), 2, { D(RAX), D(RAX) } },
+    { "or r9, r10", "4d 09 d1", X(OR), 2, { Q(R9), Q(R10) } },
+    { "adc rax, rbx", "48 11 d8", X(ADC), 2, { Q(RAX), Q(RBX) } },
+    { "adc qword ptr [rax], 3", "48 83 10 03", X(ADC), 2, { M(64, RAX, 0), IMM(3) } },
+    { "test rax, rax", "48 85 c0", X(TEST), 2, { Q(RAX), Q(RAX) } },
+    { "test eax, 0x10", "a9 10 00 00 00", X(TEST), 2, { D(RAX), IMM(0x10) } },
+    { "test r8d, 1", "41 f7 c0 01 00 00 00", X(TEST), 2, { D(R8), IMM(1) } },
+    { "test qword ptr [rdi], rsi", "48 85 37", X(TEST), 2, { M(64, RDI, 0), Q(RSI) } },
+    /* shifts: by 1, by cl, by imm8 */
+    { "shl rax, 1", "48 d1 e0", X(SHL), 2, { Q(RAX), IMM(1) } },
+    { "shr r9, 7", "49 c1 e9 07", X(SHR), 2, { Q(R9), IMM(7) } },
+    { "sar eax, cl", "d3 f8", X(SAR), 2, { D(RAX), B8(1) } },
+    { "rol r11d, 3", "41 c1 c3 03", X(ROL), 2, { D(R11), IMM(3) } },
+    { "shl qword ptr [rax], cl", "48 d3 20", X(SHL), 2, { M(64, RAX, 0), B8(1) } },
+    { "imul rax, qword ptr [rbx+8]", "48 0f af 43 08", X(IMUL), 2, { Q(RAX), M(64, RBX, 8) } },
+    { "imul r8, r9, 16", "4d 6b c1 10", X(IMUL), 3, { Q(R8), Q(R9), IMM(16) } },
+    { "imul eax, ecx, 1000", "69 c1 e8 03 00 00", X(IMUL), 3, { D(RAX), D(RCX), IMM(1000) } },
+    { "inc r11", "49 ff c3", X(INC), 1, { Q(R11) } },
+    { "dec dword ptr [rax]", "ff 08", X(DEC), 1, { M(32, RAX, 0) } },
+    { "neg eax", "f7 d8", X(NEG), 1, { D(RAX) } },
+    { "not r15", "49 f7 d7", X(NOT), 1, { Q(R15) } },
+    /* BMI2 (VEX on GPRs) */
+    { "bzhi rax, qword ptr [r8], r15", "c4 c2 80 f5 00", X(BZHI), 3, { Q(RAX), M(64, R8, 0), Q(R15) } },
+    { "bzhi eax, ebx, ecx", "c4 e2 70 f5 c3", X(BZHI), 3, { D(RAX), D(RBX), D(RCX) } },
+    { "shlx eax, ebx, ecx", "c4 e2 71 f7 c3", X(SHLX), 3, { D(RAX), D(RBX), D(RCX) } },
+    { "shrx r8, r9, r10", "c4 42 ab f7 c1", X(SHRX), 3, { Q(R8), Q(R9), Q(R10) } },
+    { "cmove rax, rbx", "48 0f 44 c3", X(CMOVE), 2, { Q(RAX), Q(RBX) } },
+    { "cmovg r8d, dword ptr [rax]", "44 0f 4f 00", X(CMOVG), 2, { D(R8), M(32, RAX, 0) } },
+    { "sete sil", "40 0f 94 c6", X(SETE), 1, { B8(6) } },
+    { "setb r9b", "41 0f 92 c1", X(SETB), 1, { B8(9) } },
+    /* branches: imm is the displacement from the end of the instruction */
+    { "jmp rel8 -2", "eb fe", X(JMP), 1, { REL(8, -2) } },
+    { "jmp rel32 0x1000", "e9 00 10 00 00", X(JMP), 1, { REL(32, 0x1000) } },
+    { "jne rel8 +5", "75 05", X(JNE), 1, { REL(8, 5) } },
+    { "jo rel8 -128", "70 80", X(JO), 1, { REL(8, -128) } },
+    { "jg rel32 -300", "0f 8f d4 fe ff ff", X(JG), 1, { REL(32, -300) } },
+    { "jae rel32 0", "0f 83 00 00 00 00", X(JAE), 1, { REL(32, 0) } },
+    { "call rel32 0x12345", "e8 45 23 01 00", X(CALL), 1, { REL(32, 0x12345) } },
+    { "call rax", "ff d0", X(CALL), 1, { Q(RAX) } },
+    { "call qword ptr [rip+0x100]", "ff 15 00 01 00 00", X(CALL), 1, { MRIP(64, 0x100) } },
+    { "jmp r11", "41 ff e3", X(JMP), 1, { Q(R11) } },
+    { "push rbp", "55", X(PUSH), 1, { Q(RBP) } },
+    { "push r15", "41 57", X(PUSH), 1, { Q(R15) } },
+    { "pop rbx", "5b", X(POP), 1, { Q(RBX) } },
+    { "pop r12", "41 5c", X(POP), 1, { Q(R12) } },
+    { "push qword ptr [rax]", "ff 30", X(PUSH), 1, { M(64, RAX, 0) } },
+    { "ret", "c3", X(RET), 0, { IMM(0) } },
+    { "leave", "c9", X(LEAVE), 0, { IMM(0) } },
+    { "nop", "90", X(NOP), 0, { IMM(0) } },
+    { "int3", "cc", X(INT3), 0, { IMM(0) } },
+    { "ud2", "0f 0b", X(UD2), 0, { IMM(0) } },
+    { "prefetcht0 byte ptr [rax+64]", "0f 18 48 40", X(PREFETCHT0), 1, { M(0, RAX, 64) } },
+    { "prefetcht1 byte ptr [r12]", "41 0f 18 14 24", X(PREFETCHT1), 1, { M(0, R12, 0) } },
+    { "prefetchnta byte ptr [rip+0x40]", "0f 18 05 40 00 00 00", X(PREFETCHNTA), 1, { MRIP(0, 0x40) } },
+
+    /* VEX: 2- vs 3-byte */
+    { "vaddps ymm0, ymm1, ymm2", "c5 f4 58 c2", X(VADDPS), 3, { YMM(0), YMM(1), YMM(2) } },
+    { "vaddps ymm0, ymm1, ymm8", "c4 c1 74 58 c0", X(VADDPS), 3, { YMM(0), YMM(1), YMM(8) } },
+    { "vaddps ymm8, ymm9, ymm2", "c5 34 58 c2", X(VADDPS), 3, { YMM(8), YMM(9), YMM(2) } },
+    { "vaddps xmm0, xmm1, xmmword ptr [r8]", "c4 c1 70 58 00", X(VADDPS), 3, { XMM(0), XMM(1), M(128, R8, 0) } },
+    { "vaddps ymm0, ymm1, ymmword ptr [rax+r9*4]", "c4 a1 74 58 04 88", X(VADDPS), 3, { YMM(0), YMM(1), MX(256, RAX, R9, 4, 0) } },
+    { "vmovups ymm0, ymmword ptr [rdi+0x20]", "c5 fc 10 47 20", X(VMOVUPS), 2, { YMM(0), M(0, RDI, 0x20) } },
+    { "vmovups ymmword ptr [rbp], ymm15", "c5 7c 11 7d 00", X(VMOVUPS), 2, { M(256, RBP, 0), YMM(15) } },
+    { "vmovups xmm0, xmm8", "c5 78 11 c0", X(VMOVUPS), 2, { XMM(0), XMM(8) } },
+    { "vmovaps ymm3, ymmword ptr [rip+0x200]", "c5 fc 28 1d 00 02 00 00", X(VMOVAPS), 2, { YMM(3), MRIP(256, 0x200) } },
+    { "vmovdqu ymm1, ymmword ptr [rsi]", "c5 fe 6f 0e", X(VMOVDQU), 2, { YMM(1), M(256, RSI, 0) } },
+    /* EVEX disp8*N and the disp32 fallback */
+    { "vmovups zmm0, zmmword ptr [rdi+0x40]", "62 f1 7c 48 10 47 01", X(VMOVUPS), 2, { ZMM(0), M(512, RDI, 0x40) } },
+    { "vmovups zmm0, zmmword ptr [rdi+0x44]", "62 f1 7c 48 10 87 44 00 00 00", X(VMOVUPS), 2, { ZMM(0), M(512, RDI, 0x44) } },
+    { "vmovups zmm0, zmmword ptr [rdi+0x2000]", "62 f1 7c 48 10 87 00 20 00 00", X(VMOVUPS), 2, { ZMM(0), M(512, RDI, 0x2000) } },
+    { "vmovups zmm0, zmmword ptr [rdi-0x2000]", "62 f1 7c 48 10 47 80", X(VMOVUPS), 2, { ZMM(0), M(512, RDI, -0x2000) } },
+    { "vmovups zmm0, zmmword ptr [r13]", "62 d1 7c 48 10 45 00", X(VMOVUPS), 2, { ZMM(0), M(512, R13, 0) } },
+    { "vmovups xmm16, xmmword ptr [rax+0x10]", "62 e1 7c 08 10 40 01", X(VMOVUPS), 2, { XMM(16), M(128, RAX, 0x10) } },
+    { "vmovups ymm17, ymmword ptr [r12+r15*8-0x20]", "62 81 7c 28 10 4c fc ff", X(VMOVUPS), 2, { YMM(17), MX(256, R12, R15, 8, -0x20) } },
+    /* zmm16-31: EVEX.R', V', X */
+    { "vaddps zmm16, zmm17, zmm31", "62 81 74 40 58 c7", X(VADDPS), 3, { ZMM(16), ZMM(17), ZMM(31) } },
+    { "vaddps zmm0, zmm1, zmm24", "62 91 74 48 58 c0", X(VADDPS), 3, { ZMM(0), ZMM(1), ZMM(24) } },
+    { "vaddps ymm20, ymm5, ymm6", "62 e1 54 28 58 e6", X(VADDPS), 3, { YMM(20), YMM(5), YMM(6) } },
+    /* broadcast {1toN}: N = 4 for disp8 */
+    { "vaddps zmm0, zmm1, dword ptr [rax+0x8]{1to16}", "62 f1 74 58 58 40 02", X(VADDPS), 3, { ZMM(0), ZMM(1), BC(RAX, 8) } },
+    { "vaddps ymm0, ymm1, dword ptr [rax]{1to8}", "62 f1 74 38 58 00", X(VADDPS), 3, { YMM(0), YMM(1), BC(RAX, 0) } },
+    { "vaddps xmm2, xmm3, dword ptr [rax+0x200]{1to4}", "62 f1 64 18 58 90 00 02 00 00", X(VADDPS), 3, { XMM(2), XMM(3), BC(RAX, 0x200) } },
+    { "vmulps zmm3, zmm4, dword ptr [rip+0x80]{1to16}", "62 f1 5c 58 59 1d 80 00 00 00", X(VMULPS), 3, { ZMM(3), ZMM(4), { .kind = X64_K_MEM, .bits = 32, .base = X64_RIP, .index = X64_NOREG, .scale = 1, .disp = 0x80, .bcst = 1 } } },
+    /* masks: merge, zero, masked store */
+    { "vmulps zmm1{k1}, zmm2, zmm3", "62 f1 6c 49 59 cb", X(VMULPS), 3, { ZMMK(1, 1, 0), ZMM(2), ZMM(3) } },
+    { "vmulps zmm1{k7}{z}, zmm2, zmm3", "62 f1 6c cf 59 cb", X(VMULPS), 3, { ZMMK(1, 7, 1), ZMM(2), ZMM(3) } },
+    { "vmovups zmmword ptr [rdi]{k2}, zmm5", "62 f1 7c 4a 11 2f", X(VMOVUPS), 2, { MK(512, RDI, 0, 2), ZMM(5) } },
+    { "vmovups zmm5{k2}{z}, zmmword ptr [rsi+r10*8+0x80]", "62 b1 7c ca 10 6c d6 02", X(VMOVUPS), 2, { ZMMK(5, 2, 1), MX(512, RSI, R10, 8, 0x80) } },
+    { "vmaxps zmm20{k3}, zmm21, zmm31", "62 81 54 43 5f e7", X(VMAXPS), 3, { { .kind = X64_K_VEC, .bits = 512, .reg = 20, .mask = 3 }, ZMM(21), ZMM(31) } },
+    { "vminps zmm0, zmm1, zmmword ptr [rsp+0x40]", "62 f1 74 48 5d 44 24 01", X(VMINPS), 3, { ZMM(0), ZMM(1), M(512, RSP, 0x40) } },
+    { "vsubps ymm1, ymm2, ymm3", "c5 ec 5c cb", X(VSUBPS), 3, { YMM(1), YMM(2), YMM(3) } },
+    { "vdivps zmm1, zmm2, zmm3", "62 f1 6c 48 5e cb", X(VDIVPS), 3, { ZMM(1), ZMM(2), ZMM(3) } },
+    /* broadcasts and masked moves */
+    { "vbroadcastss ymm0, dword ptr [rdi]", "c4 e2 7d 18 07", X(VBROADCASTSS), 2, { YMM(0), M(32, RDI, 0) } },
+    { "vbroadcastss zmm0, dword ptr [rdi+4]", "62 f2 7d 48 18 47 01", X(VBROADCASTSS), 2, { ZMM(0), M(32, RDI, 4) } },
+    { "vbroadcastss xmm1, xmm2", "c4 e2 79 18 ca", X(VBROADCASTSS), 2, { XMM(1), XMM(2) } },
+    { "vbroadcastss zmm3, xmm4", "62 f2 7d 48 18 dc", X(VBROADCASTSS), 2, { ZMM(3), XMM(4) } },
+    { "vmaskmovps ymm1, ymm2, ymmword ptr [rax]", "c4 e2 6d 2c 08", X(VMASKMOVPS), 3, { YMM(1), YMM(2), M(256, RAX, 0) } },
+    { "vmaskmovps ymmword ptr [r9+8], ymm2, ymm1", "c4 c2 6d 2e 49 08", X(VMASKMOVPS), 3, { M(256, R9, 8), YMM(2), YMM(1) } },
+    /* FMA, logic, compare, blend */
+    { "vfmadd231ps ymm1, ymm2, ymmword ptr [rsi]", "c4 e2 6d b8 0e", X(VFMADD231PS), 3, { YMM(1), YMM(2), M(256, RSI, 0) } },
+    { "vfmadd231ps zmm1, zmm2, zmm3", "62 f2 6d 48 b8 cb", X(VFMADD231PS), 3, { ZMM(1), ZMM(2), ZMM(3) } },
+    { "vfmadd231ps zmm8{k1}, zmm9, dword ptr [rax]{1to16}", "62 72 35 59 b8 00", X(VFMADD231PS), 3, { ZMMK(8, 1, 0), ZMM(9), BC(RAX, 0) } },
+    { "vfmadd132ps ymm1, ymm2, ymm3", "c4 e2 6d 98 cb", X(VFMADD132PS), 3, { YMM(1), YMM(2), YMM(3) } },
+    { "vfmadd213ps zmm1, zmm2, zmm3", "62 f2 6d 48 a8 cb", X(VFMADD213PS), 3, { ZMM(1), ZMM(2), ZMM(3) } },
+    { "vfnmadd231ps ymm10, ymm11, ymm12", "c4 42 25 bc d4", X(VFNMADD231PS), 3, { YMM(10), YMM(11), YMM(12) } },
+    { "vxorps zmm0, zmm0, zmm0", "62 f1 7c 48 57 c0", X(VXORPS), 3, { ZMM(0), ZMM(0), ZMM(0) } },
+    { "vxorps ymm0, ymm0, ymm0", "c5 fc 57 c0", X(VXORPS), 3, { YMM(0), YMM(0), YMM(0) } },
+    { "vandps zmm1, zmm2, dword ptr [rip+0x10]{1to16}", "62 f1 6c 58 54 0d 10 00 00 00", X(VANDPS), 3, { ZMM(1), ZMM(2), { .kind = X64_K_MEM, .bits = 32, .base = X64_RIP, .index = X64_NOREG, .scale = 1, .disp = 0x10, .bcst = 1 } } },
+    { "vorps ymm1, ymm2, ymm3", "c5 ec 56 cb", X(VORPS), 3, { YMM(1), YMM(2), YMM(3) } },
+    { "vandnps xmm1, xmm2, xmm3", "c5 e8 55 cb", X(VANDNPS), 3, { XMM(1), XMM(2), XMM(3) } },
+    { "vcmpps ymm0, ymm1, ymm2, 0x1", "c5 f4 c2 c2 01", X(VCMPPS), 4, { YMM(0), YMM(1), YMM(2), IMM(1) } },
+    { "vcmpps k2, zmm1, zmmword ptr [rax], 0xe", "62 f1 74 48 c2 10 0e", X(VCMPPS), 4, { KR(2), ZMM(1), M(512, RAX, 0), IMM(14) } },
+    { "vcmpps k2{k1}, zmm1, zmm2, 0x0", "62 f1 74 49 c2 d2 00", X(VCMPPS), 4, { KRK(2, 1), ZMM(1), ZMM(2), IMM(0) } },
+    { "vblendvps ymm0, ymm1, ymm2, ymm3", "c4 e3 75 4a c2 30", X(VBLENDVPS), 4, { YMM(0), YMM(1), YMM(2), YMM(3) } },
+    { "vblendvps xmm9, xmm10, xmm11, xmm12", "c4 43 29 4a cb c0", X(VBLENDVPS), 4, { XMM(9), XMM(10), XMM(11), XMM(12) } },
+    { "vblendmps zmm0{k1}, zmm1, zmm2", "62 f2 75 49 65 c2", X(VBLENDMPS), 3, { ZMMK(0, 1, 0), ZMM(1), ZMM(2) } },
+    /* mask registers */
+    { "kmovw k1, k2", "c5 f8 90 ca", X(KMOVW), 2, { KR(1), KR(2) } },
+    { "kmovw k1, eax", "c5 f8 92 c8", X(KMOVW), 2, { KR(1), D(RAX) } },
+    { "kmovw eax, k1", "c5 f8 93 c1", X(KMOVW), 2, { D(RAX), KR(1) } },
+    { "kmovw k1, r9d", "c4 c1 78 92 c9", X(KMOVW), 2, { KR(1), D(R9) } },
+    { "kmovw k1, word ptr [rdi]", "c5 f8 90 0f", X(KMOVW), 2, { KR(1), M(16, RDI, 0) } },
+    { "kmovw word ptr [rdi], k1", "c5 f8 91 0f", X(KMOVW), 2, { M(16, RDI, 0), KR(1) } },
+    { "kmovd k3, dword ptr [rax]", "c4 e1 f9 90 18", X(KMOVD), 2, { KR(3), M(32, RAX, 0) } },
+    { "kmovd r10d, k3", "c5 7b 93 d3", X(KMOVD), 2, { D(R10), KR(3) } },
+    { "kandw k1, k2, k3", "c5 ec 41 cb", X(KANDW), 3, { KR(1), KR(2), KR(3) } },
+    { "korw k1, k2, k3", "c5 ec 45 cb", X(KORW), 3, { KR(1), KR(2), KR(3) } },
+    { "knotw k4, k5", "c5 f8 44 e5", X(KNOTW), 2, { KR(4), KR(5) } },
+    { "kortestw k1, k1", "c5 f8 98 c9", X(KORTESTW), 2, { KR(1), KR(1) } },
+    { "vzeroupper", "c5 f8 77", X(VZEROUPPER), 0, { IMM(0) } },
+    /* the rest of the AVX list */
+    { "vmovss xmm0, dword ptr [rax+4]", "c5 fa 10 40 04", X(VMOVSS), 2, { XMM(0), M(32, RAX, 4) } },
+    { "vmovss dword ptr [rax], xmm9", "c5 7a 11 08", X(VMOVSS), 2, { M(32, RAX, 0), XMM(9) } },
+    { "vmovss xmm20, dword ptr [rax+8]", "62 e1 7e 08 10 60 02", X(VMOVSS), 2, { XMM(20), M(32, RAX, 8) } },
+    { "vmovss xmm1, xmm2, xmm3", "c5 ea 10 cb", X(VMOVSS), 3, { XMM(1), XMM(2), XMM(3) } },
+    { "vmovd xmm0, eax", "c5 f9 6e c0", X(VMOVD), 2, { XMM(0), D(RAX) } },
+    { "vmovd r8d, xmm1", "c4 c1 79 7e c8", X(VMOVD), 2, { D(R8), XMM(1) } },
+    { "vmovq xmm0, rax", "c4 e1 f9 6e c0", X(VMOVQ), 2, { XMM(0), Q(RAX) } },
+    { "vmovq rcx, xmm17", "62 e1 fd 08 7e c9", X(VMOVQ), 2, { Q(RCX), XMM(17) } },
+    { "vaddss xmm0, xmm1, dword ptr [rdi]", "c5 f2 58 07", X(VADDSS), 3, { XMM(0), XMM(1), M(32, RDI, 0) } },
+    { "vmulss xmm16, xmm1, dword ptr [rdi+0x40]", "62 e1 76 08 59 47 10", X(VMULSS), 3, { XMM(16), XMM(1), M(32, RDI, 0x40) } },
+    { "vcvtdq2ps ymm0, ymm1", "c5 fc 5b c1", X(VCVTDQ2PS), 2, { YMM(0), YMM(1) } },
+    { "vcvtps2dq zmm0, zmm1", "62 f1 7d 48 5b c1", X(VCVTPS2DQ), 2, { ZMM(0), ZMM(1) } },
+    { "vcvttps2dq ymm2, ymmword ptr [rax]", "c5 fe 5b 10", X(VCVTTPS2DQ), 2, { YMM(2), M(256, RAX, 0) } },
+    { "vroundps ymm0, ymm1, 0x9", "c4 e3 7d 08 c1 09", X(VROUNDPS), 3, { YMM(0), YMM(1), IMM(9) } },
+    { "vrcpps ymm0, ymm1", "c5 fc 53 c1", X(VRCPPS), 2, { YMM(0), YMM(1) } },
+    { "vrsqrtps xmm0, xmm1", "c5 f8 52 c1", X(VRSQRTPS), 2, { XMM(0), XMM(1) } },
+    { "vsqrtps zmm0, zmm1", "62 f1 7c 48 51 c1", X(VSQRTPS), 2, { ZMM(0), ZMM(1) } },
+    { "vpaddd ymm0, ymm1, ymm2", "c5 f5 fe c2", X(VPADDD), 3, { YMM(0), YMM(1), YMM(2) } },
+    { "vpsubd zmm0, zmm1, zmm2", "62 f1 75 48 fa c2", X(VPSUBD), 3, { ZMM(0), ZMM(1), ZMM(2) } },
+    { "vpslld ymm0, ymm1, 0x17", "c5 fd 72 f1 17", X(VPSLLD), 3, { YMM(0), YMM(1), IMM(23) } },
+    { "vpslld zmm0, zmmword ptr [rax+0x40], 0x17", "62 f1 7d 48 72 70 01 17", X(VPSLLD), 3, { ZMM(0), M(512, RAX, 0x40), IMM(23) } },
+    { "vpsrld ymm0, ymm1, xmm2", "c5 f5 d2 c2", X(VPSRLD), 3, { YMM(0), YMM(1), XMM(2) } },
+    { "vpsrld zmm0, zmm1, xmmword ptr [rax+0x10]", "62 f1 75 48 d2 40 01", X(VPSRLD), 3, { ZMM(0), ZMM(1), M(128, RAX, 0x10) } },
+    { "vpermps ymm0, ymm1, ymm2", "c4 e2 75 16 c2", X(VPERMPS), 3, { YMM(0), YMM(1), YMM(2) } },
+    { "vpermps zmm0, zmm1, zmm2", "62 f2 75 48 16 c2", X(VPERMPS), 3, { ZMM(0), ZMM(1), ZMM(2) } },
+    { "vperm2f128 ymm0, ymm1, ymm2, 0x21", "c4 e3 75 06 c2 21", X(VPERM2F128), 4, { YMM(0), YMM(1), YMM(2), IMM(0x21) } },
+    { "vextractf128 xmm0, ymm1, 0x1", "c4 e3 7d 19 c8 01", X(VEXTRACTF128), 3, { XMM(0), YMM(1), IMM(1) } },
+    { "vinsertf128 ymm0, ymm1, xmmword ptr [rax], 0x1", "c4 e3 75 18 00 01", X(VINSERTF128), 4, { YMM(0), YMM(1), M(128, RAX, 0), IMM(1) } },
+    { "vhaddps ymm0, ymm1, ymm2", "c5 f7 7c c2", X(VHADDPS), 3, { YMM(0), YMM(1), YMM(2) } },
+    /* AVX-512 only; vmovdqu/vrcpps at zmm use vmovdqu32/vrcp14ps */
+    { "vmovdqu32 zmm1, zmmword ptr [rsi+0x40]", "62 f1 7e 48 6f 4e 01", X(VMOVDQU), 2, { ZMM(1), M(512, RSI, 0x40) } },
+    { "vmovdqu32 zmmword ptr [rsi]{k1}, zmm1", "62 f1 7e 49 7f 0e", X(VMOVDQU32), 2, { MK(512, RSI, 0, 1), ZMM(1) } },
+    { "vrcp14ps zmm0, zmm1", "62 f2 7d 48 4c c1", X(VRCPPS), 2, { ZMM(0), ZMM(1) } },
+    { "vrsqrt14ps zmm0, zmm1", "62 f2 7d 48 4e c1", X(VRSQRT14PS), 2, { ZMM(0), ZMM(1) } },
+    { "vscalefps zmm0, zmm1, zmm2", "62 f2 75 48 2c c2", X(VSCALEFPS), 3, { ZMM(0), ZMM(1), ZMM(2) } },
+    { "vgetexpps zmm0, zmm1", "62 f2 7d 48 42 c1", X(VGETEXPPS), 2, { ZMM(0), ZMM(1) } },
+    { "vgetmantps zmm0, zmm1, 0x8", "62 f3 7d 48 26 c1 08", X(VGETMANTPS), 3, { ZMM(0), ZMM(1), IMM(8) } },
+    { "vreduceps zmm0, zmm1, 0x3", "62 f3 7d 48 56 c1 03", X(VREDUCEPS), 3, { ZMM(0), ZMM(1), IMM(3) } },
+    { "vrndscaleps zmm0, zmm1, 0x1", "62 f3 7d 48 08 c1 01", X(VRNDSCALEPS), 3, { ZMM(0), ZMM(1), IMM(1) } },
+    { "vpermt2ps zmm0, zmm1, zmm2", "62 f2 75 48 7f c2", X(VPERMT2PS), 3, { ZMM(0), ZMM(1), ZMM(2) } },
+    { "vextractf32x4 xmmword ptr [rax+0x10], zmm1, 0x3", "62 f3 7d 48 19 48 01 03", X(VEXTRACTF32X4), 3, { M(128, RAX, 0x10), ZMM(1), IMM(3) } },
+    { "vextractf32x8 ymmword ptr [rax+0x20], zmm1, 0x1", "62 f3 7d 48 1b 48 01 01", X(VEXTRACTF32X8), 3, { M(256, RAX, 0x20), ZMM(1), IMM(1) } },
+    { "vinsertf32x4 zmm0, zmm1, xmm2, 0x2", "62 f3 75 48 18 c2 02", X(VINSERTF32X4), 4, { ZMM(0), ZMM(1), XMM(2), IMM(2) } },
+    { "vinsertf32x8 zmm0, zmm1, ymm2, 0x1", "62 f3 75 48 1a c2 01", X(VINSERTF32X8), 4, { ZMM(0), ZMM(1), YMM(2), IMM(1) } },
+    { "vcompressps zmmword ptr [rdi+0x8]{k1}, zmm2", "62 f2 7d 49 8a 57 02", X(VCOMPRESSPS), 2, { MK(512, RDI, 8, 1), ZMM(2) } },
+    { "vexpandps zmm2{k1}{z}, zmmword ptr [rdi+0x8]", "62 f2 7d c9 88 57 02", X(VEXPANDPS), 2, { ZMMK(2, 1, 1), M(512, RDI, 8) } },
+    { "vpbroadcastd zmm0, eax", "62 f2 7d 48 7c c0", X(VPBROADCASTD), 2, { ZMM(0), D(RAX) } },
+    { "vpbroadcastd ymm1, dword ptr [rax]", "c4 e2 7d 58 08", X(VPBROADCASTD), 2, { YMM(1), M(32, RAX, 0) } },
+    { "vpbroadcastd zmm1, xmm2", "62 f2 7d 48 58 ca", X(VPBROADCASTD), 2, { ZMM(1), XMM(2) } },
+    { "vfpclassps k1, zmm2, 0x22", "62 f3 7d 48 66 ca 22", X(VFPCLASSPS), 3, { KR(1), ZMM(2), IMM(0x22) } },
+};
+
+static int unhex(const char *s, uint8_t *out) {
+    int n = 0;
+    while (*s) {
+        unsigned v;
+        if (sscanf(s, "%2x", &v) != 1) break;
+        out[n++] = (uint8_t)v;
+        s += 2;
+        while (*s == ' ') s++;
+    }
+    return n;
+}
+
+START_TEST(test_golden) {
+    const golden *g = &cases[_i];
+    uint8_t want[16], got[X64_MAX_LEN + 8];
+    int nwant = unhex(g->hex, want);
+    memset(got, 0xA5, sizeof got);
+    x64_enc_info info;
+    int len = x64_encode(g->op, g->o, g->n, got, &info);
+    ck_assert_msg(len > 0, "%s: %s", g->text, x64_err_str(len));
+    char hex[64] = "";
+    for (int i = 0; i < len && i < 15; i++) snprintf(hex + 3 * i, sizeof hex - 3 * (size_t)i, "%02x ", got[i]);
+    ck_assert_msg(len == nwant && !memcmp(got, want, (size_t)len), "%s: got %s want %s", g->text, hex, g->hex);
+    for (int i = X64_MAX_LEN; i < (int)sizeof got; i++) ck_assert_int_eq(got[i], 0xA5);
+    /* RIP-relative operands report where their disp32 sits. */
+    int rip = 0;
+    for (int i = 0; i < g->n; i++)
+        if (g->o[i].kind == X64_K_MEM && g->o[i].base == X64_RIP) {
+            rip = 1;
+            ck_assert_msg(info.disp_pos > 0 && info.disp_pos + 4 <= len, "%s: disp_pos %d", g->text, info.disp_pos);
+            int32_t d;
+            memcpy(&d, got + info.disp_pos, 4);
+            ck_assert_msg(d == g->o[i].disp, "%s: disp at disp_pos", g->text);
+        }
+    if (!rip) ck_assert_int_eq(info.disp_pos, -1);
+    if (g->n == 1 && g->o[0].kind == X64_K_REL) {
+        ck_assert_int_eq(info.rel_size, g->o[0].bits / 8);
+        ck_assert_int_eq(info.rel_pos + info.rel_size, len);
+    } else {
+        ck_assert_int_eq(info.rel_pos, -1);
+    }
+}
+END_TEST
+
+/* Features reported for a few representative encodings. */
+START_TEST(test_features) {
+    static const struct { const char *text; x64_op op; int n; x64_opnd o[3]; uint32_t feat; } f[] = {
+        { "mov rax, rbx", X(MOV), 2, { Q(RAX), Q(RBX) }, 0 },
+        { "vaddps ymm", X(VADDPS), 3, { YMM(0), YMM(1), YMM(2) }, X64_F_AVX },
+        { "vpaddd xmm", X(VPADDD), 3, { XMM(0), XMM(1), XMM(2) }, X64_F_AVX },
+        { "vpaddd ymm", X(VPADDD), 3, { YMM(0), YMM(1), YMM(2) }, X64_F_AVX2 },
+        { "vfmadd231ps ymm", X(VFMADD231PS), 3, { YMM(0), YMM(1), YMM(2) }, X64_F_FMA },
+        { "bzhi", X(BZHI), 3, { Q(RAX), Q(RBX), Q(RCX) }, X64_F_BMI2 },
+        { "vaddps zmm", X(VADDPS), 3, { ZMM(0), ZMM(1), ZMM(2) }, X64_F_AVX512F },
+        { "vaddps ymm16", X(VADDPS), 3, { YMM(16), YMM(1), YMM(2) }, X64_F_AVX512F | X64_F_AVX512VL },
+        { "vxorps zmm", X(VXORPS), 3, { ZMM(0), ZMM(1), ZMM(2) }, X64_F_AVX512F | X64_F_AVX512DQ },
+        { "vmovss xmm20", X(VMOVSS), 2, { XMM(20), M(32, RAX, 0) }, X64_F_AVX512F },
+        { "vbroadcastss ymm, xmm", X(VBROADCASTSS), 2, { YMM(0), XMM(1) }, X64_F_AVX2 },
+        { "kmovd", X(KMOVD), 2, { KR(1), KR(2) }, X64_F_AVX512F | X64_F_AVX512BW },
+    };
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+        uint8_t out[X64_MAX_LEN];
+        x64_enc_info info;
+        ck_assert_int_gt(x64_encode(f[i].op, f[i].o, f[i].n, out, &info), 0);
+        ck_assert_msg(info.features == f[i].feat, "%s: features %#x want %#x", f[i].text, info.features, f[i].feat);
+    }
+    uint8_t out[X64_MAX_LEN];
+    x64_opnd o[2] = { Q(RAX), Q(RBX) };
+    ck_assert_int_gt(x64_encode(X64_MOV, o, 2, out, NULL), 0);   /* info is optional */
+}
+END_TEST
+
+typedef struct bad {
+    const char *text;
+    int err;
+    x64_op op;
+    int n;
+    x64_opnd o[4];
+} bad;
+
+static const bad errors[] = {
+    { "rsp as index", X64_E_FORM, X(MOV), 2, { Q(RAX), MX(64, RAX, RSP, 1, 0) } },
+    { "rip base with index", X64_E_FORM, X(MOV), 2, { Q(RAX), MEM(64, X64_RIP, X64_RBX, 2, 0) } },
+    { "scale 3", X64_E_RANGE, X(MOV), 2, { Q(RAX), MX(64, RAX, RBX, 3, 0) } },
+    { "gpr 16", X64_E_RANGE, X(MOV), 2, { Q(RAX), GPR(64, 16) } },
+    { "base 16", X64_E_RANGE, X(MOV), 2, { Q(RAX), MEM(64, 16, X64_NOREG, 1, 0) } },
+    { "zmm32", X64_E_RANGE, X(VADDPS), 3, { ZMM(32), ZMM(1), ZMM(2) } },
+    { "k8", X64_E_RANGE, X(KMOVW), 2, { KR(8), KR(1) } },
+    { "write mask k8", X64_E_RANGE, X(VADDPS), 3, { ZMMK(0, 8, 0), ZMM(1), ZMM(2) } },
+    { "ymm16 in VEX-only vblendvps", X64_E_FORM, X(VBLENDVPS), 4, { YMM(16), YMM(1), YMM(2), YMM(3) } },
+    { "ymm16 as is4 operand", X64_E_FORM, X(VBLENDVPS), 4, { YMM(0), YMM(1), YMM(2), YMM(16) } },
+    { "zmm in VEX-only vroundps", X64_E_FORM, X(VROUNDPS), 3, { ZMM(0), ZMM(1), IMM(1) } },
+    { "xmm16 in vmaskmovps", X64_E_FORM, X(VMASKMOVPS), 3, { XMM(16), XMM(1), M(128, RAX, 0) } },
+    { "mask on VEX-only vhaddps", X64_E_FORM, X(VHADDPS), 3, { { .kind = X64_K_VEC, .bits = 256, .reg = 0, .mask = 1 }, YMM(1), YMM(2) } },
+    { "mask on a GPR instruction", X64_E_FORM, X(ADD), 2, { { .kind = X64_K_GPR, .bits = 64, .reg = 0, .mask = 1 }, Q(RBX) } },
+    { "mask on a source", X64_E_FORM, X(VADDPS), 3, { ZMM(0), ZMMK(1, 1, 0), ZMM(2) } },
+    { "zeroing a memory destination", X64_E_FORM, X(VMOVUPS), 2, { { .kind = X64_K_MEM, .bits = 512, .base = X64_RDI, .index = X64_NOREG, .scale = 1, .mask = 1, .zero = 1 }, ZMM(0) } },
+    { "zeroing without a mask", X64_E_FORM, X(VADDPS), 3, { ZMMK(0, 0, 1), ZMM(1), ZMM(2) } },
+    { "zeroing a mask destination", X64_E_FORM, X(VCMPPS), 4, { { .kind = X64_K_KREG, .bits = 16, .reg = 1, .mask = 2, .zero = 1 }, ZMM(1), ZMM(2), IMM(0) } },
+    { "mask on vmovd", X64_E_FORM, X(VMOVD), 2, { { .kind = X64_K_GPR, .bits = 32, .reg = 0, .mask = 1 }, XMM(16) } },
+    { "broadcast on vmovups", X64_E_FORM, X(VMOVUPS), 2, { ZMM(0), BC(RAX, 0) } },
+    { "broadcast on VEX-only vhaddps", X64_E_FORM, X(VHADDPS), 3, { YMM(0), YMM(1), BC(RAX, 0) } },
+    { "broadcast flag on a register", X64_E_FORM, X(VADDPS), 3, { ZMM(0), ZMM(1), { .kind = X64_K_VEC, .bits = 512, .reg = 2, .bcst = 1 } } },
+    { "mixed vector widths", X64_E_FORM, X(VADDPS), 3, { ZMM(0), YMM(1), ZMM(2) } },
+    { "memory width disagrees", X64_E_FORM, X(VMOVUPS), 2, { YMM(0), M(128, RAX, 0) } },
+    { "memory without a size", X64_E_FORM, X(INC), 1, { M(0, RAX, 0) } },
+    { "lea from a register", X64_E_FORM, X(LEA), 2, { Q(RAX), Q(RBX) } },
+    { "push eax", X64_E_FORM, X(PUSH), 1, { D(RAX) } },
+    { "mixed GPR sizes", X64_E_FORM, X(ADD), 2, { Q(RAX), D(RBX) } },
+    { "shift count register not cl", X64_E_FORM, X(SHL), 2, { Q(RAX), B8(2) } },
+    { "8-bit ALU (not in the table)", X64_E_FORM, X(ADD), 2, { B8(0), B8(1) } },
+    { "wrong operand count", X64_E_FORM, X(ADD), 1, { Q(RAX) } },
+    { "jump to an immediate", X64_E_FORM, X(JMP), 1, { IMM(5) } },
+    { "rel without a width", X64_E_FORM, X(JMP), 1, { REL(0, 5) } },
+    { "rel8 out of range", X64_E_RANGE, X(JNE), 1, { REL(8, 200) } },
+    { "rel32 out of range", X64_E_RANGE, X(CALL), 1, { REL(32, 0x100000000LL) } },
+    { "shift count 256", X64_E_RANGE, X(SHL), 2, { Q(RAX), IMM(256) } },
+    { "add imm beyond 32 bits", X64_E_RANGE, X(ADD), 2, { Q(RAX), IMM(1LL << 40) } },
+    { "mov r32 imm beyond 32 bits", X64_E_RANGE, X(MOV), 2, { D(RAX), IMM(1LL << 33) } },
+    { "imul imm beyond 32 bits", X64_E_RANGE, X(IMUL), 3, { Q(RAX), Q(RBX), IMM(1LL << 33) } },
+    { "vcmpps predicate 300", X64_E_RANGE, X(VCMPPS), 4, { YMM(0), YMM(1), YMM(2), IMM(300) } },
+    { "forced imm8 that does not fit", X64_E_RANGE, X(ADD), 2, { Q(RAX), { .kind = X64_K_IMM, .bits = 8, .imm = 1000 } } },
+    { "bad register width", X64_E_FORM, X(MOV), 2, { GPR(24, 0), Q(RBX) } },
+    { "vpermps xmm", X64_E_FORM, X(VPERMPS), 3, { XMM(0), XMM(1), XMM(2) } },
+    { "unknown mnemonic", X64_E_OP, X64_OP_COUNT, 0, { IMM(0) } },
+    { "no mnemonic", X64_E_OP, X64_NONE, 0, { IMM(0) } },
+};
+
+START_TEST(test_errors) {
+    const bad *b = &errors[_i];
+    uint8_t out[X64_MAX_LEN];
+    memset(out, 0xA5, sizeof out);
+    x64_enc_info info;
+    int r = x64_encode(b->op, b->o, b->n, out, &info);
+    ck_assert_msg(r == b->err, "%s: got %d (%s), want %d (%s)", b->text, r, x64_err_str(r), b->err,
+                  x64_err_str(b->err));
+    for (size_t i = 0; i < sizeof out; i++) ck_assert_msg(out[i] == 0xA5, "%s: wrote on error", b->text);
+    ck_assert_int_eq(info.disp_pos, -1);
+    ck_assert_int_eq(info.rel_pos, -1);
+    ck_assert_ptr_nonnull(x64_err_str(r));
+}
+END_TEST
+
+START_TEST(test_names) {
+    ck_assert_str_eq(x64_op_name(X64_VFMADD231PS), "vfmadd231ps");
+    ck_assert_str_eq(x64_op_name(X64_MOV), "mov");
+    ck_assert_str_eq(x64_op_name(X64_JNE), "jne");
+    ck_assert_str_eq(x64_op_name(X64_VEXTRACTF32X4), "vextractf32x4");
+    ck_assert_str_eq(x64_op_name(X64_PREFETCHNTA), "prefetchnta");
+    ck_assert_str_ne(x64_op_name(X64_OP_COUNT), "");
+    ck_assert_str_ne(x64_err_str(X64_E_FORM), x64_err_str(X64_E_RANGE));
+    ck_assert_str_ne(x64_err_str(X64_E_OP), x64_err_str(X64_E_RANGE));
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("x64_golden");
+    TCase *tc = tcase_create("encoder");
+    tcase_add_loop_test(tc, test_golden, 0, (int)(sizeof cases / sizeof cases[0]));
+    tcase_add_test(tc, test_features);
+    tcase_add_loop_test(tc, test_errors, 0, (int)(sizeof errors / sizeof errors[0]));
+    tcase_add_test(tc, test_names);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

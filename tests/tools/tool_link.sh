@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# tool_link.sh BUILD_DIR: linking framejit must not change which _Unwind_*
+# implementation a program uses, and must not pull libunwind in.
+#
+# Installs the build into a scratch root (meson install --destdir; the
+# uninstalled pkg-config file when that fails), builds the link_* programs
+# next to this script the way a user would, with
+# `cc prog.c $(pkg-config --cflags --libs framejit)`, and runs them:
+#   link_c     _Unwind_RaiseException/_Unwind_Backtrace come from libgcc_s,
+#              libunwind is not in the global scope, _Unwind_Backtrace walks
+#              from a callback through a JIT kernel to main;
+#   link_cxx   the same from C++, plus exceptions in plain C++ and through a
+#              builder kernel;
+#   link_unw   a program that links -lunwind itself: unw_backtrace from a
+#              callback of a JIT kernel finds the kernel and main.
+# Also: libframejit.so has no DT_NEEDED entry for libunwind.
+set -euo pipefail
+# shellcheck source=tests/tools/lib.sh
+source "$(dirname "$0")/lib.sh"
+
+BUILD="$(cd "$1" && pwd)"
+SRC="$(cd "$(dirname "$0")" && pwd)"
+make_tmp
+CC="${CC:-cc}"
+CXX="${CXX:-c++}"
+command -v pkg-config >/dev/null 2>&1 || skip "pkg-config is not installed"
+
+if meson install -C "$BUILD" --destdir "$TMP/inst" --no-rebuild --quiet >"$TMP/install.log" 2>&1; then
+    pc="$(find "$TMP/inst" -name framejit.pc | head -1)"
+    [[ -n "$pc" ]] || fail "meson install did not install framejit.pc"
+    PKG_CONFIG_PATH="$(dirname "$pc")"
+    export PKG_CONFIG_PATH
+    # The .pc names the final prefix; the sysroot maps it into the scratch root.
+    export PKG_CONFIG_SYSROOT_DIR="$TMP/inst"
+    libdir="$(dirname "$(dirname "$pc")")"
+    say "installed into a scratch root; pkg-config file $(basename "$pc")"
+else
+    say "meson install failed; using the uninstalled pkg-config file:"
+    show "$TMP/install.log"
+    export PKG_CONFIG_PATH="$BUILD/meson-uninstalled"
+    libdir="$BUILD"
+fi
+flags="$(pkg-config --cflags --libs framejit)" || fail "pkg-config does not find framejit"
+say "pkg-config --cflags --libs framejit: $flags"
+lib="$libdir/libframejit.so"
+[[ -e "$lib" ]] || fail "no $lib"
+
+# ---- libframejit.so must not need libunwind ---------------------------------
+readelf -d "$lib" >"$TMP/dynamic"
+grep NEEDED "$TMP/dynamic" | sed 's/^/    /'
+if grep NEEDED "$TMP/dynamic" | grep -qi 'libunwind'; then
+    fail "libframejit.so has a DT_NEEDED entry for libunwind"
+fi
+say "ok: no DT_NEEDED libunwind in libframejit.so"
+
+# ---- build the programs as a user would ---------------------------------------
+unw_flags="$(pkg-config --cflags --libs libunwind)"
+# shellcheck disable=SC2086  # the flags are lists of words
+{
+    $CC -o "$TMP/link_c" "$SRC/link_c.c" -rdynamic $flags &&
+    $CXX -o "$TMP/link_cxx" "$SRC/link_cxx.cpp" $flags &&
+    $CC -o "$TMP/link_unw" "$SRC/link_unw.c" -rdynamic $flags $unw_flags
+} 2>"$TMP/cc.log" || { show "$TMP/cc.log"; fail "building the link_* programs failed"; }
+
+status=0
+for prog in link_c link_cxx link_unw; do
+    rc=0
+    LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$TMP/$prog" >"$TMP/$prog.out" 2>&1 || rc=$?
+    say "$prog (exit $rc):"
+    show "$TMP/$prog.out"
+    ((rc == 0)) || status=1
+done
+((status == 0)) || fail "a link_* program failed"
+say "PASS"
