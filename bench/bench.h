@@ -28,5 +28,6 @@ void bench_row(const char *section, const char *name, const char *variant, doubl
 
 /* Sections. */
 void bench_eltwise(const bench_ctx *c);
+void bench_encode(const bench_ctx *c);
 
 #endif

@@ -49,6 +49,7 @@ typedef struct section {
 
 static const section sections[] = {
     {"eltwise", bench_eltwise},
+    {"encode", bench_encode},
 };
 
 int main(int argc, char **argv) {

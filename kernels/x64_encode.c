@@ -7,15 +7,25 @@
 
 /*
  *   x64_encode(op, operands)
- *     │ rows_of(op): binary search in x64_rows (condition families map to
- *     │              their first member + cc)
+ *     │ check_opnd(): registers, scales, masks; the operands' kind
+ *     │               signature (one byte per operand)
+ *     │ index[op]:    first row and row count (condition families map to
+ *     │               their first member + cc); built once, on first use
  *     ▼
- *   for each row of op:  match()  operand classes → an x64_form
+ *   for each row of op:  signature filter: one AND against the kinds each
+ *                                 operand class accepts (skips most rows)
+ *                        length bound: skip rows that cannot be shorter
+ *                        match()  operand classes → an x64_form
  *                        emit()   [66/F2/F3][REX] | VEX2/VEX3 | EVEX,
  *                                 opcode, ModRM, SIB, disp, imm
  *     ▼
- *   keep the shortest legacy/VEX encoding; an EVEX one only when no
- *   legacy/VEX row matched (EVEX needs AVX-512 even when shorter).
+ *   keep the shortest legacy/VEX encoding (the first row on a tie); an EVEX
+ *   one only when no legacy/VEX row matched (EVEX needs AVX-512 even when
+ *   shorter).
+ *
+ * Speed matters: a kernel is generated while its caller waits, and
+ * encoding is most of that time. The common instruction tries one or two
+ * rows and emits once, straight into the caller's buffer.
  */
 
 /* What matching one row against the operands yields. */
@@ -29,6 +39,7 @@ typedef struct x64_form {
     uint8_t opr;            /* register in the opcode's low bits */
     uint8_t is4;            /* register in imm8[7:4] */
     uint8_t has_is4;
+    uint8_t has_opr;        /* a register lives in the opcode's low bits */
     uint8_t rex8;           /* an 8-bit spl/bpl/sil/dil operand: REX required */
     const x64_opnd *rm;     /* operand in ModRM.rm (register or memory) */
     int64_t imm;
@@ -74,28 +85,133 @@ const char *x64_err_str(int err) {
 
 /* ---- finding the rows of a mnemonic ---------------------------------- */
 
-/* Condition families are one row set each; op - first member = cc. */
-static x64_op family(x64_op op, int *cc) {
-    static const uint16_t first[] = { X64_CMOVO, X64_SETO, X64_JO };
-    for (size_t i = 0; i < sizeof first / sizeof first[0]; i++)
-        if ((int)op >= first[i] && (int)op < first[i] + 16) {
-            *cc = (int)(op - first[i]);
-            return (x64_op)first[i];
-        }
-    *cc = 0;
-    return op;
+/* Operand shapes: one bit per kind of register and width (vector
+ * registers 16-31 apart: only EVEX reaches them), memory, broadcast
+ * memory, immediate, branch target. An instruction's signature holds one
+ * shape per operand, 16 bits each, SH_NONE past the last; a row accepts a
+ * set of shapes per operand, computed once from its classes and sizes.
+ * A row can match only if sig & acc == sig: that one test rejects nearly
+ * every row that would not match, before any per-operand work. */
+enum {
+    SH_NONE = 1 << 0,
+    SH_G8 = 1 << 1, SH_G16 = 1 << 2, SH_G32 = 1 << 3, SH_G64 = 1 << 4,
+    SH_X = 1 << 5, SH_Y = 1 << 6, SH_Z = 1 << 7,        /* xmm/ymm/zmm 0-15 */
+    SH_XH = 1 << 8, SH_YH = 1 << 9, SH_ZH = 1 << 10,    /* xmm/ymm/zmm 16-31 */
+    SH_K = 1 << 11, SH_M = 1 << 12, SH_MB = 1 << 13,    /* MB: {1toN} memory */
+    SH_I = 1 << 14, SH_REL = 1 << 15,
+};
+#define SIG_NONE 0x0001000100010001ull   /* SH_NONE in all four operands */
+
+/* Per-row facts derived from the table once, so that rejecting a row is a
+ * few instructions instead of a walk over its operand classes. */
+typedef struct row_aux {
+    uint64_t acc;      /* 16 bits per operand: the shapes its class accepts */
+    uint64_t w64;      /* SH_G64 at the generic GPR operands of a legacy row
+                          with REX.W = operand size: such a match needs REX */
+    uint8_t gmask;     /* bit i: operand i has a generic GPR class */
+    uint8_t vmask;     /* bit i: operand i has a generic vector class */
+    uint8_t minlen;    /* no encoding of the row is shorter */
+    uint8_t legacy;    /* a legacy row: any REX need adds a byte */
+} row_aux;
+
+static row_aux aux[X64_MAX_ROWS];
+static uint16_t op_first[X64_OP_COUNT];   /* first row of the mnemonic's family */
+static uint8_t op_nrows[X64_OP_COUNT];
+static uint8_t op_cc[X64_OP_COUNT];       /* condition code of a family member */
+static pthread_once_t index_once = PTHREAD_ONCE_INIT;
+
+static int is_generic_gpr(int c) { return c == XC_R || c == XC_RM || c == XC_RAX; }
+static int is_generic_vec(int c) { return c == XC_V || c == XC_VM || c == XC_VMB || c == XC_MV; }
+
+/* Shapes class c accepts in row r. A superset is fine (match() decides);
+ * a missing shape would turn a range error into a form error, so
+ * immediates and branch targets are accepted whatever their value. */
+static unsigned class_shapes(const x64_row *r, int c) {
+    unsigned g = 0, v = 0;
+    if (r->sz & XZ_8) g |= SH_G8;
+    if (r->sz & XZ_16) g |= SH_G16;
+    if (r->sz & XZ_32) g |= SH_G32;
+    if (r->sz & XZ_64) g |= SH_G64;
+    if (r->sz & XZ_128) v |= SH_X;
+    if (r->sz & XZ_256) v |= SH_Y;
+    if (r->sz & XZ_512) v |= SH_Z;
+    unsigned x = SH_X, y = SH_Y;
+    if (r->enc == XE_EVEX) {   /* EVEX reaches vector registers 16-31 */
+        v |= v << 3;
+        x |= SH_XH;
+        y |= SH_YH;
+    }
+    switch (c) {
+    case XC_R: case XC_RAX: return g;
+    case XC_RM: return g | SH_M;
+    case XC_CL: case XC_R8: return SH_G8;
+    case XC_RM8: return SH_G8 | SH_M;
+    case XC_RM16: return SH_G16 | SH_M;
+    case XC_R32: return SH_G32;
+    case XC_RM32: return SH_G32 | SH_M;
+    case XC_R64: return SH_G64;
+    case XC_RM64: return SH_G64 | SH_M;
+    case XC_M: case XC_M16: case XC_M32: case XC_M64: case XC_MV: return SH_M;
+    case XC_ONE: case XC_I8: case XC_U8: case XC_I32: case XC_I64: return SH_I;
+    case XC_REL8: case XC_REL32: return SH_REL;
+    case XC_V: return v;
+    case XC_VM: return v | SH_M;
+    case XC_VMB: return v | SH_M | (r->enc == XE_EVEX ? SH_MB : 0);
+    case XC_X: return x;
+    case XC_Y: return y;
+    case XC_XM32: case XC_XM64: case XC_XM128: return x | SH_M;
+    case XC_YM: return y | SH_M;
+    case XC_K: return SH_K;
+    case XC_KM16: case XC_KM32: return SH_K | SH_M;
+    default: return 0;
+    }
 }
 
-static const x64_row *rows_of(x64_op op, int *n) {
-    int lo = 0, hi = x64_nrows;
-    while (lo < hi) {   /* first row with row.op >= op */
-        int mid = (lo + hi) / 2;
-        if (x64_rows[mid].op < op) lo = mid + 1; else hi = mid;
+/* Fewest bytes any encoding of row r can take: prefixes and escapes the
+ * row always needs, opcode, ModRM, immediates, branch displacement. REX,
+ * SIB and displacements depend on the operands and are left out. */
+static int row_minlen(const x64_row *r) {
+    int map = X64_PFX_MAP(r->pfx), n = 1;   /* opcode */
+    if (r->enc == XE_LEG) n += (X64_PFX_PP(r->pfx) != 0) + (map == XM_0F ? 1 : map ? 2 : 0);
+    else if (r->enc == XE_VEX) n += map == XM_0F && r->w != XW_1 ? 2 : 3;
+    else n += 4;
+    if (r->enc == XE_LEG && r->w == XW_1) n += 1;   /* REX.W */
+    for (int i = 0; i < 4 && r->opd[i]; i++) {
+        int c = X64_OPD_CLASS(r->opd[i]), slot = X64_OPD_SLOT(r->opd[i]);
+        if (slot == XS_E || slot == XS_L) n += 1;   /* ModRM / is4 byte */
+        else if (c == XC_I8 || c == XC_U8 || c == XC_REL8) n += 1;
+        else if (c == XC_I32 || c == XC_REL32) n += 4;
+        else if (c == XC_I64) n += 8;
     }
-    int end = lo;
-    while (end < x64_nrows && x64_rows[end].op == op) end++;
-    *n = end - lo;
-    return &x64_rows[lo];
+    return n;
+}
+
+static void index_init(void) {
+    for (int i = 0; i < x64_nrows; i++) {
+        const x64_row *r = &x64_rows[i];
+        row_aux *a = &aux[i];
+        for (int j = 0; j < 4; j++) {
+            int c = r->opd[j] ? X64_OPD_CLASS(r->opd[j]) : XC_NONE;
+            a->acc |= (uint64_t)(c == XC_NONE ? SH_NONE : class_shapes(r, c)) << (16 * j);
+            if (c != XC_NONE && is_generic_gpr(c)) {
+                a->gmask |= (uint8_t)(1u << j);
+                if (r->enc == XE_LEG && r->w == XW_S) a->w64 |= (uint64_t)SH_G64 << (16 * j);
+            }
+            if (c != XC_NONE && is_generic_vec(c)) a->vmask |= (uint8_t)(1u << j);
+        }
+        a->minlen = (uint8_t)row_minlen(r);
+        a->legacy = r->enc == XE_LEG && r->w != XW_1;   /* W1 rows count REX already */
+        /* A condition family's rows serve all 16 members; other rows their
+         * own mnemonic. Rows of a mnemonic are adjacent. */
+        int members = (r->flags & XF_CC) ? 16 : 1;
+        for (int cc = 0; cc < members; cc++) {
+            int op = r->op + cc;
+            if (op >= X64_OP_COUNT) break;
+            if (!op_nrows[op]) op_first[op] = (uint16_t)i;
+            op_nrows[op]++;
+            op_cc[op] = (uint8_t)cc;
+        }
+    }
 }
 
 /* ---- operand matching ------------------------------------------------ */
@@ -106,8 +222,6 @@ static int is_vec(const x64_opnd *o, int bits) { return o->kind == X64_K_VEC && 
 static int is_mem(const x64_opnd *o, int bits) {
     return o->kind == X64_K_MEM && !o->bcst && (o->bits == 0 || o->bits == bits);
 }
-static int is_generic_gpr(int c) { return c == XC_R || c == XC_RM || c == XC_RAX; }
-static int is_generic_vec(int c) { return c == XC_V || c == XC_VM || c == XC_VMB || c == XC_MV; }
 
 /* Immediate as an s-bit operand: a 32-bit operation takes 0..0xffffffff
  * too (its bit pattern), which then matches the sign-extended forms. */
@@ -118,36 +232,40 @@ static int64_t imm_norm(int64_t v, int s) {
 static int fits8(int64_t v) { return v >= -128 && v <= 127; }
 static int fits32(int64_t v) { return v >= INT32_MIN && v <= INT32_MAX; }
 
+/* XZ_* bit of an operand size, 0 for a size no class takes (a 128-bit
+ * memory operand of an integer instruction, a 64-bit one of a vector
+ * instruction). */
+static int gsize_bit(int s) { return s == 8 ? XZ_8 : s == 16 ? XZ_16 : s == 32 ? XZ_32 : s == 64 ? XZ_64 : 0; }
+static int vsize_bit(int l) { return l == 128 ? XZ_128 : l == 256 ? XZ_256 : l == 512 ? XZ_512 : 0; }
+
 /* Operand sizes the generic classes take from this instruction's operands. */
-static int sizes(const x64_row *r, const x64_opnd *ops, int nops, x64_form *f) {
+static int sizes(const x64_row *r, const row_aux *a, const x64_opnd *ops, x64_form *f) {
     int s = 0, l = 0;
-    for (int i = 0; i < nops; i++) {
-        int c = X64_OPD_CLASS(r->opd[i]);
-        const x64_opnd *o = &ops[i];
-        int b = 0;
-        if (is_generic_gpr(c) && (o->kind == X64_K_GPR || o->kind == X64_K_MEM)) b = o->bits;
-        else if (is_generic_vec(c) && (o->kind == X64_K_VEC || o->kind == X64_K_MEM)) {
-            b = o->bits;
-            if (o->kind == X64_K_MEM && o->bcst && b == 32) b = 0;  /* element width */
-        } else continue;
+    for (unsigned m = a->gmask; m; m &= m - 1) {
+        const x64_opnd *o = &ops[__builtin_ctz(m)];
+        if ((o->kind != X64_K_GPR && o->kind != X64_K_MEM) || !o->bits) continue;
+        if (s && s != o->bits) return 0;
+        s = o->bits;
+    }
+    for (unsigned m = a->vmask; m; m &= m - 1) {
+        const x64_opnd *o = &ops[__builtin_ctz(m)];
+        if (o->kind != X64_K_VEC && o->kind != X64_K_MEM) continue;
+        int b = o->bits;
+        if (o->kind == X64_K_MEM && o->bcst && b == 32) b = 0;  /* element width */
         if (!b) continue;
-        int *dst = is_generic_gpr(c) ? &s : &l;
-        if (*dst && *dst != b) return 0;
-        *dst = b;
+        if (l && l != b) return 0;
+        l = b;
     }
     int vsz = r->sz & (XZ_128 | XZ_256 | XZ_512);
     if (!l && vsz) {
         /* No operand fixed the width: rows with one width (scalar, k ops,
          * ymm-only forms) use it; generic rows cannot guess. */
-        int generic = 0;
-        for (int i = 0; i < 4; i++) generic |= is_generic_vec(X64_OPD_CLASS(r->opd[i]));
-        if (generic && (vsz & (vsz - 1))) return 0;
+        if (a->vmask && (vsz & (vsz - 1))) return 0;
         l = (vsz & XZ_128) ? 128 : (vsz & XZ_256) ? 256 : 512;
     }
-    if (s && !(r->sz & (s == 8 ? XZ_8 : s == 16 ? XZ_16 : s == 32 ? XZ_32 : XZ_64))) return 0;
-    if (l && !(r->sz & (l == 128 ? XZ_128 : l == 256 ? XZ_256 : XZ_512))) return 0;
-    for (int i = 0; i < nops; i++)  /* a generic GPR class needs a size */
-        if (is_generic_gpr(X64_OPD_CLASS(r->opd[i])) && !s) return 0;
+    if (s && !(r->sz & gsize_bit(s))) return 0;
+    if (l && !(r->sz & vsize_bit(l))) return 0;
+    if (a->gmask && !s) return 0;   /* a generic GPR class needs a size */
     f->s = s;
     f->l = (r->flags & XF_LIG) ? 128 : l;
     return 1;
@@ -205,13 +323,11 @@ static int match_class(const x64_form *f, int c, const x64_opnd *o, int evex) {
     }
 }
 
-static int match(const x64_row *r, const x64_opnd *ops, int nops, int cc, x64_form *f) {
-    memset(f, 0, sizeof *f);
-    f->row = r;
-    f->cc = cc;
-    int want = 0;
-    while (want < 4 && r->opd[want]) want++;
-    if (want != nops || !sizes(r, ops, nops, f)) return MATCH_NO;
+/* The caller has checked the operand count and kinds (row_aux.acc). */
+static int match(const x64_row *r, const row_aux *a, const x64_opnd *ops, int nops, int cc,
+                 x64_form *f) {
+    *f = (x64_form){.row = r, .cc = cc};
+    if (!sizes(r, a, ops, f)) return MATCH_NO;
     int evex = r->enc == XE_EVEX, range = 0;
     for (int i = 0; i < nops; i++) {
         const x64_opnd *o = &ops[i];
@@ -235,7 +351,7 @@ static int match(const x64_row *r, const x64_opnd *ops, int nops, int cc, x64_fo
         case XS_G: f->reg = o->reg; break;
         case XS_E: f->rm = o; break;
         case XS_H: f->vvvv = o->reg; break;
-        case XS_O: f->opr = o->reg; break;
+        case XS_O: f->opr = o->reg; f->has_opr = 1; break;
         case XS_L: f->is4 = o->reg; f->has_is4 = 1; break;
         default:
             if (o->kind == X64_K_IMM && c != XC_ONE) {
@@ -332,8 +448,7 @@ static int emit(const x64_form *f, uint8_t *out, x64_enc_info *info) {
     int regf = r->ext >= 0 ? r->ext : f->reg;
     int b, x;
     rm_bits(f->rm, &b, &x);
-    for (int i = 0; i < 4 && r->opd[i]; i++)
-        if (X64_OPD_SLOT(r->opd[i]) == XS_O) b = (f->opr >> 3) & 1;
+    if (f->has_opr) b = (f->opr >> 3) & 1;   /* such rows have no rm operand */
     int lbits = f->l == 512 ? 2 : f->l == 256 ? 1 : 0;
     if (r->flags & XF_LIG) lbits = 0;
 
@@ -400,67 +515,106 @@ static int emit(const x64_form *f, uint8_t *out, x64_enc_info *info) {
 
 /* ---- entry point ----------------------------------------------------- */
 
-/* Operand checks that do not depend on the form: register numbers,
- * scales, mask numbers. */
-static int check_opnd(const x64_opnd *o) {
+/* Operand checks that do not depend on the form (register numbers,
+ * scales, mask numbers), and the operand's shape. Returns the shape, or an
+ * X64_E_* code (negative). *rex |= 1 when a legacy encoding of it needs a
+ * REX prefix whatever the row (registers 8-15, spl/bpl/sil/dil). */
+static int shape_of(const x64_opnd *o, int *rex) {
+    int sh;
     switch (o->kind) {
     case X64_K_GPR:
         if (o->reg >= 16) return X64_E_RANGE;
-        if (o->bits != 8 && o->bits != 16 && o->bits != 32 && o->bits != 64) return X64_E_FORM;
+        switch (o->bits) {
+        case 8: sh = SH_G8; *rex |= o->reg >= 4; break;
+        case 16: sh = SH_G16; break;
+        case 32: sh = SH_G32; break;
+        case 64: sh = SH_G64; break;
+        default: return X64_E_FORM;
+        }
+        *rex |= o->reg >= 8;
         break;
     case X64_K_VEC:
         if (o->reg >= 32) return X64_E_RANGE;
-        if (o->bits != 128 && o->bits != 256 && o->bits != 512) return X64_E_FORM;
+        switch (o->bits) {
+        case 128: sh = SH_X; break;
+        case 256: sh = SH_Y; break;
+        case 512: sh = SH_Z; break;
+        default: return X64_E_FORM;
+        }
+        if (o->reg >= 16) sh <<= 3;   /* SH_XH, SH_YH, SH_ZH */
         break;
-    case X64_K_KREG: if (o->reg >= 8) return X64_E_RANGE; break;
+    case X64_K_KREG:
+        if (o->reg >= 8) return X64_E_RANGE;
+        sh = SH_K;
+        break;
     case X64_K_MEM:
         if (o->base >= 16 && o->base != X64_RIP && o->base != X64_NOREG) return X64_E_RANGE;
         if (o->index != X64_NOREG) {
             if (o->index >= 16) return X64_E_RANGE;
             if (o->index == X64_RSP || o->base == X64_RIP) return X64_E_FORM;  /* no encoding */
             if (o->scale != 1 && o->scale != 2 && o->scale != 4 && o->scale != 8) return X64_E_RANGE;
+            *rex |= o->index >= 8;
         }
+        *rex |= o->base >= 8 && o->base < 16;
+        sh = o->bcst ? SH_MB : SH_M;
         break;
-    case X64_K_IMM: case X64_K_REL: break;
+    case X64_K_IMM: sh = SH_I; break;
+    case X64_K_REL: sh = SH_REL; break;
     default: return X64_E_FORM;
     }
     if (o->mask >= 8) return X64_E_RANGE;
     if (o->bcst && o->kind != X64_K_MEM) return X64_E_FORM;   /* broadcast is a memory form */
-    return 0;
+    return sh;
 }
 
 int x64_encode(x64_op op, const x64_opnd *ops, int nops, uint8_t *out, x64_enc_info *info) {
     if (info) { info->features = 0; info->disp_pos = -1; info->rel_pos = -1; info->rel_size = 0; }
     if ((unsigned)op == X64_NONE || (unsigned)op >= X64_OP_COUNT) return X64_E_OP;
     if (nops < 0 || nops > 4 || (nops && !ops)) return X64_E_FORM;
+    uint64_t sig = SIG_NONE;
+    int rex = 0;
     for (int i = 0; i < nops; i++) {
-        int e = check_opnd(&ops[i]);
-        if (e) return e;
+        int sh = shape_of(&ops[i], &rex);
+        if (sh < 0) return sh;
+        sig ^= (uint64_t)(SH_NONE ^ sh) << (16 * i);
     }
-    int cc, n;
-    const x64_row *rows = rows_of(family(op, &cc), &n);
-    /* Candidates are written to two scratch buffers in turn (the best one
-     * stays put); out is written once, with the winner only. */
-    uint8_t buf[2][X64_MAX_LEN + 1];
-    x64_enc_info cand_info[2];
-    int cur = 0, best = -1, best_len = 0, best_evex = 0, range = 0;
-    for (int i = 0; i < n; i++) {
+    pthread_once(&index_once, index_init);
+    int first = op_first[op], n = op_nrows[op], cc = op_cc[op];
+    /* The first match is emitted straight into out; a later row is tried
+     * only if it could be shorter (or is legacy/VEX after an EVEX match),
+     * into a scratch buffer, and copied over out if it wins. */
+    uint8_t tmp[X64_MAX_LEN + 1];
+    x64_enc_info tinfo;
+    int best_len = 0, best_evex = 0, range = 0;
+    for (int i = first; i < first + n; i++) {
+        const row_aux *a = &aux[i];
+        if ((sig & a->acc) != sig) continue;
+        const x64_row *r = &x64_rows[i];
+        int evex = r->enc == XE_EVEX;
+        int replaces = best_len && best_evex && !evex;
+        if (best_len && !replaces) {
+            if (evex && !best_evex) continue;   /* EVEX only when needed */
+            /* REX (W, or registers 8-15) is one byte more on legacy rows. */
+            int bound = a->minlen + (a->legacy && (rex || (sig & a->w64)));
+            if (bound >= best_len) continue;
+        }
         x64_form f;
-        int m = match(&rows[i], ops, nops, cc, &f);
+        int m = match(r, a, ops, nops, cc, &f);
         if (m == MATCH_RANGE) range = 1;
         if (m != MATCH_OK) continue;
-        int evex = rows[i].enc == XE_EVEX;
-        if (best >= 0 && evex && !best_evex) continue;   /* EVEX only when needed */
-        int len = emit(&f, buf[cur], &cand_info[cur]);
-        if (best < 0 || (best_evex && !evex) || len < best_len) {
-            best = cur;
+        if (!best_len) {
+            best_len = emit(&f, out, info);
+            best_evex = evex;
+            continue;
+        }
+        int len = emit(&f, tmp, &tinfo);
+        if (replaces || len < best_len) {
+            memcpy(out, tmp, (size_t)len);
+            if (info) *info = tinfo;
             best_len = len;
             best_evex = evex;
-            cur ^= 1;
         }
     }
-    if (best < 0) return range ? X64_E_RANGE : X64_E_FORM;
-    memcpy(out, buf[best], (size_t)best_len);
-    if (info) *info = cand_info[best];
+    if (!best_len) return range ? X64_E_RANGE : X64_E_FORM;
     return best_len;
 }

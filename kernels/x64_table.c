@@ -266,3 +266,4 @@ const x64_row x64_rows[] = {
 };
 
 const int x64_nrows = (int)(sizeof x64_rows / sizeof x64_rows[0]);
+_Static_assert(sizeof x64_rows / sizeof x64_rows[0] <= X64_MAX_ROWS, "raise X64_MAX_ROWS");

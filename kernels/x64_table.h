@@ -93,8 +93,13 @@ typedef struct x64_row {
     uint16_t opd[4];  /* class | slot << 8 per operand, Intel order */
 } x64_row;
 
-/* Rows sorted by op (the encoder binary-searches them). */
+/* Rows of one mnemonic are adjacent, mnemonics in x64_op order; within a
+ * mnemonic, row order breaks ties between encodings of equal length (the
+ * first wins). The encoder indexes the table by mnemonic on first use. */
 FJ_INTERNAL extern const x64_row x64_rows[];
 FJ_INTERNAL extern const int x64_nrows;
+/* Upper bound on the rows (the encoder's per-row index is sized by it;
+ * x64_table.c checks it at compile time). */
+#define X64_MAX_ROWS 512
 
 #endif

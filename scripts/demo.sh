@@ -45,15 +45,41 @@ if why="$(perf_usable)"; then
     if [[ -e "/tmp/perf-$pid.map" ]]; then
         echo "(a /tmp/perf-$pid.map exists: FRAMEJIT_PERFMAP was set)"
     else
-        echo "no /tmp/perf-$pid.map and no jitdump: perf needed neither"
+        echo "no /tmp/perf-$pid.map was written: perf needed no map file"
     fi
 
-    banner "perf report --no-children -g caller (top entries)"
-    # The call paths of the hottest entries, caller first, trimmed: without
-    # the header comments, the first entries only.
-    perf report -i "$TMP/perf.data" --stdio --no-children -g caller,0.5,callee,function,percent \
-        --percent-limit 5 --comm callchain 2>/dev/null |
-        grep -v '^#' | sed '/^$/N;/^\n$/D' | head -60
+    banner "top call paths of callchain's samples (caller first)"
+    # Folded stacks from perf script, main first; a JIT leaf is shown by its
+    # perf symbol, or as [JIT code] when perf has no name for it.
+    awk -v pid="$pid" '
+        function flush() {
+            if (in_s && mine && path != "") { count[path]++; n++ }
+            in_s = 0; path = ""
+        }
+        /^[ \t]*$/ { flush(); next }
+        /^ *[0-9]+(\/[0-9]+)? *$/ { flush(); in_s = 1; h = $1; sub(/\/.*/, "", h); mine = (h == pid); done = 0; next }
+        in_s && !done {
+            line = $0; sub(/^[ \t]*[0-9a-fA-F]+ /, "", line)
+            dso = ""
+            if (match(line, / \((\(deleted\)|[^()])*\)$/)) {
+                dso = substr(line, RSTART + 2, RLENGTH - 3); line = substr(line, 1, RSTART - 1)
+            }
+            if (dso == "[kernel.kallsyms]") next
+            if (line == "[unknown]" && (dso ~ /^\/dev\/shm\/framejit|^\/memfd:framejit|^\/tmp\/perf-|^\/\/anon/ || dso == "[unknown]"))
+                line = "[JIT code]"
+            sub(/\+0x[0-9a-f]+$/, "", line)
+            path = (path == "") ? line : line " <- " path
+            if (line == "main") done = 1
+        }
+        END {
+            flush()
+            for (p in count) printf "%6.2f%%  %s\n", 100 * count[p] / n, p
+        }' "$TMP/perf.script" | sed 's/ <- /  ->  /g' | sort -rn | head -5
+
+    banner "perf report --stdio --no-children -g caller --sort dso (trimmed)"
+    perf report -i "$TMP/perf.data" --stdio --no-children -g caller --percent-limit 2 \
+        --sort dso --comm callchain 2>/dev/null |
+        grep -v '^#' | sed '/^$/N;/^\n$/D' | head -24
 else
     echo "perf cannot record here: $why"
     echo "(perf needs perf_event_open: run as root, or lower"

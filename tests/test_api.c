@@ -208,6 +208,7 @@ static void finish_fails(fj_builder *b, const char *what) {
     fj_status s = fj_builder_finish(b, &k);
     ck_assert_msg(s != FJ_OK, "%s: fj_builder_finish succeeded", what);
     ck_assert_msg(fj_last_error()[0] != 0, "%s: empty fj_last_error()", what);
+    if (getenv("FJT_SHOW_ERRORS")) printf("%s -> %s: %s\n", what, fj_status_str(s), fj_last_error());
     ck_assert_msg(k == NULL || k == (fj_kernel *)0x1, "%s: a kernel came back with an error", what);
 }
 
@@ -425,6 +426,7 @@ START_TEST(builder_sticky) {
     fj_emit(b, FJ_MOV, fj_r64(r), fj_imm(1));
     fj_return(b, fj_r64(r));
     finish_fails(b, "sticky");
+    ck_assert_msg(strstr(fj_last_error(), "ret") != NULL, "not the first error: %s", fj_last_error());
     still_works(rt);
     fj_runtime_destroy(rt);
 }
@@ -585,6 +587,9 @@ static Suite *suite(void) {
 }
 
 int main(void) {
+    /* The suites choose ISAs and threads themselves. */
+    unsetenv("FRAMEJIT_ISA");
+    unsetenv("FRAMEJIT_THREADS");
     SRunner *sr = srunner_create(suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

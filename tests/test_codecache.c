@@ -296,7 +296,7 @@ static _Atomic uintptr_t k_start[NK];
 /* k_removing is set before cc_remove, k_removed after it returns. */
 static atomic_int k_removing[NK], k_removed[NK];
 static atomic_int k_published;
-static atomic_long look_bad, look_hits;
+static atomic_long look_bad, look_hits, look_rounds;
 
 static void *reader(void *arg) {
     (void)arg;
@@ -323,6 +323,7 @@ static void *reader(void *arg) {
         }
         /* Addresses in the padding between kernels must never match. */
         if (cc_lookup(s + 6 + (uintptr_t)(rand_r(&seed) % 58))) atomic_fetch_add(&look_bad, 1);
+        atomic_fetch_add(&look_rounds, 1);
     }
     return NULL;
 }
@@ -347,6 +348,10 @@ START_TEST(test_concurrent_lookup) {
             atomic_store(&k_removing[j], 1);
             cc_remove(j % 2 ? other : c, es[j]);
             atomic_store_explicit(&k_removed[j], 1, memory_order_release);
+        }
+        if (i % 256 == 255) { /* make sure the readers really interleave */
+            long r = atomic_load(&look_rounds);
+            while (atomic_load(&look_rounds) < r + 100) sched_yield();
         }
     }
     atomic_store(&stop_flag, 1);

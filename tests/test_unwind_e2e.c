@@ -443,6 +443,9 @@ static Suite *suite(void) {
 }
 
 int main(void) {
+    /* The suites choose ISAs and threads themselves. */
+    unsetenv("FRAMEJIT_ISA");
+    unsetenv("FRAMEJIT_THREADS");
     SRunner *sr = srunner_create(suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

@@ -125,8 +125,15 @@ FJ_API void fj_kernel_release(fj_kernel *k);
 
 /* ---- operand helpers ------------------------------------------------- */
 
+/* {0} in C, {} in C++ (where g++ -Wextra warns about {0} on structs). */
+#ifdef __cplusplus
+#define FJ_ZERO_INIT_ {}
+#else
+#define FJ_ZERO_INIT_ {0}
+#endif
+
 static inline fj_opnd fj_reg_opnd_(fj_reg r, uint16_t bits) {
-    fj_opnd o = {0};
+    fj_opnd o = FJ_ZERO_INIT_;
     o.kind = FJ_OPND_REG; o.reg = r; o.bits = bits;
     return o;
 }
@@ -143,13 +150,13 @@ static inline fj_opnd fj_vec(const fj_builder *b, fj_reg r) {
     return fj_reg_opnd_(r, (uint16_t)fj_builder_vbits(b));
 }
 static inline fj_opnd fj_imm(int64_t v) {
-    fj_opnd o = {0};
+    fj_opnd o = FJ_ZERO_INIT_;
     o.kind = FJ_OPND_IMM; o.val = v;
     return o;
 }
 /* [base + disp], access width bits (0 = implied). */
 static inline fj_opnd fj_mem(uint16_t bits, fj_reg base, int32_t disp) {
-    fj_opnd o = {0};
+    fj_opnd o = FJ_ZERO_INIT_;
     o.kind = FJ_OPND_MEM; o.bits = bits; o.reg = base; o.scale = 1; o.val = disp;
     return o;
 }
@@ -165,11 +172,11 @@ static inline fj_opnd fj_masked(fj_opnd dst, fj_reg k, int zeroing) {
     return dst;
 }
 static inline fj_opnd fj_lbl(fj_label l) {
-    fj_opnd o = {0};
+    fj_opnd o = FJ_ZERO_INIT_;
     o.kind = FJ_OPND_LABEL; o.val = l.id;
     return o;
 }
-static inline fj_opnd fj_none(void) { fj_opnd o = {0}; return o; }
+static inline fj_opnd fj_none(void) { fj_opnd o = FJ_ZERO_INIT_; return o; }
 
 static inline void fj_emit0(fj_builder *b, fj_op op) { fj_emitv(b, op, 0, 0); }
 static inline void fj_emit1(fj_builder *b, fj_op op, fj_opnd a) { fj_emitv(b, op, &a, 1); }

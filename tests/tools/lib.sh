@@ -6,6 +6,10 @@
 
 TOOL_TEST="${TOOL_TEST:-$(basename "$0" .sh)}"
 
+# The defaults are what is under test: every unwinder registration, one
+# thread where the example asks for one, no perf map or jitdump files.
+unset FRAMEJIT_THREADS FRAMEJIT_UNWIND FRAMEJIT_PERFMAP FRAMEJIT_JITDUMP
+
 say() { printf '%s: %s\n' "$TOOL_TEST" "$*"; }
 fail() { printf '%s: FAIL: %s\n' "$TOOL_TEST" "$*" >&2; exit 1; }
 skip() { printf '%s: SKIP: %s\n' "$TOOL_TEST" "$*"; exit 77; }
@@ -27,14 +31,19 @@ need_exe() {
 # indent FILE: prints a file indented, for logs.
 show() { sed 's/^/    | /' "$1"; }
 
-# perf_usable: 0 if `perf record` can sample a user process here; otherwise
-# prints why and returns 1.
+# perf_usable: 0 if `perf record` can sample a user process here. Otherwise
+# prints why and returns 1 when perf is unavailable (not installed, no perf
+# for this kernel, perf_event_open not permitted or not supported), 2 when
+# it fails for another reason (a real failure, not a skip).
 perf_usable() {
     command -v perf >/dev/null 2>&1 || { echo "perf is not installed"; return 1; }
     local out
     if ! out="$(perf record -g -o "$TMP/probe.data" -- true 2>&1)"; then
-        echo "perf record does not work here (perf_event_paranoid=$(cat /proc/sys/kernel/perf_event_paranoid 2>/dev/null || echo '?')): $(printf '%s' "$out" | head -3 | tr '\n' ' ')"
-        return 1
+        echo "perf record fails (perf_event_paranoid=$(cat /proc/sys/kernel/perf_event_paranoid 2>/dev/null || echo '?')): $(printf '%s' "$out" | head -3 | tr '\n' ' ')"
+        if grep -qiE 'permission|paranoid|not permitted|perf_event_open|not supported|perf not found|No such device' <<<"$out"; then
+            return 1
+        fi
+        return 2
     fi
     rm -f "$TMP/probe.data"
     return 0
@@ -58,7 +67,8 @@ perf_usable() {
 #   - its dso is unknown and its address lies in a kernel range callchain
 #     printed (perf prints absolute addresses for anonymous memory).
 # A JIT sample "reaches main" when inner, outer and main appear in its chain
-# in that order (leaf first). Prints "jit=N ok=M total=T".
+# in that order (leaf first). A JIT sample is "named" when perf gave its leaf
+# a symbol (from the arena file's .symtab). Prints "jit=N ok=M named=K total=T".
 analyze_perf_script() {
     local kernels="$1" pid="$2"
     awk -v pid="$pid" -v kfile="$kernels" '
@@ -72,7 +82,7 @@ analyze_perf_script() {
             split(f[3], r, "-")
             nk++; lo[nk] = pad(r[1]); hi[nk] = pad(r[2]); kname[f[4]] = 1
         }
-        total = 0; jit = 0; ok = 0; insample = 0
+        total = 0; jit = 0; ok = 0; named = 0; insample = 0
     }
     function finish() {
         if (!insample) return
@@ -82,22 +92,28 @@ analyze_perf_script() {
         if (!isjit) return
         jit++
         if (stage == 3) ok++
+        if (leafnamed) named++
     }
     /^[ \t]*$/ { finish(); next }
     /^[^ \t]/ || /^ +[0-9]+(\/[0-9]+)? *$/ {
         # sample header: "  PID/TID" or "PID"
         finish()
-        insample = 1; leafseen = 0; isjit = 0; stage = 0
+        insample = 1; leafseen = 0; isjit = 0; leafnamed = 0; stage = 0
         h = $1; sub(/\/.*/, "", h); mypid = h
         next
     }
     insample {
+        # "ip sym (dso)"; the dso may read "(/memfd:framejit (deleted))".
         ip = $1
-        dso = $NF; gsub(/^\(|\)$/, "", dso)
-        sym = $2
-        for (i = 3; i < NF; i++) sym = sym " " $i
+        line = $0; sub(/^[ \t]*[0-9a-fA-F]+ /, "", line)
+        dso = "[unknown]"; sym = line
+        if (match(line, / \((\(deleted\)|[^()])*\)$/)) {
+            dso = substr(line, RSTART + 2, RLENGTH - 3)
+            sym = substr(line, 1, RSTART - 1)
+        }
         if (!leafseen && dso != "[kernel.kallsyms]") {
             leafseen = 1
+            leafnamed = sym != "[unknown]"
             s = base(sym)
             if (sym in kname || s in kname) isjit = 1
             else if (dso ~ /^\/tmp\/perf-[0-9]+\.map$/ || dso ~ /^\/\/anon/ ||
@@ -112,6 +128,6 @@ analyze_perf_script() {
         else if (stage == 1 && s == "outer") stage = 2
         else if (stage == 2 && s == "main") stage = 3
     }
-    END { finish(); printf "jit=%d ok=%d total=%d\n", jit, ok, total }
+    END { finish(); printf "jit=%d ok=%d named=%d total=%d\n", jit, ok, named, total }
     '
 }

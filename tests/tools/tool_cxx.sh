@@ -12,7 +12,6 @@ source "$(dirname "$0")/lib.sh"
 EXE="$1"
 need_exe "$EXE"
 make_tmp
-unset FRAMEJIT_UNWIND
 
 rc=0
 "$EXE" >"$TMP/out" 2>&1 || rc=$?

@@ -12,8 +12,11 @@
 #   link_cxx   the same from C++, plus exceptions in plain C++ and through a
 #              builder kernel;
 #   link_unw   a program that links -lunwind itself: unw_backtrace from a
-#              callback of a JIT kernel finds the kernel and main.
-# Also: libframejit.so has no DT_NEEDED entry for libunwind.
+#              callback of a JIT kernel finds the kernel and main;
+#   link_cxx_static  link_cxx built with `pkg-config --static --libs`: the
+#              private link flags must not bring libunwind in either.
+# Also: libframejit.so has no DT_NEEDED entry for libunwind, and framejit.pc
+# names libunwind nowhere (Requires, Requires.private, Libs.private).
 set -euo pipefail
 # shellcheck source=tests/tools/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -41,7 +44,9 @@ else
     libdir="$BUILD"
 fi
 flags="$(pkg-config --cflags --libs framejit)" || fail "pkg-config does not find framejit"
+static_flags="$(pkg-config --static --cflags --libs framejit)"
 say "pkg-config --cflags --libs framejit: $flags"
+say "pkg-config --static --cflags --libs framejit: $static_flags"
 lib="$libdir/libframejit.so"
 [[ -e "$lib" ]] || fail "no $lib"
 
@@ -53,17 +58,26 @@ if grep NEEDED "$TMP/dynamic" | grep -qi 'libunwind'; then
 fi
 say "ok: no DT_NEEDED libunwind in libframejit.so"
 
+# ---- framejit.pc must not hand libunwind to the user's link --------------------
+status=0
+pcfile="$(pkg-config --path framejit 2>/dev/null || true)"
+if [[ -n "$pcfile" ]] && grep -iE '^(Requires|Requires\.private|Libs|Libs\.private):.*unwind' "$pcfile"; then
+    say "FAIL: $(basename "$pcfile") names libunwind (see the lines above): a program linked with"
+    say "      \`pkg-config --static --libs framejit\` gets libunwind's _Unwind_* (link_cxx_static)"
+    status=1
+fi
+
 # ---- build the programs as a user would ---------------------------------------
-unw_flags="$(pkg-config --cflags --libs libunwind)"
+unw_flags="$(PKG_CONFIG_SYSROOT_DIR="" pkg-config --cflags --libs libunwind)"
 # shellcheck disable=SC2086  # the flags are lists of words
 {
     $CC -o "$TMP/link_c" "$SRC/link_c.c" -rdynamic $flags &&
     $CXX -o "$TMP/link_cxx" "$SRC/link_cxx.cpp" $flags &&
-    $CC -o "$TMP/link_unw" "$SRC/link_unw.c" -rdynamic $flags $unw_flags
+    $CC -o "$TMP/link_unw" "$SRC/link_unw.c" -rdynamic $flags $unw_flags &&
+    $CXX -o "$TMP/link_cxx_static" "$SRC/link_cxx.cpp" $static_flags
 } 2>"$TMP/cc.log" || { show "$TMP/cc.log"; fail "building the link_* programs failed"; }
 
-status=0
-for prog in link_c link_cxx link_unw; do
+for prog in link_c link_cxx link_unw link_cxx_static; do
     rc=0
     LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$TMP/$prog" >"$TMP/$prog.out" 2>&1 || rc=$?
     say "$prog (exit $rc):"

@@ -1,0 +1,475 @@
+/* gemm.c: f32 GEMM kernels: a loop over row tiles around an mr x nv-vector register tile.
+ *
+ * One kernel call handles one column panel of C (nv vectors wide) against
+ * ntiles row tiles of A:
+ *
+ *   for each row tile:                       (A advances a_tile, C c_tile)
+ *       acc[mr][nv] = 0
+ *       for k < kc:                          (unrolled by cfg->unroll)
+ *           b[v] = B(k, v*lanes ..)          (vector loads)
+ *           acc[i][v] += A(i, k) * b[v]      (A broadcast: {1to16} operand on
+ *                                             AVX-512, vbroadcastss on AVX2)
+ *       C = alpha*acc + beta*C  (beta_zero: C is not read)   [+ bias, act]
+ *
+ * B's panel stays in L1 across the row tiles; A streams (prefetched) from
+ * L2. Column tails are lane masks read at run time (opmask / vmaskmovps),
+ * row tails are a run-time row count (rows past it are computed but never
+ * loaded or stored), so one kernel serves every shape of a blocking. */
+#include "kernels/gemm.h"
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "kernels/eltwise.h"
+
+#define OFF(f) ((int32_t)offsetof(kg_gemm_args, f))
+
+static const char *act_name(int act) {
+    switch (act) {
+    case 0: return "";
+    case FJ_ELT_RELU: return "relu";
+    case FJ_ELT_LEAKY_RELU: return "leaky_relu";
+    case FJ_ELT_CLIP: return "clip";
+    case FJ_ELT_LINEAR: return "linear";
+    case FJ_ELT_ABS: return "abs";
+    case FJ_ELT_SQUARE: return "square";
+    case FJ_ELT_SQRT: return "sqrt";
+    case FJ_ELT_EXP: return "exp";
+    case FJ_ELT_LOG: return "log";
+    case FJ_ELT_TANH: return "tanh";
+    case FJ_ELT_SIGMOID: return "sigmoid";
+    case FJ_ELT_GELU_TANH: return "gelu_tanh";
+    case FJ_ELT_GELU_ERF: return "gelu_erf";
+    case FJ_ELT_SWISH: return "swish";
+    case FJ_ELT_HARDSWISH: return "hardswish";
+    default: return "op";
+    }
+}
+
+void kg_gemm_name(const kg_gemm_cfg *c, char *buf, size_t n) {
+    static const char am[] = "prc", bm[] = "pr";
+    int lanes = c->isa == FJ_ISA_AVX512 ? 16 : 8;
+    snprintf(buf, n, "fj_gemm_f32_%dx%d_%c%c_%s%s%s%s", c->mr, c->nv * lanes,
+             am[c->amode % 3], bm[c->bmode % 2], c->isa == FJ_ISA_AVX512 ? "avx512" : "avx2",
+             c->has_bias ? "_bias" : "", c->act ? "_" : "", act_name(c->act));
+}
+
+/* ---- the post-op (activation) applied in registers -------------------- */
+
+/* Activations the GEMM epilogue knows inline: relu and leaky relu (the
+ * generic eltwise emitter replaces this once it exists). */
+static int act_supported(int act) { return act == 0 || act == FJ_ELT_RELU || act == FJ_ELT_LEAKY_RELU; }
+
+typedef struct act_state {
+    fj_builder *b;
+    int op;
+    float alpha;
+    fj_reg zero, valpha, tmp, k, vmask;
+} act_state;
+
+static void act_prepare(act_state *s, fj_builder *b, int op, float alpha) {
+    *s = (act_state){.b = b, .op = op, .alpha = alpha};
+    if (op == FJ_ELT_RELU && alpha == 0.0f) s->op = -1; /* plain max(x, 0) */
+    s->zero = fj_vreg(b);
+    fj_emit(b, FJ_VXORPS, fj_xmm(s->zero), fj_xmm(s->zero), fj_xmm(s->zero));
+    if (s->op == -1) return;
+    s->valpha = fj_vreg(b);
+    s->tmp = fj_vreg(b);
+    fj_emit(b, FJ_VBROADCASTSS, fj_vec(b, s->valpha), fj_const_f32(b, alpha));
+    if (fj_builder_isa(b) == FJ_ISA_AVX512) s->k = fj_kreg(b);
+    else s->vmask = fj_vreg(b);
+}
+
+static void act_apply(act_state *s, fj_reg x) {
+    fj_builder *b = s->b;
+    if (s->op == -1) {
+        /* vmaxps returns its second source when either is NaN: NaN stays NaN. */
+        fj_emit(b, FJ_VMAXPS, fj_vec(b, x), fj_vec(b, s->zero), fj_vec(b, x));
+        return;
+    }
+    fj_emit(b, FJ_VMULPS, fj_vec(b, s->tmp), fj_vec(b, x), fj_vec(b, s->valpha));
+    if (fj_builder_isa(b) == FJ_ISA_AVX512) {
+        /* k = x > 0 (ordered, so NaN takes alpha*NaN = NaN) */
+        fj_emit(b, FJ_VCMPPS, fj_k(s->k), fj_vec(b, x), fj_vec(b, s->zero), fj_imm(0x1e));
+        fj_emit(b, FJ_VBLENDMPS, fj_masked(fj_vec(b, x), s->k, 0), fj_vec(b, s->tmp), fj_vec(b, x));
+    } else {
+        fj_emit(b, FJ_VCMPPS, fj_vec(b, s->vmask), fj_vec(b, x), fj_vec(b, s->zero), fj_imm(0x1e));
+        fj_emit(b, FJ_VBLENDVPS, fj_vec(b, x), fj_vec(b, s->tmp), fj_vec(b, x), fj_vec(b, s->vmask));
+    }
+}
+
+static void act_finish(act_state *s) {
+    fj_builder *b = s->b;
+    fj_release(b, s->zero);
+    if (s->op == -1) return;
+    fj_release(b, s->valpha);
+    fj_release(b, s->tmp);
+    if (fj_builder_isa(b) == FJ_ISA_AVX512) fj_release(b, s->k);
+    else fj_release(b, s->vmask);
+}
+
+/* ---- checks ----------------------------------------------------------- */
+
+fj_status kg_gemm_check(const kg_gemm_cfg *c) {
+    int avx512 = c->isa == FJ_ISA_AVX512;
+    if (c->isa != FJ_ISA_AVX512 && c->isa != FJ_ISA_AVX2)
+        return fj_fail(FJ_ERR_INVALID_ARG, "gemm kernel: isa %d", c->isa);
+    if (c->mr < 1 || c->nv < 1 || c->nv > 4 || c->unroll < 1 || c->unroll > 16)
+        return fj_fail(FJ_ERR_INVALID_ARG, "gemm kernel: tile %dx%d vectors, unroll %d", c->mr,
+                       c->nv, c->unroll);
+    if (c->amode < KG_GA_PACKED || c->amode > KG_GA_COLS || c->bmode < KG_GB_PACKED ||
+        c->bmode > KG_GB_ROWS)
+        return fj_fail(FJ_ERR_INVALID_ARG, "gemm kernel: modes %d/%d", c->amode, c->bmode);
+    if (c->amode == KG_GA_ROWS && c->mr > 14)
+        return fj_fail(FJ_ERR_INVALID_ARG, "gemm kernel: in-place row-major A needs mr <= 14");
+    int acc = c->mr * c->nv;
+    /* Loop: accumulators + B vectors (+ the broadcast register on AVX2).
+     * Epilogue: alpha, beta (+ a temporary and a mask
+     * register on AVX2). */
+    int loop = acc + c->nv + (avx512 ? 0 : 1);
+    int epi = acc + (avx512 ? 2 : 4);
+    int nvec = avx512 ? 32 : 16;
+    if (loop > nvec || epi > nvec)
+        return fj_fail(FJ_ERR_INVALID_ARG, "gemm kernel: a %dx%d-vector tile needs %d vector "
+                       "registers, the ISA has %d", c->mr, c->nv, loop > epi ? loop : epi, nvec);
+    if (!act_supported(c->act))
+        return fj_fail(FJ_ERR_UNSUPPORTED, "gemm: post-op %s is not supported in the GEMM "
+                       "epilogue yet (relu, leaky relu are)", act_name(c->act));
+    return FJ_OK;
+}
+
+/* ---- generator -------------------------------------------------------- */
+
+typedef struct gen {
+    fj_builder *b;
+    const kg_gemm_cfg *c;
+    int avx512, vb, mr, nv;
+    fj_reg p, a, a2, lda, lda3, lda5, bp, ldb, cp, k, tc, rows;
+    fj_reg acc[32][4], bv[4], bc;
+    fj_reg km[4];
+    fj_opnd a_slot;
+} gen;
+
+static fj_opnd V(gen *g, fj_reg r) { return fj_vec(g->b, r); }
+static fj_opnd P(gen *g, int32_t off, uint16_t bits) { return fj_mem(bits, g->p, off); }
+
+/* The memory operand of A(i, k0 + u) (u: step inside the unrolled body). */
+static fj_opnd a_opnd(gen *g, int i, int u) {
+    switch (g->c->amode) {
+    case KG_GA_PACKED: return fj_mem(32, g->a, (u * g->mr + i) * 4);
+    case KG_GA_COLS: return fj_mem(32, g->a, i * 4); /* a moves by lda each step */
+    default: {
+        /* Rows 0..6 from a, 7..13 from a2 = a + 7*lda: offsets 0, lda,
+         * 2lda, 3lda, 4lda, 5lda, 6lda all fit base + index*scale. */
+        fj_reg base = i < 7 ? g->a : g->a2;
+        int32_t d = u * 4;
+        switch (i % 7) {
+        case 0: return fj_mem(32, base, d);
+        case 1: return fj_memx(32, base, g->lda, 1, d);
+        case 2: return fj_memx(32, base, g->lda, 2, d);
+        case 3: return fj_memx(32, base, g->lda3, 1, d);
+        case 4: return fj_memx(32, base, g->lda, 4, d);
+        case 5: return fj_memx(32, base, g->lda5, 1, d);
+        default: return fj_memx(32, base, g->lda3, 2, d);
+        }
+    }
+    }
+}
+
+/* One k step (u-th of the unrolled body). */
+static void k_step(gen *g, int u) {
+    fj_builder *b = g->b;
+    const kg_gemm_cfg *c = g->c;
+    for (int v = 0; v < g->nv; v++) {
+        /* Row-major B in place: the driver passes only full panels (tails
+         * are copied to a padded buffer), so no load needs a mask. */
+        fj_opnd src = c->bmode == KG_GB_PACKED ? fj_mem(0, g->bp, (u * g->nv + v) * g->vb)
+                                               : fj_mem(0, g->bp, v * g->vb);
+        fj_emit(b, FJ_VMOVUPS, V(g, g->bv[v]), src);
+    }
+    if (c->amode == KG_GA_PACKED && c->pf_a && u * 64 < c->unroll * g->mr * 4)
+        fj_emit(b, FJ_PREFETCHT0, fj_mem(0, g->a, c->pf_a + u * 64));
+    for (int i = 0; i < g->mr; i++) {
+        fj_opnd ao = a_opnd(g, i, u);
+        if (g->avx512) {
+            for (int v = 0; v < g->nv; v++)
+                fj_emit(b, FJ_VFMADD231PS, V(g, g->acc[i][v]), V(g, g->bv[v]), fj_bcst(ao));
+        } else {
+            fj_emit(b, FJ_VBROADCASTSS, V(g, g->bc), ao);
+            for (int v = 0; v < g->nv; v++)
+                fj_emit(b, FJ_VFMADD231PS, V(g, g->acc[i][v]), V(g, g->bv[v]), V(g, g->bc));
+        }
+    }
+    if (c->bmode == KG_GB_ROWS) fj_emit(b, FJ_ADD, fj_r64(g->bp), fj_r64(g->ldb));
+    if (c->amode == KG_GA_COLS) fj_emit(b, FJ_ADD, fj_r64(g->a), fj_r64(g->lda));
+}
+
+/* Pointer moves after `steps` steps with compile-time strides. */
+static void k_advance(gen *g, int steps) {
+    fj_builder *b = g->b;
+    if (g->c->amode == KG_GA_PACKED)
+        fj_emit(b, FJ_ADD, fj_r64(g->a), fj_imm(steps * g->mr * 4));
+    else if (g->c->amode == KG_GA_ROWS) {
+        fj_emit(b, FJ_ADD, fj_r64(g->a), fj_imm(steps * 4));
+        if (g->mr > 7) fj_emit(b, FJ_ADD, fj_r64(g->a2), fj_imm(steps * 4));
+    }
+    if (g->c->bmode == KG_GB_PACKED)
+        fj_emit(b, FJ_ADD, fj_r64(g->bp), fj_imm(steps * g->nv * g->vb));
+}
+
+static void k_loop(gen *g) {
+    fj_builder *b = g->b;
+    int U = g->c->unroll;
+    fj_label l_main = fj_label_new(b), l_rem = fj_label_new(b), l_one = fj_label_new(b),
+             l_done = fj_label_new(b);
+    if (U > 1) {
+        fj_emit(b, FJ_CMP, fj_r64(g->k), fj_imm(U));
+        fj_emit(b, FJ_JL, fj_lbl(l_rem));
+        fj_label_bind(b, l_main);
+        for (int u = 0; u < U; u++) k_step(g, u);
+        k_advance(g, U);
+        fj_emit(b, FJ_SUB, fj_r64(g->k), fj_imm(U));
+        fj_emit(b, FJ_CMP, fj_r64(g->k), fj_imm(U));
+        fj_emit(b, FJ_JGE, fj_lbl(l_main));
+    }
+    fj_label_bind(b, l_rem);
+    fj_emit(b, FJ_TEST, fj_r64(g->k), fj_r64(g->k));
+    fj_emit(b, FJ_JLE, fj_lbl(l_done));
+    fj_label_bind(b, l_one);
+    k_step(g, 0);
+    k_advance(g, 1);
+    fj_emit(b, FJ_DEC, fj_r64(g->k));
+    fj_emit(b, FJ_JNE, fj_lbl(l_one));
+    fj_label_bind(b, l_done);
+}
+
+/* Row i of the tile is live (i < rows): else jump to `end`. Moves rowp to
+ * row i (rowp is at row i-1). */
+static void next_row(gen *g, fj_reg rowp, int i, fj_label end) {
+    if (i == 0) return;
+    fj_emit(g->b, FJ_CMP, fj_r64(g->rows), fj_imm(i));
+    fj_emit(g->b, FJ_JLE, fj_lbl(end));
+    fj_emit(g->b, FJ_ADD, fj_r64(rowp), P(g, OFF(ldc), 64));
+}
+
+/* C = alpha*acc (+ beta*C) (+ bias) for rows < rows, masked lanes. */
+static void store_tile(gen *g, int beta, int bias, fj_reg alpha_r, fj_reg beta_r) {
+    fj_builder *b = g->b;
+    fj_reg rowp = g->k, rb = {0};
+    if (bias) {
+        rb = fj_gpr(b);
+        fj_emit(b, FJ_MOV, fj_r64(rb), P(g, OFF(bias), 64));
+    }
+    if (g->avx512) {
+        fj_label end = fj_label_new(b);
+        fj_emit(b, FJ_MOV, fj_r64(rowp), fj_r64(g->cp));
+        for (int i = 0; i < g->mr; i++) {
+            next_row(g, rowp, i, end);
+            for (int v = 0; v < g->nv; v++) {
+                fj_reg x = g->acc[i][v];
+                fj_emit(b, FJ_VMULPS, V(g, x), V(g, x), V(g, alpha_r));
+                /* Masked: lanes outside C are neither read nor written. */
+                if (beta)
+                    fj_emit(b, FJ_VFMADD231PS, fj_masked(V(g, x), g->km[v], 0), V(g, beta_r),
+                            fj_mem(0, rowp, v * g->vb));
+                if (bias)
+                    fj_emit(b, FJ_VADDPS, fj_masked(V(g, x), g->km[v], 0), V(g, x),
+                            fj_mem(0, rb, v * g->vb));
+                fj_emit(b, FJ_VMOVUPS, fj_masked(fj_mem(0, rowp, v * g->vb), g->km[v], 0), V(g, x));
+            }
+        }
+        fj_label_bind(b, end);
+    } else {
+        /* AVX2: one mask register, so vectors outermost. */
+        fj_reg m = fj_vreg(b), t = fj_vreg(b);
+        for (int v = 0; v < g->nv; v++) {
+            fj_label end = fj_label_new(b);
+            fj_emit(b, FJ_VMOVUPS, V(g, m), P(g, OFF(ymask) + v * 32, 0));
+            fj_emit(b, FJ_MOV, fj_r64(rowp), fj_r64(g->cp));
+            for (int i = 0; i < g->mr; i++) {
+                next_row(g, rowp, i, end);
+                fj_reg x = g->acc[i][v];
+                fj_emit(b, FJ_VMULPS, V(g, x), V(g, x), V(g, alpha_r));
+                if (beta) {
+                    fj_emit(b, FJ_VMASKMOVPS, V(g, t), V(g, m), fj_mem(0, rowp, v * g->vb));
+                    fj_emit(b, FJ_VFMADD231PS, V(g, x), V(g, t), V(g, beta_r));
+                }
+                if (bias) {
+                    fj_emit(b, FJ_VMASKMOVPS, V(g, t), V(g, m), fj_mem(0, rb, v * g->vb));
+                    fj_emit(b, FJ_VADDPS, V(g, x), V(g, x), V(g, t));
+                }
+                fj_emit(b, FJ_VMASKMOVPS, fj_mem(0, rowp, v * g->vb), V(g, m), V(g, x));
+            }
+            fj_label_bind(b, end);
+        }
+        fj_release(b, m);
+        fj_release(b, t);
+    }
+    if (bias) fj_release(b, rb);
+}
+
+/* Second pass of the post stage: C = act(C) over the stored tile. Runs
+ * with the accumulators released, so the activation has registers. */
+static void act_tile(gen *g) {
+    fj_builder *b = g->b;
+    fj_reg rowp = g->k;
+    act_state s;
+    act_prepare(&s, b, g->c->act, g->c->act_alpha);
+    fj_reg x = fj_vreg(b), m = {0};
+    if (!g->avx512) m = fj_vreg(b);
+    for (int v = 0; v < g->nv; v++) {
+        fj_label end = fj_label_new(b);
+        if (!g->avx512) fj_emit(b, FJ_VMOVUPS, V(g, m), P(g, OFF(ymask) + v * 32, 0));
+        fj_emit(b, FJ_MOV, fj_r64(rowp), fj_r64(g->cp));
+        for (int i = 0; i < g->mr; i++) {
+            next_row(g, rowp, i, end);
+            fj_opnd mem = fj_mem(0, rowp, v * g->vb);
+            if (g->avx512) fj_emit(b, FJ_VMOVUPS, fj_masked(V(g, x), g->km[v], 1), mem);
+            else fj_emit(b, FJ_VMASKMOVPS, V(g, x), V(g, m), mem);
+            act_apply(&s, x);
+            if (g->avx512) fj_emit(b, FJ_VMOVUPS, fj_masked(mem, g->km[v], 0), V(g, x));
+            else fj_emit(b, FJ_VMASKMOVPS, mem, V(g, m), V(g, x));
+        }
+        fj_label_bind(b, end);
+    }
+    fj_release(b, x);
+    if (!g->avx512) fj_release(b, m);
+    act_finish(&s);
+}
+
+/* The end of a tile: alpha/beta, the optional post stage, stores. The
+ * run-time flags pick one of up to four copies of the store code. */
+static void epilogue(gen *g) {
+    fj_builder *b = g->b;
+    const kg_gemm_cfg *c = g->c;
+    int has_post = c->has_bias || c->act;
+    fj_label l_done = fj_label_new(b), l_post = fj_label_new(b), l_nb0 = fj_label_new(b);
+    /* rows = tc == 1 ? last_rows : mr */
+    fj_emit(b, FJ_MOV, fj_r64(g->rows), fj_imm(g->mr));
+    fj_emit(b, FJ_CMP, fj_r64(g->tc), fj_imm(1));
+    fj_emit(b, FJ_CMOVE, fj_r64(g->rows), P(g, OFF(last_rows), 64));
+    /* The B registers are free now: alpha and beta go there. */
+    fj_reg alpha_r = g->bv[0], beta_r = g->nv > 1 ? g->bv[1] : fj_vreg(b);
+    fj_emit(b, FJ_VBROADCASTSS, V(g, alpha_r), P(g, OFF(alpha), 32));
+    fj_emit(b, FJ_VBROADCASTSS, V(g, beta_r), P(g, OFF(beta), 32));
+    if (has_post) {
+        fj_emit(b, FJ_CMP, P(g, OFF(post), 32), fj_imm(0));
+        fj_emit(b, FJ_JNE, fj_lbl(l_post));
+    }
+    fj_emit(b, FJ_CMP, P(g, OFF(beta_zero), 32), fj_imm(0));
+    fj_emit(b, FJ_JNE, fj_lbl(l_nb0));
+    store_tile(g, 1, 0, alpha_r, beta_r);
+    fj_emit(b, FJ_JMP, fj_lbl(l_done));
+    fj_label_bind(b, l_nb0);
+    store_tile(g, 0, 0, alpha_r, beta_r);
+    if (has_post) {
+        fj_label l_nb1 = fj_label_new(b), l_act = fj_label_new(b);
+        fj_emit(b, FJ_JMP, fj_lbl(l_done));
+        fj_label_bind(b, l_post);
+        fj_emit(b, FJ_CMP, P(g, OFF(beta_zero), 32), fj_imm(0));
+        fj_emit(b, FJ_JNE, fj_lbl(l_nb1));
+        store_tile(g, 1, c->has_bias, alpha_r, beta_r);
+        fj_emit(b, FJ_JMP, fj_lbl(l_act));
+        fj_label_bind(b, l_nb1);
+        store_tile(g, 0, c->has_bias, alpha_r, beta_r);
+        fj_label_bind(b, l_act);
+        if (c->act) {
+            /* The accumulators are stored: their registers go to the
+             * activation (the next tile's code was emitted above, so
+             * nothing later in the stream uses them). */
+            for (int i = 0; i < g->mr; i++)
+                for (int v = 0; v < g->nv; v++) fj_release(b, g->acc[i][v]);
+            for (int v = 0; v < g->nv; v++) fj_release(b, g->bv[v]);
+            if (g->nv == 1) fj_release(b, beta_r);
+            act_tile(g);
+            fj_label_bind(b, l_done);
+            return;
+        }
+    }
+    fj_label_bind(b, l_done);
+    if (g->nv == 1) fj_release(b, beta_r);
+}
+
+void kg_gemm(fj_builder *b, const void *ctx) {
+    const kg_gemm_cfg *c = ctx;
+    gen g = {.b = b, .c = c, .mr = c->mr, .nv = c->nv};
+    g.avx512 = fj_builder_isa(b) == FJ_ISA_AVX512;
+    g.vb = fj_builder_vbits(b) / 8;
+    g.p = fj_arg(b, 0);
+    g.a = fj_gpr(b);
+    g.bp = fj_gpr(b);
+    g.cp = fj_gpr(b);
+    g.k = fj_gpr(b);
+    g.tc = fj_gpr(b);
+    g.rows = fj_gpr(b);
+    g.a_slot = fj_stack_slot(b, 8, 8, 64);
+    if (c->amode != KG_GA_PACKED) {
+        g.lda = fj_gpr(b);
+        fj_emit(b, FJ_MOV, fj_r64(g.lda), P(&g, OFF(lda), 64));
+    }
+    if (c->amode == KG_GA_ROWS) {
+        if (g.mr > 3) {
+            g.lda3 = fj_gpr(b);
+            fj_emit(b, FJ_LEA, fj_r64(g.lda3), fj_memx(0, g.lda, g.lda, 2, 0));
+        }
+        if (g.mr > 5) {
+            g.lda5 = fj_gpr(b);
+            fj_emit(b, FJ_LEA, fj_r64(g.lda5), fj_memx(0, g.lda, g.lda, 4, 0));
+        }
+        if (g.mr > 7) g.a2 = fj_gpr(b);
+    }
+    if (c->bmode == KG_GB_ROWS) {
+        g.ldb = fj_gpr(b);
+        fj_emit(b, FJ_MOV, fj_r64(g.ldb), P(&g, OFF(ldb), 64));
+    }
+    for (int i = 0; i < g.mr; i++)
+        for (int v = 0; v < g.nv; v++) g.acc[i][v] = fj_vreg(b);
+    for (int v = 0; v < g.nv; v++) g.bv[v] = fj_vreg(b);
+    if (!g.avx512) g.bc = fj_vreg(b);
+    if (g.avx512) {
+        for (int v = 0; v < g.nv; v++) {
+            g.km[v] = fj_kreg(b);
+            fj_emit(b, FJ_KMOVW, fj_k(g.km[v]), P(&g, OFF(kmask) + 4 * v, 16));
+        }
+    }
+
+    fj_emit(b, FJ_MOV, fj_r64(g.a), P(&g, OFF(a), 64));
+    fj_emit(b, FJ_MOV, fj_r64(g.cp), P(&g, OFF(c), 64));
+    fj_emit(b, FJ_MOV, fj_r64(g.tc), P(&g, OFF(ntiles), 64));
+
+    fj_label l_tile = fj_label_new(b);
+    fj_label_bind(b, l_tile);
+    fj_emit(b, FJ_MOV, g.a_slot, fj_r64(g.a));
+    fj_emit(b, FJ_MOV, fj_r64(g.bp), P(&g, OFF(b), 64));
+    for (int i = 0; i < g.mr; i++)
+        for (int v = 0; v < g.nv; v++)
+            fj_emit(b, FJ_VXORPS, fj_xmm(g.acc[i][v]), fj_xmm(g.acc[i][v]), fj_xmm(g.acc[i][v]));
+    if (c->pf_c) {
+        /* The tile's C lines, so that the epilogue does not wait for them. */
+        fj_emit(b, FJ_MOV, fj_r64(g.k), fj_r64(g.cp));
+        for (int i = 0; i < g.mr; i++) {
+            if (i) fj_emit(b, FJ_ADD, fj_r64(g.k), P(&g, OFF(ldc), 64));
+            for (int l = 0; l < (g.nv * g.vb + 63) / 64; l++)
+                fj_emit(b, FJ_PREFETCHT0, fj_mem(0, g.k, l * 64));
+            if ((g.nv * g.vb) % 64 == 0) fj_emit(b, FJ_PREFETCHT0, fj_mem(0, g.k, g.nv * g.vb - 1));
+        }
+    }
+    if (c->amode == KG_GA_ROWS && g.mr > 7) {
+        /* a2 = a + 7*lda */
+        fj_emit(b, FJ_LEA, fj_r64(g.a2), fj_memx(0, g.a, g.lda3, 2, 0));
+        fj_emit(b, FJ_ADD, fj_r64(g.a2), fj_r64(g.lda));
+    }
+    fj_emit(b, FJ_MOV, fj_r64(g.k), P(&g, OFF(kc), 64));
+    k_loop(&g);
+    if (!g.avx512) {
+        /* Free for the epilogue's mask and temporary (rewritten each step). */
+        fj_release(b, g.bc);
+    }
+    epilogue(&g);
+    fj_emit(b, FJ_MOV, fj_r64(g.a), g.a_slot);
+    fj_emit(b, FJ_ADD, fj_r64(g.a), P(&g, OFF(a_tile), 64));
+    fj_emit(b, FJ_ADD, fj_r64(g.cp), P(&g, OFF(c_tile), 64));
+    fj_emit(b, FJ_DEC, fj_r64(g.tc));
+    fj_emit(b, FJ_JNE, fj_lbl(l_tile));
+    fj_return(b, fj_none());
+}

@@ -1,0 +1,71 @@
+/* gemm.h: generator of f32 GEMM kernels: a loop over row tiles around an mr x (nv vectors) register tile. */
+#ifndef FJ_KG_GEMM_H
+#define FJ_KG_GEMM_H
+
+#include <stdint.h>
+#include "runtime/fj_base.h"
+
+/* Where the kernel reads A(i, k) (the broadcast operand) from. */
+enum {
+    KG_GA_PACKED = 0,  /* a + (k*mr + i)*4: packed micro-panels (compile-time stride) */
+    KG_GA_ROWS,        /* a + i*lda + k*4: row-major A read in place ('N') */
+    KG_GA_COLS,        /* a + k*lda + i*4: column-major A read in place ('T') */
+};
+/* Where the kernel reads B(k, j) (the vector operand) from. */
+enum {
+    KG_GB_PACKED = 0,  /* b + (k*nv*lanes + j)*4: a zero-padded packed panel */
+    KG_GB_ROWS,        /* b + k*ldb + j*4: row-major B read in place (full panels only) */
+};
+
+/* Everything that changes the generated code; it is also the kernel
+ * cache key (no padding bytes: only 32-bit fields). */
+typedef struct kg_gemm_cfg {
+    int32_t tag;        /* KG_GEMM_TAG: keeps GEMM keys apart from other kernels' */
+    int32_t isa;        /* fj_isa of the builder the kernel is meant for */
+    int32_t mr, nv;     /* register tile: mr rows x nv vectors */
+    int32_t amode, bmode;
+    int32_t unroll;     /* k steps per main-loop iteration */
+    int32_t pf_a;       /* prefetch distance in bytes ahead of packed A, 0 = none */
+    int32_t pf_c;       /* prefetch the C tile at the start of each tile */
+    int32_t has_bias;   /* post stage adds bias[j] */
+    int32_t act;        /* fj_eltwise_op of the post stage, 0 = none */
+    float act_alpha, act_beta;
+} kg_gemm_cfg;
+
+#define KG_GEMM_TAG 0x47454d31 /* "GEM1" */
+
+/* The kernel's one argument. For each of ntiles row tiles (mr rows each,
+ * last_rows in the last one; a_tile bytes apart in A, c_tile in C) it
+ * computes acc = A_tile * B over kc, then
+ *     C = alpha * acc + (beta_zero ? 0 : beta * C)       (C never read if beta_zero)
+ *     if post: C = act(C + bias[j])
+ * storing only the lanes enabled by the masks. Offsets are read by the
+ * generated code: keep this layout in sync with the offsetof()s in gemm.c. */
+typedef struct kg_gemm_args {
+    const float *a;          /* first row tile of A */
+    const float *b;          /* B panel (kc x nv*lanes) */
+    float *c;                /* C(0, 0) of the first tile */
+    const float *bias;       /* bias + j0 (post only) */
+    int64_t kc;              /* >= 0 */
+    int64_t ntiles;          /* >= 1 */
+    int64_t last_rows;       /* 1..mr */
+    int64_t a_tile, c_tile;  /* bytes between row tiles */
+    int64_t lda, ldb, ldc;   /* bytes */
+    float alpha, beta;
+    int32_t beta_zero, post;
+    uint32_t kmask[4];       /* AVX-512: lanes of vector v to load/store */
+    int32_t ymask[4][8];     /* AVX2: the same as -1/0 lane masks */
+} kg_gemm_args;
+
+typedef void (*kg_gemm_fn)(const kg_gemm_args *args);
+enum { KG_GEMM_NARGS = 1 };
+
+/* 0 if cfg can be generated for the builder's ISA, else FJ_ERR_INVALID_ARG
+ * with a message (register budget, modes). */
+FJ_INTERNAL fj_status kg_gemm_check(const kg_gemm_cfg *cfg);
+/* Emits the kernel for cfg (an rt_gen_fn: ctx is the cfg). */
+FJ_INTERNAL void kg_gemm(fj_builder *b, const void *cfg);
+/* "fj_gemm_f32_14x32_pp_avx512" (+ "_bias", "_relu" ...) into buf. */
+FJ_INTERNAL void kg_gemm_name(const kg_gemm_cfg *cfg, char *buf, size_t n);
+
+#endif
