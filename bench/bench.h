@@ -29,5 +29,11 @@ void bench_row(const char *section, const char *name, const char *variant, doubl
 /* Sections. */
 void bench_eltwise(const bench_ctx *c);
 void bench_encode(const bench_ctx *c);
+void bench_peak(const bench_ctx *c);
+void bench_gemm(const bench_ctx *c);
+void bench_unwind(const bench_ctx *c);
+void bench_profiling(const bench_ctx *c);
+/* Measured FMA peak (GFLOP/s) of `threads` threads, zmm or ymm (peak.c). */
+double bench_fma_peak(int zmm, int threads);
 
 #endif

@@ -1,42 +1,165 @@
-/* eltwise.c (bench): element-wise kernels against a plain C loop. */
+/* eltwise.c (bench): element-wise kernels against oneDNN's eltwise
+ * primitive (created once, executed in the loop) and a plain C loop (libm),
+ * one thread, interleaved repetitions, medians; plus kernel generation time
+ * (first call in a fresh runtime minus a warm call). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "bench.h"
 
-/* The plain C loop a user would write; the compiler may vectorize it. */
-__attribute__((noinline)) static void relu_c(const float *src, float *dst, size_t n) {
-    for (size_t i = 0; i < n; i++) dst[i] = src[i] > 0.0f ? src[i] : 0.0f;
+#ifdef FJ_BENCH_DNNL
+#include <dnnl.h>
+#endif
+
+typedef struct elt_case {
+    const char *name;
+    fj_eltwise_op op;
+    float alpha, beta;
+    int dnnl_alg;   /* dnnl_alg_kind_t, or 0 */
+} elt_case;
+
+/* The plain C loops a user would write (the compiler may vectorize). */
+__attribute__((noinline)) static void c_loop(fj_eltwise_op op, const float *s, float *d, size_t n) {
+    switch (op) {
+    case FJ_ELT_RELU: for (size_t i = 0; i < n; i++) d[i] = s[i] > 0.0f ? s[i] : 0.0f; break;
+    case FJ_ELT_EXP: for (size_t i = 0; i < n; i++) d[i] = expf(s[i]); break;
+    case FJ_ELT_TANH: for (size_t i = 0; i < n; i++) d[i] = tanhf(s[i]); break;
+    case FJ_ELT_LOG: for (size_t i = 0; i < n; i++) d[i] = logf(s[i]); break;
+    case FJ_ELT_SIGMOID: for (size_t i = 0; i < n; i++) d[i] = 1.0f / (1.0f + expf(-s[i])); break;
+    case FJ_ELT_GELU_TANH:
+        for (size_t i = 0; i < n; i++) {
+            float x = s[i];
+            d[i] = 0.5f * x * (1.0f + tanhf(0.7978845608f * (x + 0.044715f * x * x * x)));
+        }
+        break;
+    case FJ_ELT_GELU_ERF:
+        for (size_t i = 0; i < n; i++) d[i] = 0.5f * s[i] * (1.0f + erff(s[i] * 0.70710678f));
+        break;
+    case FJ_ELT_SWISH: for (size_t i = 0; i < n; i++) d[i] = s[i] / (1.0f + expf(-s[i])); break;
+    default: for (size_t i = 0; i < n; i++) d[i] = s[i]; break;
+    }
 }
 
-static void relu_size(const bench_ctx *c, fj_runtime *rt, size_t bytes) {
+#ifdef FJ_BENCH_DNNL
+typedef struct dnn {
+    dnnl_engine_t eng;
+    dnnl_stream_t st;
+    dnnl_primitive_t prim;
+    dnnl_memory_t src, dst;
+} dnn;
+
+static int dnn_make(dnn *d, int alg, float alpha, float beta, float *src, float *dst, size_t n) {
+    memset(d, 0, sizeof *d);
+    if (dnnl_engine_create(&d->eng, dnnl_cpu, 0) != dnnl_success) return 0;
+    if (dnnl_stream_create(&d->st, d->eng, dnnl_stream_default_flags) != dnnl_success) return 0;
+    dnnl_dims_t dims = {(dnnl_dim_t)n};
+    dnnl_memory_desc_t md;
+    dnnl_eltwise_desc_t ed;
+    dnnl_primitive_desc_t pd;
+    if (dnnl_memory_desc_init_by_tag(&md, 1, dims, dnnl_f32, dnnl_a) != dnnl_success) return 0;
+    if (dnnl_eltwise_forward_desc_init(&ed, dnnl_forward_inference, (dnnl_alg_kind_t)alg, &md, alpha,
+                                       beta) != dnnl_success)
+        return 0;
+    if (dnnl_primitive_desc_create(&pd, &ed, NULL, d->eng, NULL) != dnnl_success) return 0;
+    int ok = dnnl_primitive_create(&d->prim, pd) == dnnl_success;
+    dnnl_primitive_desc_destroy(pd);
+    ok = ok && dnnl_memory_create(&d->src, &md, d->eng, src) == dnnl_success;
+    ok = ok && dnnl_memory_create(&d->dst, &md, d->eng, dst) == dnnl_success;
+    return ok;
+}
+
+static void dnn_run(dnn *d) {
+    dnnl_exec_arg_t args[2] = {{DNNL_ARG_SRC, d->src}, {DNNL_ARG_DST, d->dst}};
+    dnnl_primitive_execute(d->prim, d->st, 2, args);
+    dnnl_stream_wait(d->st);
+}
+
+static void dnn_free(dnn *d) {
+    if (d->prim) dnnl_primitive_destroy(d->prim);
+    if (d->src) dnnl_memory_destroy(d->src);
+    if (d->dst) dnnl_memory_destroy(d->dst);
+    if (d->st) dnnl_stream_destroy(d->st);
+    if (d->eng) dnnl_engine_destroy(d->eng);
+}
+#endif
+
+static void run_case(const bench_ctx *c, fj_runtime *rt, const elt_case *ec, size_t bytes) {
     size_t n = bytes / sizeof(float);
     float *src = aligned_alloc(64, bytes), *dst = aligned_alloc(64, bytes);
-    for (size_t i = 0; i < n; i++) src[i] = (float)((int)(i % 17) - 8);
+    for (size_t i = 0; i < n; i++)
+        src[i] = ec->op == FJ_ELT_LOG ? 0.01f + (float)(i % 1000) * 0.1f
+                                      : (float)((int)(i % 2001) - 1000) / 100.0f;
     memset(dst, 0, bytes);
-    size_t calls = (size_t)(2e7 / (double)bytes) + 1; /* ~10 ms per repetition */
-    double fj[32], ref[32];
-    fj_eltwise_f32(rt, FJ_ELT_RELU, 0, 0, src, dst, n); /* generate + warm */
-    relu_c(src, dst, n);
+    /* ~20 ms per repetition per variant */
+    double per = (double)bytes * (ec->op == FJ_ELT_RELU ? 0.05 : 0.3);
+    size_t calls = (size_t)(2e7 / per) + 1;
+    double fj[64], cl[64], dn[64];
+    int have_dnn = 0;
+#ifdef FJ_BENCH_DNNL
+    dnn d;
+    have_dnn = ec->dnnl_alg && dnn_make(&d, ec->dnnl_alg, ec->alpha, ec->beta, src, dst, n);
+    if (have_dnn) dnn_run(&d);
+#endif
+    fj_eltwise_f32(rt, ec->op, ec->alpha, ec->beta, src, dst, n); /* generate + warm */
+    c_loop(ec->op, src, dst, n);
+    size_t ccalls = calls / 4 + 1; /* libm loops are slow: fewer calls */
     for (int rep = 0; rep < c->reps; rep++) {
-        /* Interleaved so that noise from the shared machine hits both. */
         double t0 = bench_now_ns();
-        for (size_t i = 0; i < calls; i++) fj_eltwise_f32(rt, FJ_ELT_RELU, 0, 0, src, dst, n);
+        for (size_t i = 0; i < calls; i++) fj_eltwise_f32(rt, ec->op, ec->alpha, ec->beta, src, dst, n);
         double t1 = bench_now_ns();
-        for (size_t i = 0; i < calls; i++) relu_c(src, dst, n);
+#ifdef FJ_BENCH_DNNL
+        if (have_dnn)
+            for (size_t i = 0; i < calls; i++) dnn_run(&d);
+#endif
         double t2 = bench_now_ns();
+        for (size_t i = 0; i < ccalls; i++) c_loop(ec->op, src, dst, n);
+        double t3 = bench_now_ns();
         fj[rep] = (t1 - t0) / (double)calls;
-        ref[rep] = (t2 - t1) / (double)calls;
+        dn[rep] = (t2 - t1) / (double)calls;
+        cl[rep] = (t3 - t2) / (double)ccalls;
     }
-    double f = bench_median(fj, c->reps), r = bench_median(ref, c->reps);
+    double f = bench_median(fj, c->reps), r = bench_median(cl, c->reps);
     char name[64];
-    snprintf(name, sizeof name, "relu %zu B", bytes);
-    bench_row("eltwise", name, "plain C", r, "ns", 0);
-    bench_row("eltwise", name, "framejit", f, "ns", r / f);
+    snprintf(name, sizeof name, "%s %zu KiB", ec->name, bytes / 1024);
+    bench_row("eltwise", name, "framejit", f, "ns", 0);
     bench_row("eltwise", name, "framejit GB/s", 2.0 * (double)bytes / f, "GB/s", 0);
+    if (have_dnn) {
+        double o = bench_median(dn, c->reps);
+        bench_row("eltwise", name, "onednn", o, "ns", o / f);
+    }
+    bench_row("eltwise", name, "plain C (libm)", r, "ns", r / f);
+#ifdef FJ_BENCH_DNNL
+    if (ec->dnnl_alg) dnn_free(&d);
+#endif
     free(src);
     free(dst);
+}
+
+/* Generation: first call in a fresh runtime minus a warm call, median. */
+static void gen_time(const bench_ctx *c, const elt_case *ec) {
+    double v[64];
+    float src[1024], dst[1024];
+    for (int i = 0; i < 1024; i++) src[i] = 0.5f;
+    for (int rep = 0; rep < c->reps; rep++) {
+        fj_options o;
+        fj_options_init(&o);
+        o.threads = 1;
+        fj_runtime *rt;
+        if (fj_runtime_create(&o, &rt) != FJ_OK) return;
+        fj_eltwise_f32(rt, FJ_ELT_ABS, 0, 0, src, dst, 1024); /* runtime's own first-use costs */
+        double t0 = bench_now_ns();
+        fj_eltwise_f32(rt, ec->op, ec->alpha, ec->beta, src, dst, 1024);
+        double t1 = bench_now_ns();
+        fj_eltwise_f32(rt, ec->op, ec->alpha, ec->beta, src, dst, 1024);
+        double t2 = bench_now_ns();
+        v[rep] = ((t1 - t0) - (t2 - t1)) / 1e3;
+        fj_runtime_destroy(rt);
+    }
+    char name[64];
+    snprintf(name, sizeof name, "generate %s", ec->name);
+    bench_row("eltwise", name, "framejit", bench_median(v, c->reps), "us", 0);
 }
 
 void bench_eltwise(const bench_ctx *c) {
@@ -48,10 +171,31 @@ void bench_eltwise(const bench_ctx *c) {
         fprintf(stderr, "bench eltwise: %s\n", fj_last_error());
         return;
     }
-    printf("# eltwise: isa %s, 1 thread, median of %d; ratio = plain C time / framejit time\n",
+    printf("# eltwise: isa %s, 1 thread, median of %d; ratio = other time / framejit time\n",
            fj_runtime_isa(rt) == FJ_ISA_AVX512 ? "avx512" : "avx2", c->reps);
-    relu_size(c, rt, 4096);
-    relu_size(c, rt, 256 * 1024);
-    if (!c->quick) relu_size(c, rt, (size_t)64 << 20);
+#ifdef FJ_BENCH_DNNL
+#define A(x) x
+#else
+#define A(x) 0
+#endif
+    const elt_case cases[] = {
+        {"relu", FJ_ELT_RELU, 0, 0, A(dnnl_eltwise_relu)},
+        {"exp", FJ_ELT_EXP, 0, 0, A(dnnl_eltwise_exp)},
+        {"tanh", FJ_ELT_TANH, 0, 0, A(dnnl_eltwise_tanh)},
+        {"gelu_tanh", FJ_ELT_GELU_TANH, 0, 0, A(dnnl_eltwise_gelu_tanh)},
+        {"gelu_erf", FJ_ELT_GELU_ERF, 0, 0, A(dnnl_eltwise_gelu_erf)},
+        {"sigmoid", FJ_ELT_SIGMOID, 0, 0, A(dnnl_eltwise_logistic)},
+        {"log", FJ_ELT_LOG, 0, 0, A(dnnl_eltwise_log)},
+        {"swish", FJ_ELT_SWISH, 1, 0, A(dnnl_eltwise_swish)},
+    };
+    const size_t sizes[] = {4096, 256 * 1024, (size_t)64 << 20};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        if (c->quick && k > 4) break;
+        for (size_t s = 0; s < 3; s++) {
+            if (s == 2 && (c->quick || k > 4)) continue;
+            run_case(c, rt, &cases[k], sizes[s]);
+        }
+    }
+    for (size_t k = 0; k < 5; k++) gen_time(c, &cases[k]);
     fj_runtime_destroy(rt);
 }

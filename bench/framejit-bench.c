@@ -50,6 +50,10 @@ typedef struct section {
 static const section sections[] = {
     {"eltwise", bench_eltwise},
     {"encode", bench_encode},
+    {"peak", bench_peak},
+    {"gemm", bench_gemm},
+    {"unwind", bench_unwind},
+    {"profiling", bench_profiling},
 };
 
 int main(int argc, char **argv) {

@@ -6,6 +6,20 @@
  * before any of them runs). Code addresses are never reused for another
  * kernel in the life of the process (libunwind's trace cache cannot be
  * invalidated). The code cache knows nothing about primitives or unwinding.
+ *
+ * Capacity and eviction. Kernels live in arenas (spans of code address
+ * space). The capacity bounds the code memory the arenas hold: the bytes
+ * consumed in every arena that has not been given back yet (kernels, their
+ * padding, and the room left by kernels removed from an arena that still
+ * has live ones). When a placement would go over it, the cache evicts whole
+ * arenas, least recently used first (an arena's last use is the newest
+ * tick cc_touch gave any of its kernels): the owner's evict hook says
+ * whether every kernel in the arena may go (nobody holds or runs it) and
+ * frees them. An arena whose kernels are all gone is retired: the retire
+ * hook runs first (the owner deregisters the arena's unwind info there:
+ * invariant 4), then its pages go back to the system while its virtual
+ * range stays reserved (PROT_NONE) forever. Its descriptor and entry
+ * records are freed later, once no lookup can still be reading them.
  */
 #ifndef FJ_CC_H
 #define FJ_CC_H
@@ -15,37 +29,136 @@
 #include "runtime/fj_base.h"
 
 typedef struct cc_cache cc_cache;
+typedef struct cc_arena cc_arena;
+
+/* An arena as the owner sees it in hooks. */
+typedef struct cc_arena_info {
+    uint64_t id;        /* unique in the process, never reused */
+    uintptr_t lo, hi;   /* its RX code span; never handed out again */
+    void *user;         /* the owner's pointer for this arena (cc_arena_set_user) */
+    cc_arena *arena;    /* opaque, for cc_arena_count / cc_arena_entry */
+} cc_arena_info;
+
+typedef struct cc_hooks {
+    void *ctx;
+    /* Eviction, step 1, called with the cache's lock held (it must not call
+     * back into the cache; it may take the owner's own locks as long as the
+     * owner never calls the cache while holding them, cc_touch and
+     * cc_set_owner excepted). Every live entry of a (cc_arena_entry) must
+     * be evictable, else return -1 and change nothing. If they all are,
+     * make them unreachable for the owner (no new user can get them), keep
+     * what step 2 needs in *detached and return how many there are. NULL:
+     * nothing is ever evicted, only empty arenas are retired. */
+    long (*evict_detach)(void *ctx, const cc_arena_info *a, void **detached);
+    /* Eviction, step 2, without the cache's lock: free what step 1
+     * detached; each kernel's entry goes back with cc_remove. */
+    void (*evict_free)(void *ctx, void *detached);
+    /* The arena's last entry was removed and its memory is about to be
+     * given back: deregister whatever unwind info still covers [lo, hi)
+     * (invariant 4). Called without the cache's lock, once per arena,
+     * also from cc_destroy. May be NULL. */
+    void (*retire)(void *ctx, const cc_arena_info *a);
+} cc_hooks;
 
 typedef struct cc_config {
-    size_t capacity;   /* bytes of code; 0 = default */
+    size_t capacity;   /* bytes of code memory held; 0 = default (64 MiB) */
     int code_file;     /* 1: back arenas with files in /dev/shm when possible;
                           0: memfd/anonymous only (FRAMEJIT_CODE_FILE=0) */
+    int huge_pages;    /* 1: 2 MiB arenas whose full 2 MiB chunks are
+                          collapsed into huge pages where the system allows
+                          (FRAMEJIT_HUGEPAGES=1); the log says what happened */
+    int reclaim_ms;    /* how long the records of a retired arena stay
+                          readable (names returned by lookups); 0 = 1000 */
 } cc_config;
 
-/* A placed kernel. start/size/name are immutable once published. */
+/* A placed kernel. start/size/name and the arena fields are immutable once
+ * published. */
 typedef struct cc_entry {
-    uintptr_t start;   /* first byte, in the RX view */
-    size_t size;       /* bytes placed */
-    const char *name;  /* owned by the cache */
+    uintptr_t start;     /* first byte, in the RX view */
+    size_t size;         /* bytes placed */
+    const char *name;    /* owned by the cache */
+    uint64_t arena_id;   /* the arena holding it (cc_arena_info.id) */
+    uintptr_t arena_lo, arena_hi;
+    void *owner;         /* the owner's object (cc_set_owner); the owner
+                            synchronizes its reads and writes itself */
 } cc_entry;
 
 FJ_INTERNAL fj_status cc_create(const cc_config *cfg, cc_cache **out);
-/* Unmaps everything. Unwind info for its kernels must be deregistered
- * first, and none of its kernels may be running. NULL ok. */
+/* Installs the owner's hooks (before the first placement). */
+FJ_INTERNAL void cc_set_hooks(cc_cache *c, const cc_hooks *h);
+/* Unmaps everything (the retire hook runs for each arena still holding
+ * memory). None of its kernels may be running. NULL ok. */
 FJ_INTERNAL void cc_destroy(cc_cache *c);
 
-/* Copies len bytes of position-independent code (align: power of two,
- * >= 16) into executable memory and publishes it for cc_lookup. */
+/* Copies len bytes of position-independent code into executable memory
+ * and publishes it for cc_lookup, evicting least recently used arenas if
+ * it would not fit in the capacity; FJ_ERR_CACHE_FULL if nothing can be
+ * evicted. Never called with a lock the evict hooks take. */
 FJ_INTERNAL fj_status cc_place(cc_cache *c, const uint8_t *code, size_t len, const char *name,
                                cc_entry **out);
-/* Unpublishes and frees an entry. Its address range is never reused. */
+/* Unpublishes an entry. Its address range is never reused; its record
+ * stays readable until its arena is reclaimed. */
 FJ_INTERNAL void cc_remove(cc_cache *c, cc_entry *e);
 
+/* Marks e (hence its arena) used at tick (a clock the owner keeps; larger
+ * is newer). Lock-free, cheap: one relaxed store. */
+FJ_INTERNAL void cc_touch(cc_entry *e, uint64_t tick);
+FJ_INTERNAL void cc_set_owner(cc_entry *e, void *owner);
+/* The owner's pointer for e's arena, and setting it (under the owner's own
+ * synchronization); the retire hook gets it back in cc_arena_info.user. */
+FJ_INTERNAL void *cc_arena_user(const cc_entry *e);
+FJ_INTERNAL void cc_arena_set_user(const cc_entry *e, void *user);
+
+/* In hooks: entries of an arena; cc_arena_entry gives NULL for a removed one. */
+FJ_INTERNAL size_t cc_arena_count(const cc_arena_info *a);
+FJ_INTERNAL cc_entry *cc_arena_entry(const cc_arena_info *a, size_t i);
+
 /* Async-signal-safe and lock-free, across all live caches: the entry whose
- * [start, start+size) contains pc, or NULL. */
+ * [start, start+size) contains pc, or NULL. The pointer stays readable at
+ * least until the entry's arena has been retired for the reclaim delay. */
 FJ_INTERNAL const cc_entry *cc_lookup(uintptr_t pc);
 
 /* "file", "memfd" or "anonymous": how this cache's code is backed. */
 FJ_INTERNAL const char *cc_backing(const cc_cache *c);
+
+typedef struct cc_stats {
+    size_t capacity;
+    size_t held;             /* bytes counted against the capacity */
+    size_t live_kernels;     /* placed and not removed */
+    size_t live_bytes;       /* their code bytes */
+    size_t mapped_bytes;     /* spans of arenas holding memory */
+    size_t arenas;           /* arenas holding memory */
+    size_t limbo;            /* retired arenas whose records are not freed yet */
+    uint64_t arenas_evicted; /* arenas emptied by eviction */
+    uint64_t arenas_retired;
+    uint64_t huge_chunks;    /* 2 MiB chunks collapsed into huge pages */
+    uint64_t huge_failed;    /* ... that the system refused */
+} cc_stats;
+FJ_INTERNAL void cc_get_stats(cc_cache *c, cc_stats *out);
+
+/* ---- The arena file as an ELF image (cc_image.c) ---------------------------
+ * For the self-describing arena files (runtime/image.c): the file, the
+ * code's place in it, and writes that never touch the code pages. */
+typedef struct cc_image_info {
+    int fd;              /* the backing file (owned by the cache; -1 if none) */
+    uint64_t arena_id;
+    uint64_t code_off;   /* file offset of lo */
+    uintptr_t lo, hi;    /* the arena's code span in the RX view */
+    size_t page;
+    const char *backing; /* "file", "memfd", "anonymous" */
+    const char *path;    /* /dev/shm file, NULL otherwise */
+} cc_image_info;
+/* Fills out for e's arena. FJ_ERR_UNSUPPORTED (no message: not an error)
+ * when the arena is not a file this process may write (memfd, anonymous,
+ * or a file created by the parent of a fork); the id, span and backing
+ * are filled anyway. */
+FJ_INTERNAL fj_status cc_entry_image(const cc_entry *e, cc_image_info *out);
+/* pwrite into e's arena file; [off, off + n) must lie before the code span
+ * (the header page) or after it. */
+FJ_INTERNAL fj_status cc_image_write(const cc_entry *e, uint64_t off, const void *p, size_t n);
+/* Frees [off, off + n) of the file (a hole), or with truncate != 0 cuts
+ * the file at off. off must be past the code span. */
+FJ_INTERNAL fj_status cc_image_discard(const cc_entry *e, uint64_t off, uint64_t n,
+                                       int truncate);
 
 #endif

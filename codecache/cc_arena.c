@@ -13,7 +13,12 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
+
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25 /* Linux 6.1 */
+#endif
 
 /* ------------------------------------------------------------------------
  * OS calls behind one small table, each fallible one preceded by its
@@ -97,15 +102,21 @@ const char *cc_kind_name(int kind) {
 static pthread_mutex_t va_lock = PTHREAD_MUTEX_INITIALIZER;
 static uintptr_t va_cur, va_end;
 
-static fj_status va_carve(size_t n, uintptr_t *out) {
+/* n bytes at an address aligned to align (a power of two >= the page). */
+static fj_status va_carve(size_t n, size_t align, uintptr_t *out) {
     fj_status st = FJ_OK;
     pthread_mutex_lock(&va_lock);
-    if (va_end - va_cur < n) {
+    /* The bytes skipped to align stay reserved and unused forever. */
+    uintptr_t at = round_up(va_cur, align);
+    if (at < va_cur || at > va_end || va_end - at < n) {
         /* MAP_NORESERVE: the range costs neither memory nor commit charge.
-         * Just n is tried when address space is limited (ulimit -v).
-         * The old range's unused tail stays reserved, never reused. */
-        size_t want = n > CC_RESERVE_BYTES ? round_up(n, CC_RESERVE_BYTES) : CC_RESERVE_BYTES;
-        size_t tries[2] = {want, round_up(n, page_size())};
+         * Just what is needed is tried when address space is limited
+         * (ulimit -v). The old range's unused tail stays reserved, never
+         * reused. need has room to align inside the new range. */
+        size_t need = n + (align - page_size());
+        size_t want = need > CC_RESERVE_BYTES ? round_up(need, CC_RESERVE_BYTES)
+                                              : CC_RESERVE_BYTES;
+        size_t tries[2] = {want, round_up(need, page_size())};
         void *p = MAP_FAILED;
         int err = 0;
         for (int i = 0; i < 2 && p == MAP_FAILED; i++) {
@@ -119,13 +130,13 @@ static fj_status va_carve(size_t n, uintptr_t *out) {
                          strerror(err));
             goto out;
         }
-        va_cur = (uintptr_t)p;
-        va_end = va_cur + want;
+        va_end = (uintptr_t)p + want;
+        at = round_up((uintptr_t)p, align);
         fj_log(2, "codecache: reserved %zu MiB of code address space at %#lx", want >> 20,
-               (unsigned long)va_cur);
+               (unsigned long)(uintptr_t)p);
     }
-    *out = va_cur;
-    va_cur += n;
+    *out = at;
+    va_cur = at + n;
 out:
     pthread_mutex_unlock(&va_lock);
     return st;
@@ -177,11 +188,17 @@ static fj_status open_backing(cc_arena *a) {
 
 static fj_status map_views(cc_arena *a, size_t span) {
     /* The first page(s) of the file are kept for a header (an ELF image's
-     * headers later); code starts at a page-aligned offset after it. */
-    a->code_off = page_size();
+     * headers later); code starts at a page-aligned offset after it. For
+     * huge pages the code starts at 2 MiB, so that file offsets and RX
+     * addresses of each 2 MiB chunk line up (a PMD mapping needs both
+     * aligned); the gap after the header page is a hole costing nothing. */
+    a->code_off = a->huge ? CC_HUGE : page_size();
     a->rw_len = a->code_off + span;
     a->file_len = a->code_off + (span < CC_FILE_GROW ? span : CC_FILE_GROW);
-    if (file_extend(a->fd, 0, a->file_len) != 0)
+    int bad = a->huge ? file_extend(a->fd, 0, page_size()) != 0 ||
+                            file_extend(a->fd, a->code_off, a->file_len) != 0
+                      : file_extend(a->fd, 0, a->file_len) != 0;
+    if (bad)
         return fj_fail(FJ_ERR_OS, "codecache: sizing code file to %zu bytes: %s", a->file_len,
                        strerror(errno));
     void *rw = sys_mmap(NULL, a->rw_len, PROT_READ | PROT_WRITE, MAP_SHARED, a->fd, 0);
@@ -203,10 +220,13 @@ static fj_status map_views(cc_arena *a, size_t span) {
     return FJ_OK;
 }
 
-fj_status cc_arena_new(int kind, size_t min_code, cc_arena **out) {
+static atomic_uint_least64_t arena_ids;
+
+fj_status cc_arena_new(int kind, size_t span, size_t min_code, int huge, cc_arena **out) {
     *out = NULL;
-    size_t span = round_up(min_code > CC_ARENA_BYTES ? min_code : CC_ARENA_BYTES, page_size());
-    if (span < min_code) return fj_fail(FJ_ERR_INVALID_ARG, "codecache: kernel too large");
+    size_t unit = huge ? CC_HUGE : page_size();
+    if (min_code > SIZE_MAX / 4) return fj_fail(FJ_ERR_INVALID_ARG, "codecache: kernel too large");
+    span = round_up(min_code > span ? min_code : span, unit);
     cc_arena *a = fj_calloc(1, sizeof *a);
     cc_vec *v = fj_malloc(sizeof *v + CC_VEC_INITIAL * sizeof v->items[0]);
     if (!a || !v) {
@@ -218,13 +238,16 @@ fj_status cc_arena_new(int kind, size_t min_code, cc_arena **out) {
     v->older = NULL;
     atomic_init(&a->vec, v);
     atomic_init(&a->count, 0);
+    atomic_init(&a->last_use, 0);
+    a->id = atomic_fetch_add(&arena_ids, 1) + 1;
     a->kind = kind;
+    a->huge = huge;
     a->fd = -1;
     a->slot = -1;
     a->pid = getpid();
 
     uintptr_t lo = 0;
-    fj_status st = va_carve(span, &lo);
+    fj_status st = va_carve(span, unit, &lo);
     if (st != FJ_OK) goto fail;
     a->lo = lo;
     a->hi = lo + span;
@@ -234,7 +257,9 @@ fj_status cc_arena_new(int kind, size_t min_code, cc_arena **out) {
         if (st != FJ_OK) goto fail;
     }
     /* CC_ANON: the pages stay PROT_NONE in the reservation until a
-     * placement makes exactly its own pages RW, then RX. */
+     * placement makes exactly its own pages RW, then RX. MADV_HUGEPAGE
+     * lets khugepaged collapse them too; failure only costs that. */
+    if (huge) (void)madvise((void *)a->lo, span, MADV_HUGEPAGE);
     fj_log(2, "codecache: new %s arena %#lx-%#lx%s%s", cc_kind_name(kind), (unsigned long)a->lo,
            (unsigned long)a->hi, a->path[0] ? " " : "", a->path);
     *out = a;
@@ -315,17 +340,39 @@ fj_status cc_arena_reserve(cc_arena *a, size_t len, cc_txn *t, int *fits) {
     return FJ_OK;
 }
 
-fj_status cc_arena_commit(cc_txn *t) {
+/* Huge pages without a hugetlbfs pool and without ever mapping code
+ * writable: once placement has filled a 2 MiB chunk (all of it RX code by
+ * then), MADV_COLLAPSE copies it into one huge page in place (Linux 6.1+;
+ * shmem too, unless shmem THP is "deny"). Best effort: a refusal (THP
+ * "never", an old kernel, a chunk with a PROT_NONE hole left by an aborted
+ * placement) only costs the iTLB savings. */
+static void collapse_full_chunks(cc_arena *a, int *ok, int *bad) {
+    while (a->huge && a->collapsed + CC_HUGE <= a->cursor) {
+        uintptr_t p = a->lo + a->collapsed;
+        a->collapsed += CC_HUGE;
+        if (madvise((void *)p, CC_HUGE, MADV_COLLAPSE) == 0) {
+            ++*ok;
+            fj_log(2, "codecache: huge page for code at %#lx", (unsigned long)p);
+        } else {
+            ++*bad;
+            fj_log(1, "codecache: no huge page for code at %#lx: madvise(MADV_COLLAPSE): %s",
+                   (unsigned long)p, strerror(errno));
+        }
+    }
+}
+
+fj_status cc_arena_commit(cc_txn *t, int *huge_ok, int *huge_bad) {
     cc_arena *a = t->a;
     a->cursor = t->off + t->span;
-    if (a->kind != CC_ANON) return FJ_OK; /* the RX view already shows the bytes */
-    if (sys_mprotect(a->lo + t->off, t->span, PROT_READ | PROT_EXEC) != 0) {
+    if (a->kind == CC_ANON && sys_mprotect(a->lo + t->off, t->span, PROT_READ | PROT_EXEC) != 0) {
         int err = errno;
         /* Never leave written code writable; the pages are simply skipped. */
         os.mprotect((void *)(a->lo + t->off), t->span, PROT_NONE);
         return fj_fail(FJ_ERR_OS, "codecache: mprotect RX %zu bytes: %s", t->span,
                        strerror(err));
     }
+    /* (file/memfd: the RX view already shows the bytes.) */
+    collapse_full_chunks(a, huge_ok, huge_bad);
     return FJ_OK;
 }
 
@@ -335,6 +382,36 @@ void cc_arena_abort(cc_txn *t) {
      * addresses only ever move forward. */
     a->cursor = t->off + t->span;
     if (a->kind == CC_ANON) os.mprotect((void *)(a->lo + t->off), t->span, PROT_NONE);
+}
+
+/* ------------------------------------------------------------------------
+ * Huge pages: what the system allows, for the log.
+ * ---------------------------------------------------------------------- */
+
+/* The bracketed word of a THP sysfs file ("always [madvise] never"). */
+static void thp_setting(const char *path, char *out, size_t n) {
+    snprintf(out, n, "unknown");
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    char line[256];
+    if (fgets(line, sizeof line, f)) {
+        char *l = strchr(line, '['), *r = l ? strchr(l, ']') : NULL;
+        if (l && r) snprintf(out, n, "%.*s", (int)(r - l - 1), l + 1);
+    }
+    fclose(f);
+}
+
+void cc_huge_describe(char *buf, size_t n) {
+    char anon[32], shm[32];
+    thp_setting("/sys/kernel/mm/transparent_hugepage/enabled", anon, sizeof anon);
+    thp_setting("/sys/kernel/mm/transparent_hugepage/shmem_enabled", shm, sizeof shm);
+    snprintf(buf, n, "transparent huge pages: anonymous '%s', shmem '%s'", anon, shm);
+}
+
+uint64_t cc_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 /* ------------------------------------------------------------------------

@@ -10,12 +10,25 @@
 #include <unistd.h>
 
 struct cc_cache {
-    pthread_mutex_t lock;  /* placement and removal */
+    pthread_mutex_t lock;  /* placement, removal, eviction, the arena lists */
     int kind;              /* backing of every arena of this cache */
+    int huge;              /* huge-page arenas */
     size_t capacity;
-    size_t live;           /* bytes of live kernels, each rounded up to CC_ALIGN */
-    cc_arena *cur;         /* where the next kernel goes */
-    cc_arena *arenas;      /* all of them, newest first */
+    size_t span;           /* normal code span of an arena */
+    size_t held;           /* bytes consumed in arenas not retired (vs capacity) */
+    size_t mapped;         /* spans of those arenas */
+    size_t narenas;
+    size_t live_bytes;     /* code bytes of live kernels */
+    size_t nlive;
+    cc_arena *cur;         /* where the next kernel goes, or NULL */
+    cc_arena *arenas;      /* arenas not retired, newest first */
+    cc_arena *limbo;       /* retired; descriptors and records not freed yet */
+    size_t nlimbo;
+    uint64_t reclaim_ns;
+    uint64_t round;        /* eviction rounds, to try each arena once per round */
+    atomic_uint_least64_t clock; /* newest cc_touch tick */
+    uint64_t arenas_evicted, arenas_retired, huge_ok, huge_bad;
+    cc_hooks hooks;
 };
 
 /* ------------------------------------------------------------------------
@@ -82,19 +95,105 @@ static void unpublish(cc_arena *a) {
     a->slot = -1;
 }
 
-/* An arena whose kernels were all removed and that takes no more code gives
- * its memory and file back. Its descriptor and records stay until
- * cc_destroy (pointers handed out by cc_lookup stay valid); it leaves the
- * slot table so the table does not fill up with dead arenas. */
-static void retire(cc_arena *a) {
-    pthread_mutex_lock(&g_lock);
-    unpublish(a);
-    pthread_mutex_unlock(&g_lock);
-    cc_arena_release(a);
-}
-
 static int all_dead(cc_arena *a) {
     return a->ndead == atomic_load_explicit(&a->count, memory_order_relaxed);
+}
+
+static cc_arena_info info_of(cc_arena *a) {
+    return (cc_arena_info){a->id, a->lo, a->hi, a->user, a};
+}
+
+/* ------------------------------------------------------------------------
+ * Retirement. An arena whose kernels were all removed and that takes no
+ * more code gives its memory and file back, in two steps:
+ *   begin_retire (under the cache lock): out of the accounting and the
+ *     arena list, onto the caller's work list;
+ *   finish_retire (after unlocking): the retire hook (the owner drops the
+ *     arena's unwind info: invariant 4), leave the slot table, give the
+ *     memory back, then limbo. Records stay readable there for the reclaim
+ *     delay (a name fj_symbolize returned), then a grace period makes sure
+ *     no lookup still reads them, and they are freed: a process that
+ *     evicts forever keeps only what recent retirements left.
+ * ---------------------------------------------------------------------- */
+
+static void unlink_arena(cc_arena **list, cc_arena *a) {
+    for (cc_arena **pp = list; *pp; pp = &(*pp)->next)
+        if (*pp == a) {
+            *pp = a->next;
+            a->next = NULL;
+            return;
+        }
+}
+
+/* Under c->lock. */
+static void begin_retire(cc_cache *c, cc_arena *a, cc_arena **work) {
+    if (a->state >= CC_RETIRING) return;
+    a->state = CC_RETIRING;
+    if (c->cur == a) c->cur = NULL;
+    c->held -= a->cursor;
+    c->mapped -= a->hi - a->lo;
+    c->narenas--;
+    unlink_arena(&c->arenas, a);
+    a->work_next = *work;
+    *work = a;
+}
+
+/* Frees limbo arenas older than the reclaim delay (all of them if force). */
+static void reap(cc_cache *c, int force) {
+    cc_arena *old = NULL;
+    uint64_t now = cc_now_ns();
+    pthread_mutex_lock(&c->lock);
+    for (cc_arena **pp = &c->limbo; *pp;) {
+        cc_arena *a = *pp;
+        if (force || now - a->retired_ns >= c->reclaim_ns) {
+            *pp = a->next;
+            a->next = old;
+            old = a;
+            c->nlimbo--;
+        } else {
+            pp = &a->next;
+        }
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (!old) return;
+    /* Unpublished long ago; a lookup that started before that may still be
+     * running (a preempted thread): wait for it. */
+    pthread_mutex_lock(&g_lock);
+    grace_wait();
+    pthread_mutex_unlock(&g_lock);
+    while (old) {
+        cc_arena *next = old->next;
+        cc_arena_free(old);
+        old = next;
+    }
+}
+
+/* Without c->lock. */
+static void finish_retire(cc_cache *c, cc_arena *work) {
+    if (!work) return;
+    while (work) {
+        cc_arena *a = work;
+        work = a->work_next;
+        if (c->hooks.retire) {
+            cc_arena_info info = info_of(a);
+            c->hooks.retire(c->hooks.ctx, &info);
+        }
+        pthread_mutex_lock(&g_lock);
+        unpublish(a);
+        pthread_mutex_unlock(&g_lock);
+        cc_arena_release(a);
+        fj_log(2, "codecache: arena %#lx-%#lx retired", (unsigned long)a->lo,
+               (unsigned long)a->hi);
+        pthread_mutex_lock(&c->lock);
+        a->state = CC_RETIRED;
+        a->retired_ns = cc_now_ns();
+        a->next = c->limbo;
+        c->limbo = a;
+        c->nlimbo++;
+        c->arenas_retired++;
+        pthread_mutex_unlock(&c->lock);
+    }
+    reap(c, 0);
 }
 
 /* ------------------------------------------------------------------------
@@ -124,26 +223,46 @@ static void register_exit_hook(void) {
  * Lifecycle
  * ---------------------------------------------------------------------- */
 
+/* Under c->lock (or before the cache is shared). */
 static fj_status attach(cc_cache *c, cc_arena *a) {
     a->owner = c;
     fj_status st = publish(a);
     if (st != FJ_OK) return st;
     if (a->kind == CC_FILE) pthread_once(&exit_once, register_exit_hook);
+    /* New arenas count as just used: they are where new kernels go. */
+    atomic_store_explicit(&a->last_use, atomic_load_explicit(&c->clock, memory_order_relaxed),
+                          memory_order_relaxed);
+    a->state = CC_OPEN;
     a->next = c->arenas;
     c->arenas = a;
     c->cur = a;
+    c->mapped += a->hi - a->lo;
+    c->narenas++;
     return FJ_OK;
+}
+
+/* Arena span for a capacity: about 16 arenas fit, so that eviction, which
+ * works on whole arenas, frees a fraction of the cache at a time. */
+static size_t span_for(size_t capacity, int huge) {
+    if (huge) return CC_HUGE;
+    size_t s = CC_ARENA_BYTES;
+    while (s > CC_ARENA_MIN && s > capacity / 16) s /= 2;
+    return s;
 }
 
 fj_status cc_create(const cc_config *cfg, cc_cache **out) {
     if (!out) return fj_fail(FJ_ERR_INVALID_ARG, "codecache: cc_create: out is NULL");
     *out = NULL;
-    cc_config conf = {0, 1};
+    cc_config conf = {0, 1, 0, 0};
     if (cfg) conf = *cfg;
     cc_cache *c = fj_calloc(1, sizeof *c);
     if (!c) return fj_fail(FJ_ERR_NO_MEMORY, "codecache: cache descriptor");
     pthread_mutex_init(&c->lock, NULL);
+    atomic_init(&c->clock, 0);
     c->capacity = conf.capacity ? conf.capacity : CC_DEFAULT_CAPACITY;
+    c->huge = conf.huge_pages != 0;
+    c->span = span_for(c->capacity, c->huge);
+    c->reclaim_ns = (uint64_t)(conf.reclaim_ms > 0 ? conf.reclaim_ms : 1000) * 1000000u;
 
     if (conf.code_file) cc_shm_cleanup_stale();
     /* The first backing that works, probed by creating the first arena
@@ -151,7 +270,7 @@ fj_status cc_create(const cc_config *cfg, cc_cache **out) {
     fj_status st = FJ_ERR_OS;
     cc_arena *a = NULL;
     for (int kind = conf.code_file ? CC_FILE : CC_MEMFD; kind <= CC_ANON; kind++) {
-        st = cc_arena_new(kind, CC_ARENA_BYTES, &a);
+        st = cc_arena_new(kind, c->span, 0, c->huge, &a);
         if (st == FJ_OK) break;
         if (kind != CC_ANON)
             fj_log(1, "codecache: %s backing unavailable (%s), trying the next", cc_kind_name(kind),
@@ -170,26 +289,36 @@ fj_status cc_create(const cc_config *cfg, cc_cache **out) {
         fj_free(c);
         return st;
     }
-    fj_log(1, "codecache: code backed by %s%s%s, capacity %zu bytes", cc_kind_name(c->kind),
-           a->path[0] ? " " : "", a->path, c->capacity);
+    fj_log(1, "codecache: code backed by %s%s%s, capacity %zu bytes, arenas of %zu KiB",
+           cc_kind_name(c->kind), a->path[0] ? " " : "", a->path, c->capacity, c->span >> 10);
+    if (c->huge) {
+        char why[160];
+        cc_huge_describe(why, sizeof why);
+        fj_log(1, "codecache: huge pages requested: 2 MiB aligned arenas, each full 2 MiB of "
+               "code collapsed with MADV_COLLAPSE (no hugetlbfs pool needed; %s)", why);
+    }
     *out = c;
     return FJ_OK;
 }
 
+void cc_set_hooks(cc_cache *c, const cc_hooks *h) {
+    if (!c) return;
+    pthread_mutex_lock(&c->lock);
+    if (h) c->hooks = *h;
+    else memset(&c->hooks, 0, sizeof c->hooks);
+    pthread_mutex_unlock(&c->lock);
+}
+
 void cc_destroy(cc_cache *c) {
     if (!c) return;
-    pthread_mutex_lock(&g_lock);
-    for (cc_arena *a = c->arenas; a; a = a->next) unpublish(a);
-    /* After this no lookup can still be reading these arenas or records. */
-    grace_wait();
-    pthread_mutex_unlock(&g_lock);
-    cc_arena *a = c->arenas;
-    while (a) {
-        cc_arena *next = a->next;
-        cc_arena_release(a);
-        cc_arena_free(a);
-        a = next;
-    }
+    /* Arenas still holding memory retire like any other (the owner's
+     * retire hook first), then everything is freed at once. */
+    pthread_mutex_lock(&c->lock);
+    cc_arena *work = NULL;
+    while (c->arenas) begin_retire(c, c->arenas, &work);
+    pthread_mutex_unlock(&c->lock);
+    finish_retire(c, work);
+    reap(c, 1);
     pthread_mutex_destroy(&c->lock);
     fj_free(c);
 }
@@ -216,15 +345,17 @@ static fj_status vec_room(cc_arena *a) {
     return FJ_OK;
 }
 
-static size_t align_up(size_t n) { return (n + CC_ALIGN - 1) & ~(size_t)(CC_ALIGN - 1); }
-
-/* Reserves room in the current arena, or in a new one if it is full. */
-static fj_status reserve(cc_cache *c, size_t len, cc_txn *t) {
-    int fits;
-    fj_status st = cc_arena_reserve(c->cur, len, t, &fits);
-    if (st != FJ_OK || fits) return st;
+/* Reserves room in the current arena, or in a new one if it is full (the
+ * old one is closed, and retired if it is empty). */
+static fj_status reserve(cc_cache *c, size_t len, cc_txn *t, cc_arena **work) {
+    int fits = 0;
+    fj_status st = FJ_OK;
+    if (c->cur) {
+        st = cc_arena_reserve(c->cur, len, t, &fits);
+        if (st != FJ_OK || fits) return st;
+    }
     cc_arena *a;
-    st = cc_arena_new(c->kind, len, &a);
+    st = cc_arena_new(c->kind, c->span, len, c->huge, &a);
     if (st != FJ_OK) return st;
     cc_arena *old = c->cur;
     st = attach(c, a);
@@ -233,10 +364,88 @@ static fj_status reserve(cc_cache *c, size_t len, cc_txn *t) {
         cc_arena_free(a);
         return st;
     }
-    if (all_dead(old)) retire(old);
+    if (old) {
+        old->state = CC_CLOSED;
+        if (all_dead(old)) begin_retire(c, old, work);
+    }
     st = cc_arena_reserve(a, len, t, &fits);
     if (st == FJ_OK && !fits) st = fj_fail(FJ_ERR_OS, "codecache: new arena too small");
     return st;
+}
+
+/* ------------------------------------------------------------------------
+ * Eviction: whole arenas, least recently used first, only when the owner
+ * says every kernel in it may go.
+ * ---------------------------------------------------------------------- */
+
+/* The least recently used arena not tried in this round, or NULL. */
+static cc_arena *pick_victim(cc_cache *c, uint64_t round) {
+    cc_arena *best = NULL;
+    uint64_t best_use = 0;
+    for (cc_arena *a = c->arenas; a; a = a->next) {
+        if (a->state > CC_CLOSED || a->evicting || a->evict_round == round) continue;
+        uint64_t u = atomic_load_explicit(&a->last_use, memory_order_relaxed);
+        if (!best || u < best_use) best = a, best_use = u;
+    }
+    return best;
+}
+
+/* Under c->lock, which it drops and retakes: makes need more bytes fit in
+ * the capacity, or fails with FJ_ERR_CACHE_FULL. */
+static fj_status make_room(cc_cache *c, size_t need, const char *name) {
+    if (need > c->capacity)
+        return fj_fail(FJ_ERR_CACHE_FULL, "codecache: kernel '%s' needs %zu bytes, more than the "
+                       "whole capacity of %zu bytes (fj_options.cache_bytes)", name, need,
+                       c->capacity);
+    uint64_t round = ++c->round;
+    while (c->held > c->capacity - need) {
+        cc_arena *v = pick_victim(c, round);
+        if (!v)
+            return fj_fail(FJ_ERR_CACHE_FULL, "codecache: no room for kernel '%s' (%zu bytes): "
+                           "%zu of %zu bytes are held by %zu arenas with kernels in use (held "
+                           "by a handle or running), none can be evicted; raise "
+                           "fj_options.cache_bytes", name, need, c->held, c->capacity,
+                           c->narenas);
+        v->evict_round = round;
+        cc_arena *work = NULL;
+        if (all_dead(v)) {
+            begin_retire(c, v, &work);
+            pthread_mutex_unlock(&c->lock);
+            finish_retire(c, work);
+            pthread_mutex_lock(&c->lock);
+            continue;
+        }
+        if (!c->hooks.evict_detach) continue;
+        cc_arena_info info = info_of(v);
+        void *detached = NULL;
+        long n = c->hooks.evict_detach(c->hooks.ctx, &info, &detached);
+        if (n < 0) {
+            /* In use: a second chance, as if just used. */
+            atomic_store_explicit(&v->last_use,
+                                  atomic_load_explicit(&c->clock, memory_order_relaxed),
+                                  memory_order_relaxed);
+            continue;
+        }
+        /* Closed before the lock drops: nothing new lands in it, so freeing
+         * what was detached empties it and retires it. */
+        if (c->cur == v) c->cur = NULL;
+        v->state = CC_CLOSED;
+        v->evicting = 1;
+        c->arenas_evicted++;
+        fj_log(2, "codecache: evicting arena %#lx-%#lx (%ld kernels)", (unsigned long)v->lo,
+               (unsigned long)v->hi, n);
+        pthread_mutex_unlock(&c->lock);
+        c->hooks.evict_free(c->hooks.ctx, detached);
+        pthread_mutex_lock(&c->lock);
+        v->evicting = 0; /* (retired by now unless an entry was left live) */
+        if (v->state == CC_CLOSED && all_dead(v)) {
+            begin_retire(c, v, &work);
+            pthread_mutex_unlock(&c->lock);
+            finish_retire(c, work);
+            pthread_mutex_lock(&c->lock);
+        }
+    }
+    return FJ_OK;
 }
 
 fj_status cc_place(cc_cache *c, const uint8_t *code, size_t len, const char *name,
@@ -247,34 +456,37 @@ fj_status cc_place(cc_cache *c, const uint8_t *code, size_t len, const char *nam
                        !c ? "cache is NULL" : !code ? "code is NULL" : !out ? "out is NULL"
                                                                         : "empty kernel");
     if (!name) name = "";
-    if (len > SIZE_MAX / 2) return fj_fail(FJ_ERR_INVALID_ARG, "codecache: kernel too large");
-    size_t need = align_up(len);
+    if (len > SIZE_MAX / 4) return fj_fail(FJ_ERR_INVALID_ARG, "codecache: kernel too large");
+    size_t unit = c->kind == CC_ANON ? (size_t)sysconf(_SC_PAGESIZE) : CC_ALIGN;
+    size_t need = (len + unit - 1) & ~(unit - 1);
     size_t nlen = strlen(name);
     cc_rec *r = fj_malloc(sizeof *r + nlen + 1);
     if (!r) return fj_fail(FJ_ERR_NO_MEMORY, "codecache: entry record for '%s'", name);
     memcpy(r->name, name, nlen + 1);
 
+    cc_arena *work = NULL;
+    int hok = 0, hbad = 0;
     pthread_mutex_lock(&c->lock);
-    fj_status st;
-    if (need > c->capacity - c->live) {
-        st = fj_fail(FJ_ERR_CACHE_FULL,
-                     "codecache: kernel '%s' needs %zu bytes; %zu of %zu bytes in use", name, need,
-                     c->live, c->capacity);
-        goto fail;
-    }
-    cc_txn t;
-    st = reserve(c, len, &t);
+    fj_status st = make_room(c, need, name);
     if (st != FJ_OK) goto fail;
+    cc_txn t;
+    st = reserve(c, len, &t, &work);
+    if (st != FJ_OK) goto fail;
+    size_t before = t.a->cursor;
     st = vec_room(t.a);
     if (st != FJ_OK) {
         cc_arena_abort(&t);
+        c->held += t.a->cursor - before;
         goto fail;
     }
     /* Fill the rest of the kernel's last line (anonymous: page) with int3:
      * the next kernel starts on lines nobody is executing. */
     memcpy(t.w, code, len);
     memset(t.w + len, 0xcc, t.span - len);
-    st = cc_arena_commit(&t);
+    st = cc_arena_commit(&t, &hok, &hbad);
+    c->held += t.a->cursor - before;
+    c->huge_ok += (uint64_t)hok;
+    c->huge_bad += (uint64_t)hbad;
     if (st != FJ_OK) goto fail;
 
     /* Publish: the record is complete before count makes it visible. The
@@ -285,19 +497,26 @@ fj_status cc_place(cc_cache *c, const uint8_t *code, size_t len, const char *nam
     r->e.start = t.a->lo + t.off;
     r->e.size = len;
     r->e.name = r->name;
+    r->e.arena_id = t.a->id;
+    r->e.arena_lo = t.a->lo;
+    r->e.arena_hi = t.a->hi;
+    r->e.owner = NULL;
     r->arena = t.a;
     atomic_init(&r->dead, 0);
     cc_vec *v = atomic_load_explicit(&t.a->vec, memory_order_relaxed);
     size_t n = atomic_load_explicit(&t.a->count, memory_order_relaxed);
     v->items[n] = r;
     atomic_store_explicit(&t.a->count, n + 1, memory_order_release);
-    c->live += need;
+    c->live_bytes += len;
+    c->nlive++;
     pthread_mutex_unlock(&c->lock);
+    finish_retire(c, work);
     fj_log(2, "codecache: placed '%s' (%zu bytes) at %#lx", name, len, (unsigned long)r->e.start);
     *out = &r->e;
     return FJ_OK;
 fail:
     pthread_mutex_unlock(&c->lock);
+    finish_retire(c, work);
     fj_free(r);
     return st;
 }
@@ -305,19 +524,64 @@ fail:
 void cc_remove(cc_cache *c, cc_entry *e) {
     if (!c || !e) return;
     cc_rec *r = (cc_rec *)e;
+    cc_arena *work = NULL;
     pthread_mutex_lock(&c->lock);
     cc_arena *a = r->arena;
     if (a->owner == c && !atomic_exchange(&r->dead, 1)) {
-        c->live -= align_up(e->size);
+        c->live_bytes -= e->size;
+        c->nlive--;
         a->ndead++;
-        if (a != c->cur && all_dead(a)) retire(a);
+        /* (An arena being evicted retires in make_room, which waits for it.) */
+        if (a->state == CC_CLOSED && !a->evicting && all_dead(a)) begin_retire(c, a, &work);
     }
+    pthread_mutex_unlock(&c->lock);
+    finish_retire(c, work);
+}
+
+void cc_touch(cc_entry *e, uint64_t tick) {
+    cc_arena *a = ((cc_rec *)e)->arena;
+    atomic_store_explicit(&a->last_use, tick, memory_order_relaxed);
+    atomic_store_explicit(&a->owner->clock, tick, memory_order_relaxed);
+}
+
+void cc_set_owner(cc_entry *e, void *owner) { e->owner = owner; }
+
+void *cc_arena_user(const cc_entry *e) { return ((const cc_rec *)e)->arena->user; }
+
+void cc_arena_set_user(const cc_entry *e, void *user) { ((const cc_rec *)e)->arena->user = user; }
+
+size_t cc_arena_count(const cc_arena_info *a) {
+    return atomic_load_explicit(&a->arena->count, memory_order_acquire);
+}
+
+cc_entry *cc_arena_entry(const cc_arena_info *a, size_t i) {
+    cc_vec *v = atomic_load_explicit(&a->arena->vec, memory_order_acquire);
+    if (i >= atomic_load_explicit(&a->arena->count, memory_order_acquire)) return NULL;
+    cc_rec *r = v->items[i];
+    return atomic_load_explicit(&r->dead, memory_order_acquire) ? NULL : &r->e;
+}
+
+void cc_get_stats(cc_cache *c, cc_stats *out) {
+    memset(out, 0, sizeof *out);
+    if (!c) return;
+    pthread_mutex_lock(&c->lock);
+    out->capacity = c->capacity;
+    out->held = c->held;
+    out->live_kernels = c->nlive;
+    out->live_bytes = c->live_bytes;
+    out->mapped_bytes = c->mapped;
+    out->arenas = c->narenas;
+    out->limbo = c->nlimbo;
+    out->arenas_evicted = c->arenas_evicted;
+    out->arenas_retired = c->arenas_retired;
+    out->huge_chunks = c->huge_ok;
+    out->huge_failed = c->huge_bad;
     pthread_mutex_unlock(&c->lock);
 }
 
 const char *cc_entry_path(const cc_entry *e) {
     const cc_arena *a = ((const cc_rec *)e)->arena;
-    return a->path[0] && !a->retired ? a->path : NULL;
+    return a->path[0] && a->state < CC_RETIRING ? a->path : NULL;
 }
 
 /* ------------------------------------------------------------------------

@@ -27,15 +27,18 @@
 enum { CC_FILE, CC_MEMFD, CC_ANON };
 
 #define CC_ALIGN 64u                    /* kernel start alignment (a cache line) */
-#define CC_ARENA_BYTES ((size_t)1 << 20) /* default code span of an arena */
+#define CC_ARENA_BYTES ((size_t)1 << 20) /* largest default code span of an arena */
+#define CC_ARENA_MIN ((size_t)16 << 10)  /* smallest (small capacities) */
+#define CC_HUGE ((size_t)2 << 20)        /* huge page size (x86-64 PMD) */
 #define CC_DEFAULT_CAPACITY ((size_t)64 << 20)
 #define CC_MAX_ARENAS 4096              /* live arenas in the whole process */
 
 typedef struct cc_arena cc_arena;
 
 /* One placed kernel. The public part comes first so a cc_entry * is also a
- * cc_rec *. Records stay allocated until their cache is destroyed, so a
- * pointer cc_lookup returned never dangles before that. */
+ * cc_rec *. Records live as long as their arena's descriptor: until the
+ * cache is destroyed, or the arena has been retired for the reclaim delay
+ * and a grace period has passed. */
 typedef struct cc_rec {
     cc_entry e;
     atomic_int dead;     /* set by cc_remove; lookups then skip it */
@@ -51,26 +54,44 @@ typedef struct cc_vec {
     cc_rec *items[];
 } cc_vec;
 
+/* Arena life: OPEN (takes placements while it is the cache's current one)
+ * -> CLOSED (takes no more; still runs its kernels) -> RETIRING (every
+ * entry removed; the retire hook and the release are under way outside the
+ * lock) -> RETIRED (memory given back, unpublished, waiting in limbo until
+ * its records can be freed). */
+enum { CC_OPEN, CC_CLOSED, CC_RETIRING, CC_RETIRED };
+
 struct cc_arena {
     /* Read by cc_lookup; immutable once the arena is published. */
     uintptr_t lo, hi;                /* RX code span [lo, hi) */
     _Atomic(cc_vec *) vec;
     atomic_size_t count;             /* published entries in vec */
 
+    atomic_uint_least64_t last_use;  /* newest cc_touch tick of its kernels */
+    uint64_t id;
+
     /* Writer side, under the owning cache's lock. */
     cc_cache *owner;
     int kind;                        /* CC_FILE, CC_MEMFD, CC_ANON */
+    int state;                       /* CC_OPEN ... CC_RETIRED */
     int fd;                          /* -1 for CC_ANON or once retired */
+    int huge;                        /* collapse full 2 MiB chunks */
     pid_t pid;                       /* creator; a forked child never writes here */
     uint8_t *rw;                     /* RW view of the whole file (file/memfd) */
     size_t rw_len;
     size_t code_off;                 /* file offset of lo: header page(s) first */
     size_t file_len;                 /* current file size */
     size_t cursor;                   /* next free byte, relative to lo */
+    size_t collapsed;                /* bytes from lo already offered to MADV_COLLAPSE */
     size_t ndead;
     int slot;                        /* index in the global slot table, -1 if none */
     int retired;                     /* memory given back; records kept */
-    cc_arena *next;                  /* the cache's arena list */
+    int evicting;                    /* an eviction of it is under way */
+    uint64_t evict_round;            /* last eviction round that tried it */
+    uint64_t retired_ns;             /* when it entered limbo */
+    void *user;                      /* owner's pointer (cc_arena_set_user) */
+    cc_arena *next;                  /* the cache's arena list (or limbo list) */
+    cc_arena *work_next;             /* local work lists (retire after unlock) */
     char path[64];                   /* /dev/shm file, "" otherwise */
 };
 
@@ -85,8 +106,11 @@ typedef struct cc_txn {
 /* ---- cc_arena.c ---- */
 
 /* Creates an arena of the given kind with at least min_code bytes of code
- * span; fills everything but slot/owner/next. */
-FJ_INTERNAL fj_status cc_arena_new(int kind, size_t min_code, cc_arena **out);
+ * span (rounded up to `span`, its normal size); fills everything but
+ * slot/owner/next. huge: 2 MiB aligned span and code offset, full chunks
+ * collapsed into huge pages as placement fills them. */
+FJ_INTERNAL fj_status cc_arena_new(int kind, size_t span, size_t min_code, int huge,
+                                   cc_arena **out);
 /* Gives the arena's memory back (keeps its addresses reserved as PROT_NONE
  * forever), closes and unlinks its file. The descriptor stays valid. */
 FJ_INTERNAL void cc_arena_release(cc_arena *a);
@@ -94,13 +118,18 @@ FJ_INTERNAL void cc_arena_release(cc_arena *a);
 FJ_INTERNAL void cc_arena_free(cc_arena *a);
 /* Room for len bytes at the cursor, made writable; 0 if it does not fit. */
 FJ_INTERNAL fj_status cc_arena_reserve(cc_arena *a, size_t len, cc_txn *t, int *fits);
-/* Makes the written bytes executable (anonymous: flips the pages to RX). */
-FJ_INTERNAL fj_status cc_arena_commit(cc_txn *t);
+/* Makes the written bytes executable (anonymous: flips the pages to RX).
+ * *huge_ok / *huge_bad count 2 MiB chunks this commit completed and
+ * collapsed into huge pages, or failed to. */
+FJ_INTERNAL fj_status cc_arena_commit(cc_txn *t, int *huge_ok, int *huge_bad);
 /* Drops a reservation; its addresses are simply never used. */
 FJ_INTERNAL void cc_arena_abort(cc_txn *t);
 /* Removes /dev/shm/framejit-<pid>-* files of processes that are gone. */
 FJ_INTERNAL void cc_shm_cleanup_stale(void);
 FJ_INTERNAL const char *cc_kind_name(int kind);
+/* One line on what huge pages can do here (THP settings), for the log. */
+FJ_INTERNAL void cc_huge_describe(char *buf, size_t n);
+FJ_INTERNAL uint64_t cc_now_ns(void);
 
 /* ---- cc_cache.c ---- */
 

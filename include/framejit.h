@@ -47,7 +47,17 @@ typedef enum fj_isa {
 
 typedef struct fj_options {
     int threads;          /* 0 = all online CPUs; FRAMEJIT_THREADS overrides */
-    size_t cache_bytes;   /* code cache capacity; 0 = default (64 MiB) */
+    size_t cache_bytes;   /* code cache capacity in bytes; 0 = default
+                             (64 MiB). It bounds the code memory held by
+                             the cache. When a new kernel would not fit,
+                             kernels the runtime generated and caches
+                             itself (GEMM, eltwise ... variants) that no
+                             call is using are evicted, least recently
+                             used first, and regenerated on their next
+                             use; kernels the user holds (handles,
+                             fj_builder_finish) are never evicted. If
+                             nothing can go, the call fails with
+                             FJ_ERR_CACHE_FULL. */
     fj_isa isa;           /* cap on the ISA; FRAMEJIT_ISA overrides. Asking
                              for an ISA the CPU lacks fails with
                              FJ_ERR_UNSUPPORTED. */
@@ -146,6 +156,21 @@ FJ_API fj_status fj_reduce_f32(fj_runtime *rt, fj_reduce_op op, int64_t rows, in
  * (the row max is subtracted). src == dst with equal ld is allowed. */
 FJ_API fj_status fj_softmax_f32(fj_runtime *rt, int log, int64_t rows, int64_t cols,
                                 const float *src, int64_t ld_src, float *dst, int64_t ld_dst);
+
+/* ---- code cache statistics -------------------------------------------- */
+
+typedef struct fj_cache_stats {
+    uint64_t hits;            /* kernel requests served by a cached kernel */
+    uint64_t misses;          /* ... that had to generate one */
+    uint64_t evictions;       /* kernels evicted to make room */
+    uint64_t live_kernels;    /* kernels in the code cache now (cached and held) */
+    size_t bytes_used;        /* code bytes of those kernels */
+    size_t bytes_reserved;    /* bytes of code arenas currently mapped */
+} fj_cache_stats;
+
+/* A snapshot of rt's code cache. Counters only grow over the runtime's
+ * life. Thread-safe. */
+FJ_API fj_status fj_cache_stats_get(fj_runtime *rt, fj_cache_stats *out);
 
 /* ---- symbolization --------------------------------------------------- */
 

@@ -76,6 +76,8 @@ struct fj_builder {
     size_t len, cap;
 
     uint32_t tag[4][32];   /* live tag per class and physical register, 0 = free */
+    uint32_t arg_tag[6];   /* the tag each argument register was created with */
+    uint32_t label_salt;   /* high bits of this builder's label ids */
     uint32_t gpr_ever;     /* GPRs ever handed out (callee-saved to save) */
     int used_vec;
 
@@ -105,13 +107,22 @@ __attribute__((format(printf, 2, 3))) static void berr(fj_builder *b, const char
     va_end(ap);
 }
 
+void kb_fail(fj_builder *b, const char *fmt, ...) {
+    if (!b || b->err != FJ_OK) return;
+    b->err = FJ_ERR_CODEGEN;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(b->errmsg, sizeof b->errmsg, fmt, ap);
+    va_end(ap);
+}
+
 #define ERR_NOMEM(b) \
     do { if ((b)->err == FJ_OK) { (b)->err = FJ_ERR_NO_MEMORY; \
          snprintf((b)->errmsg, sizeof (b)->errmsg, "out of memory"); } } while (0)
 
 static int grow(fj_builder *b, void **p, size_t *cap, size_t need, size_t elem) {
     if (need <= *cap) return 1;
-    size_t n = *cap ? *cap : 16;
+    size_t n = *cap ? *cap : 256; /* few reallocations for typical kernels */
     while (n < need) n *= 2;
     void *q = fj_realloc(*p, n * elem);
     if (!q) { ERR_NOMEM(b); return 0; }
@@ -146,7 +157,13 @@ fj_status kb_new(const char *name, int nargs, fj_isa isa, uint32_t cpu, fj_runti
     b->vbits = isa == FJ_ISA_AVX512 ? 512 : 256;
     b->nvec = isa == FJ_ISA_AVX512 ? 32 : 16;
     b->last_ret_jmp = -1;
-    for (int i = 0; i < nargs; i++) new_handle(b, RC_GPR, arg_regs[i]);
+    for (int i = 0; i < nargs; i++) {
+        new_handle(b, RC_GPR, arg_regs[i]);
+        b->arg_tag[i] = b->tag[RC_GPR][arg_regs[i]];
+    }
+    /* Label ids carry a per-builder salt, so a label of another builder is
+     * rejected instead of aliasing one of ours. */
+    do b->label_salt = atomic_fetch_add(&tag_counter, 1) & 0xfffu; while (b->label_salt == 0);
     b->gpr_ever = 0; /* argument registers are caller-saved: nothing to save */
     *out = b;
     return FJ_OK;
@@ -175,7 +192,7 @@ fj_reg fj_arg(fj_builder *b, int i) {
     if (!b) return r;
     if (i < 0 || i >= 6) { berr(b, "fj_arg(%d): kernels take 0..6 arguments", i); return r; }
     uint8_t p = arg_regs[i];
-    if (!b->tag[RC_GPR][p]) {
+    if (!b->tag[RC_GPR][p] || b->tag[RC_GPR][p] != b->arg_tag[i]) {
         berr(b, "fj_arg(%d): the kernel has no such argument, or its register was released", i);
         return r;
     }
@@ -439,24 +456,26 @@ fj_label fj_label_new(fj_builder *b) {
     size_t cap = b->labels_cap;
     if (!grow(b, (void **)&b->labels, &cap, b->nlabels + 1, sizeof(int32_t))) return l;
     b->labels_cap = (uint32_t)cap;
+    if (b->nlabels >= (1u << 20) - 1) { berr(b, "more than 2^20 labels"); return l; }
     b->labels[b->nlabels++] = -1;
-    l.id = b->nlabels; /* 1-based: 0 is "no label" */
+    l.id = b->label_salt << 20 | b->nlabels; /* index 1-based: 0 is "no label" */
     return l;
 }
 
 static int label_index(fj_builder *b, uint32_t id) {
-    if (id == 0 || id > b->nlabels) {
-        berr(b, "label %u does not belong to this builder", id);
+    uint32_t i = id & 0xfffffu;
+    if (id >> 20 != b->label_salt || i == 0 || i > b->nlabels) {
+        berr(b, "label 0x%x does not belong to this builder", id);
         return -1;
     }
-    return (int)id - 1;
+    return (int)i - 1;
 }
 
 void fj_label_bind(fj_builder *b, fj_label l) {
     if (!b || b->err) return;
     int i = label_index(b, l.id);
     if (i < 0) return;
-    if (b->labels[i] >= 0) { berr(b, "label %u bound twice", l.id); return; }
+    if (b->labels[i] >= 0) { berr(b, "label %d bound twice", i + 1); return; }
     b->labels[i] = (int32_t)b->len;
 }
 
@@ -693,8 +712,8 @@ fj_status kb_assemble(fj_builder *b, kb_code *out) {
     if (b->err) return fj_fail(b->err, "kernel %s: %s", b->name, b->errmsg);
     for (uint32_t i = 0; i < b->nlabels; i++)
         if (b->labels[i] < 0)
-            return fj_fail(FJ_ERR_CODEGEN, "kernel %s: label %u is used but never bound",
-                           b->name, i + 1);
+            return fj_fail(FJ_ERR_CODEGEN, "kernel %s: label %u (in creation order) is never "
+                           "bound", b->name, i + 1);
     /* A trailing fj_return jumps to the very next byte: drop that jmp. */
     size_t body_len = b->len, nfix = b->nfix;
     int label_at_end = 0;
@@ -766,7 +785,7 @@ fj_status kb_assemble(fj_builder *b, kb_code *out) {
      * decoder reading past the end sees a trap, not a random instruction. */
     memset(out->bytes, 0xcc, total);
     memcpy(out->bytes, pro, np);
-    memcpy(out->bytes + np, b->code, body_len);
+    if (body_len) memcpy(out->bytes + np, b->code, body_len); /* b->code is NULL if empty */
     memcpy(out->bytes + epi_at, epi, ne);
     if (b->const_len) memcpy(out->bytes + const_at, b->consts, b->const_len);
     for (size_t i = 0; i < nfix; i++) {

@@ -31,6 +31,10 @@ FJ_INTERNAL fj_status kb_assemble(fj_builder *b, kb_code *out);
 FJ_INTERNAL void kb_code_free(kb_code *c);
 FJ_INTERNAL void kb_free(fj_builder *b);
 
+/* Sets the builder's sticky error (if none yet), for generators that find
+ * a problem of their own (unknown op, unsupported parameter...). */
+FJ_INTERNAL void kb_fail(fj_builder *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* Test hook (hidden, not public API): append raw bytes to the body, to
  * build deliberately bad kernels that the verifier must reject. */
 FJ_INTERNAL void kb_test_raw(fj_builder *b, const void *bytes, size_t n);

@@ -1,121 +1,399 @@
-/* eltwise.c: element-wise kernels (relu, leaky relu) for AVX-512 and AVX2.
+/* eltwise.c: the element-wise emitter (state, constants, the simple ops)
+ * and the standalone fj_eltwise_f32 kernels, for AVX-512 and AVX2.
  *
- * Main loop: 4 vectors per iteration, then single vectors, then one masked
- * tail (AVX-512 opmask from bzhi; AVX2 vmaskmovps with a mask loaded from a
- * sliding window over a constant table). Masked loads do not fault on
- * masked-off lanes, so the tail never reads past src + n. */
-#include "kernels/eltwise.h"
+ * One implementation per op: kg_elt_apply is what both a fused GEMM
+ * epilogue and the standalone kernels run. The transcendental ops live in
+ * eltwise_math.c.
+ *
+ * Standalone kernel: U vectors per iteration (one taken branch each), then
+ * single vectors, then one masked tail (AVX-512 opmask from bzhi; AVX2
+ * vmaskmovps with a mask from a sliding window over a constant table).
+ * Masked loads do not fault on masked-off lanes, so the tail never reads
+ * past src + n; masked-off lanes hold 0, which every op digests quietly
+ * (exceptions are masked). */
+#include "kernels/eltwise_int.h"
 
-const char *kg_elt_name(kg_elt v) {
-    switch (v) {
-    case KG_ELT_RELU: return "relu";
-    case KG_ELT_LEAKY_RELU: return "leaky_relu";
-    default: return "?";
+#include <float.h>
+
+/* ---- names ------------------------------------------------------------- */
+
+static const char *const names[KG_ELT__N] = {
+    "relu", "leaky_relu", "clip", "linear", "abs", "square", "sqrt", "exp", "log", "tanh",
+    "sigmoid", "gelu_tanh", "gelu_erf", "swish", "hardswish",
+    "reduce_sum", "reduce_max", "reduce_min", "reduce_mean", "reduce_l2", "softmax",
+    "logsoftmax",
+};
+
+const char *kg_elt_name(kg_elt v) { return (unsigned)v < KG_ELT__N ? names[v] : "?"; }
+
+fj_eltwise_op kg_elt_op(kg_elt v) {
+    return v == KG_ELT_RELU ? FJ_ELT_RELU : (fj_eltwise_op)(v + 1);
+}
+
+/* ---- state pool ----------------------------------------------------------
+ *
+ * States come from a small per-thread pool rather than the heap: prepare
+ * then cannot fail for lack of memory (only for lack of registers, which
+ * the builder reports), and an emitter never owns heap memory a failed
+ * generator could leak. */
+enum { ELT_POOL = 8 };
+static _Thread_local kg_elt_state pool[ELT_POOL];
+static _Thread_local uint8_t pool_used[ELT_POOL];
+
+/* Makes the builder's error sticky for a misuse prepare cannot express
+ * otherwise (the builder API has no "fail with this message"). */
+static void poison(fj_builder *b) { fj_emitv(b, FJ_OP_NONE, NULL, 0); }
+
+/* ---- constants and scratch --------------------------------------------- */
+
+static void need(kg_elt_state *s, uint32_t key, int must_reg) {
+    if (key == 0 && !s->avx512) must_reg = 1; /* vxorps: cheaper than a load */
+    if (key == ELT_KEY_ALPHA || key == ELT_KEY_BETA) must_reg = 1;
+    for (int i = 0; i < s->nc; i++)
+        if (s->c[i].key == key) {
+            s->c[i].must_reg |= (uint8_t)must_reg;
+            return;
+        }
+    if (s->nc == ELT_MAXC) { s->nc = ELT_MAXC + 1; return; } /* caught by prepare */
+    s->c[s->nc++] = (elt_const){key, (uint8_t)must_reg, {0}, {0}};
+}
+
+static elt_const *find_const(kg_elt_state *s, uint32_t key) {
+    for (int i = 0; i < s->nc && i < ELT_MAXC; i++)
+        if (s->c[i].key == key) return &s->c[i];
+    return NULL;
+}
+
+fj_opnd elt_c(kg_elt_state *s, uint32_t key) {
+    if (s->planning) { need(s, key, 0); return fj_none(); }
+    elt_const *c = find_const(s, key);
+    if (!c) { poison(s->b); return fj_none(); } /* cannot happen: planned */
+    return c->r.id ? elt_v(s, c->r) : c->m;
+}
+
+fj_opnd elt_cr(kg_elt_state *s, uint32_t key) {
+    if (s->planning) { need(s, key, 1); return fj_none(); }
+    return elt_c(s, key);
+}
+
+fj_reg elt_t(kg_elt_state *s, int i) {
+    if (s->planning && i >= s->nt) s->nt = i + 1;
+    return i < ELT_MAXT ? s->t[i] : (fj_reg){0};
+}
+
+fj_reg elt_k(kg_elt_state *s, int i) {
+    if (s->planning && i >= s->nk) s->nk = i + 1;
+    return i < ELT_MAXK ? s->k[i] : (fj_reg){0};
+}
+
+void elt_load(kg_elt_state *s, fj_reg dst, uint32_t key) {
+    if (s->planning) { need(s, key, 0); return; }
+    fj_builder *b = s->b;
+    elt_const *c = find_const(s, key);
+    if (!c) { poison(b); return; }
+    if (c->r.id) {
+        fj_emit(b, FJ_VMOVAPS, elt_v(s, dst), elt_v(s, c->r));
+    } else if (s->avx512) {
+        fj_opnd m = c->m;
+        m.bcst = 0;
+        fj_emit(b, FJ_VBROADCASTSS, elt_v(s, dst), m);
+    } else {
+        fj_emit(b, FJ_VMOVUPS, elt_v(s, dst), c->m);
     }
 }
 
-typedef struct elt_ctx {
-    fj_builder *b;
-    kg_elt v;
-    fj_reg zero, alpha;
-} elt_ctx;
+fj_reg elt_creg(kg_elt_state *s, uint32_t key, fj_reg scratch) {
+    if (s->planning) { need(s, key, 0); return scratch; }
+    elt_const *c = find_const(s, key);
+    if (c && c->r.id) return c->r;
+    elt_load(s, scratch, key);
+    return scratch;
+}
 
-/* x := op(x), using t as scratch. */
-static void op_vec(elt_ctx *c, fj_reg x, fj_reg t, fj_reg k) {
-    fj_builder *b = c->b;
-    if (c->v == KG_ELT_RELU) {
-        /* max(0, x): vmaxps returns its second source when either is NaN,
-         * so NaN inputs come out as NaN. */
-        fj_emit(b, FJ_VMAXPS, fj_vec(b, x), fj_vec(b, c->zero), fj_vec(b, x));
+/* Puts constant c in a register (r) or in the constant pool (m). */
+static void place_const(kg_elt_state *s, elt_const *c, fj_reg params, int in_reg) {
+    fj_builder *b = s->b;
+    int param = c->key == ELT_KEY_ALPHA || c->key == ELT_KEY_BETA;
+    if (in_reg || param) {
+        c->r = fj_vreg(b);
+        if (param)
+            fj_emit(b, FJ_VBROADCASTSS, elt_v(s, c->r),
+                    fj_mem(32, params, c->key == ELT_KEY_ALPHA ? 0 : 4));
+        else if (c->key == 0)
+            fj_emit(b, FJ_VXORPS, fj_xmm(c->r), fj_xmm(c->r), fj_xmm(c->r));
+        else
+            fj_emit(b, FJ_VBROADCASTSS, elt_v(s, c->r), fj_const_data(b, &c->key, 4, 4, 32));
         return;
     }
-    fj_emit(b, FJ_VMULPS, fj_vec(b, t), fj_vec(b, x), fj_vec(b, c->alpha));
-    if (fj_builder_isa(b) == FJ_ISA_AVX512) {
-        /* k = x > 0 (ordered: NaN gives alpha*NaN = NaN) */
-        fj_emit(b, FJ_VCMPPS, fj_k(k), fj_vec(b, x), fj_vec(b, c->zero), fj_imm(0x1e));
-        fj_emit(b, FJ_VBLENDMPS, fj_masked(fj_vec(b, x), k, 0), fj_vec(b, t), fj_vec(b, x));
+    if (s->avx512) {
+        c->m = fj_bcst(fj_const_data(b, &c->key, 4, 4, 32));
     } else {
-        fj_reg mk = fj_vreg(b);
-        fj_emit(b, FJ_VCMPPS, fj_vec(b, mk), fj_vec(b, x), fj_vec(b, c->zero), fj_imm(0x1e));
-        fj_emit(b, FJ_VBLENDVPS, fj_vec(b, x), fj_vec(b, t), fj_vec(b, x), fj_vec(b, mk));
-        fj_release(b, mk);
+        uint32_t v[8];
+        for (int i = 0; i < 8; i++) v[i] = c->key;
+        c->m = fj_const_data(b, v, sizeof v, 32, 0);
     }
+}
+
+/* ---- the simple ops ---------------------------------------------------------- */
+
+static int is_plain_relu(const kg_elt_state *s) {
+    return s->op == FJ_ELT_RELU && (s->alpha & 0x7fffffffu) == 0;
+}
+
+/* x := op(x) for the simple ops. min/max put x second: vminps/vmaxps return
+ * the second source when either is NaN, so NaN inputs stay NaN. */
+static void emit_op(kg_elt_state *s, fj_reg x) {
+    fj_builder *b = s->b;
+    const fj_opnd X = elt_v(s, x);
+    switch (s->op) {
+    case FJ_ELT_RELU:
+    case FJ_ELT_LEAKY_RELU:
+        if (is_plain_relu(s)) {
+            fj_emit(b, FJ_VMAXPS, X, elt_crf(s, 0.0f), X);
+        } else if (s->avx512) {
+            /* k = !(x > 0) (NaN included: alpha * NaN is NaN); x{k} *= alpha */
+            fj_reg k = elt_k(s, 0);
+            fj_emit(b, FJ_VCMPPS, fj_k(k), X, elt_cf(s, 0.0f), fj_imm(ELT_CMP_NGT_UQ));
+            fj_emit(b, FJ_VMULPS, fj_masked(X, k, 0), X, elt_c(s, s->alpha));
+        } else {
+            fj_opnd T = elt_v(s, elt_t(s, 0)), M = elt_v(s, elt_t(s, 1));
+            fj_emit(b, FJ_VMULPS, T, X, elt_c(s, s->alpha));
+            fj_emit(b, FJ_VCMPPS, M, X, elt_cf(s, 0.0f), fj_imm(ELT_CMP_GT_OQ));
+            fj_emit(b, FJ_VBLENDVPS, X, T, X, M);
+        }
+        break;
+    case FJ_ELT_CLIP:
+        fj_emit(b, FJ_VMAXPS, X, elt_cr(s, s->alpha), X);
+        fj_emit(b, FJ_VMINPS, X, elt_cr(s, s->beta), X);
+        break;
+    case FJ_ELT_LINEAR:
+        /* one rounding: fl(alpha * x + beta) */
+        fj_emit(b, FJ_VFMADD213PS, X, elt_cr(s, s->alpha), elt_c(s, s->beta));
+        break;
+    case FJ_ELT_ABS:
+        fj_emit(b, FJ_VANDPS, X, X, elt_c(s, 0x7fffffffu));
+        break;
+    case FJ_ELT_SQUARE:
+        fj_emit(b, FJ_VMULPS, X, X, X);
+        break;
+    case FJ_ELT_SQRT:
+        fj_emit(b, FJ_VSQRTPS, X, X); /* correctly rounded, as sqrtf */
+        break;
+    case FJ_ELT_HARDSWISH: {
+        /* x * (min(max(x + 3, 0), 6) * (1/6)) (the factor first: x * 6 could
+         * overflow), with x first clamped to -FLT_MAX so that -inf gives -0
+         * (the limit) rather than -inf * 0. */
+        fj_opnd T = elt_v(s, elt_t(s, 0));
+        fj_emit(b, FJ_VMAXPS, X, elt_crf(s, -FLT_MAX), X);
+        fj_emit(b, FJ_VADDPS, T, X, elt_cf(s, 3.0f));
+        fj_emit(b, FJ_VMAXPS, T, elt_crf(s, 0.0f), T);
+        fj_emit(b, FJ_VMINPS, T, elt_crf(s, 6.0f), T);
+        fj_emit(b, FJ_VMULPS, T, T, elt_cf(s, 1.0f / 6.0f));
+        fj_emit(b, FJ_VMULPS, X, X, T);
+        break;
+    }
+    default:
+        elt_math_emit(s, x);
+        break;
+    }
+}
+
+/* ---- prepare / apply / finish ----------------------------------------------- */
+
+static void init_state(kg_elt_state *s, fj_builder *b, fj_isa isa, fj_eltwise_op op,
+                       uint32_t alpha, uint32_t beta) {
+    memset(s, 0, sizeof *s);
+    s->b = b;
+    s->op = op;
+    s->avx512 = isa == FJ_ISA_AVX512;
+    s->alpha = alpha;
+    s->beta = beta;
+    if (op == FJ_ELT_RELU && alpha == ELT_KEY_ALPHA) s->op = FJ_ELT_LEAKY_RELU;
+}
+
+/* The dry run: fills s->c (keys, must_reg), s->nt, s->nk. */
+static void plan(kg_elt_state *s) {
+    fj_builder *b = s->b;
+    s->b = NULL;
+    s->planning = 1;
+    emit_op(s, (fj_reg){0});
+    s->planning = 0;
+    s->b = b;
+}
+
+static int planned(fj_isa isa, fj_eltwise_op op, float alpha, int *kregs) {
+    if ((unsigned)op - 1u >= (unsigned)FJ_ELT__COUNT - 1u) return 0;
+    kg_elt_state s;
+    init_state(&s, NULL, isa, op, elt_bits(alpha), elt_bits(1.0f));
+    plan(&s);
+    int n = s.nt;
+    for (int i = 0; i < s.nc && i < ELT_MAXC; i++) n += s.c[i].must_reg;
+    if (kregs) *kregs = s.nk;
+    return n;
+}
+
+int kg_elt_vregs(fj_isa isa, fj_eltwise_op op, float alpha) { return planned(isa, op, alpha, NULL); }
+
+int kg_elt_kregs(fj_isa isa, fj_eltwise_op op, float alpha) {
+    int k = 0;
+    planned(isa, op, alpha, &k);
+    return k;
+}
+
+kg_elt_state *kg_elt_prepare_cfg(fj_builder *b, fj_eltwise_op op, float alpha, float beta,
+                                 const kg_elt_cfg *cfg) {
+    if (!b) return NULL;
+    int slot = -1;
+    for (int i = 0; i < ELT_POOL && slot < 0; i++)
+        if (!pool_used[i]) slot = i;
+    if (slot < 0 || (unsigned)op - 1u >= (unsigned)FJ_ELT__COUNT - 1u) {
+        poison(b);
+        return NULL;
+    }
+    kg_elt_state *s = &pool[slot];
+    fj_reg params = cfg ? cfg->params : (fj_reg){0};
+    init_state(s, b, fj_builder_isa(b), op, params.id ? ELT_KEY_ALPHA : elt_bits(alpha),
+               params.id ? ELT_KEY_BETA : elt_bits(beta));
+    s->slot = slot;
+    plan(s);
+    if (s->nc > ELT_MAXC || s->nt > ELT_MAXT || s->nk > ELT_MAXK) {
+        poison(b);
+        return NULL;
+    }
+    pool_used[slot] = 1;
+    int ok = 1;
+    for (int i = 0; i < s->nt; i++) ok &= (s->t[i] = fj_vreg(b)).id != 0;
+    for (int i = 0; i < s->nk; i++) ok &= (s->k[i] = fj_kreg(b)).id != 0;
+    int budget = cfg ? cfg->const_regs : 0;
+    /* Required registers first, then optional ones in first-use order. */
+    for (int i = 0; i < s->nc && ok; i++)
+        if (s->c[i].must_reg) {
+            place_const(s, &s->c[i], params, 1);
+            ok &= s->c[i].r.id != 0;
+        }
+    for (int i = 0; i < s->nc && ok; i++)
+        if (!s->c[i].must_reg) {
+            place_const(s, &s->c[i], params, budget-- > 0);
+            ok &= s->c[i].r.id != 0 || s->c[i].m.kind == FJ_OPND_MEM;
+        }
+    if (!ok) {
+        /* The builder has a sticky error (out of registers or memory). */
+        pool_used[slot] = 0;
+        return NULL;
+    }
+    return s;
+}
+
+kg_elt_state *kg_elt_prepare(fj_builder *b, fj_eltwise_op op, float alpha, float beta) {
+    return kg_elt_prepare_cfg(b, op, alpha, beta, NULL);
+}
+
+void kg_elt_apply(kg_elt_state *s, fj_reg x) {
+    if (s) emit_op(s, x);
+}
+
+void kg_elt_finish(kg_elt_state *s) {
+    if (!s) return;
+    for (int i = 0; i < s->nt; i++) fj_release(s->b, s->t[i]);
+    for (int i = 0; i < s->nk; i++) fj_release(s->b, s->k[i]);
+    for (int i = 0; i < s->nc; i++)
+        if (s->c[i].r.id) fj_release(s->b, s->c[i].r);
+    pool_used[s->slot] = 0;
+}
+
+/* ---- standalone kernels -------------------------------------------------------- */
+
+static int cheap(fj_eltwise_op op) {
+    return op == FJ_ELT_RELU || op == FJ_ELT_LEAKY_RELU || op == FJ_ELT_CLIP ||
+           op == FJ_ELT_LINEAR || op == FJ_ELT_ABS || op == FJ_ELT_SQUARE ||
+           op == FJ_ELT_HARDSWISH;
 }
 
 void kg_eltwise(fj_builder *b, kg_elt v) {
+    if ((unsigned)v >= KG_ELT__NELT) { poison(b); return; }
+    const fj_eltwise_op op = kg_elt_op(v);
     const int avx512 = fj_builder_isa(b) == FJ_ISA_AVX512;
-    const int lanes = fj_builder_vbits(b) / 32, vbytes = lanes * 4, U = 4;
+    const int lanes = fj_builder_vbits(b) / 32, vbytes = lanes * 4;
+    /* Cheap ops are load/store bound: a longer unroll halves the loop
+     * overhead per vector. Math ops have long dependency chains; four
+     * independent vectors per iteration are enough for the out-of-order
+     * core to overlap them. */
+    const int uses_params = v == KG_ELT_LEAKY_RELU || v == KG_ELT_CLIP || v == KG_ELT_LINEAR ||
+                            v == KG_ELT_SWISH;
+    /* Registers the op needs (parameters count: they live in registers). */
+    const int nvec = avx512 ? 32 : 16;
+    const int need = kg_elt_vregs(fj_builder_isa(b), op, 1.0f) + 2 * uses_params + !avx512;
+    int U = nvec - need;
+    if (U > (cheap(op) ? 8 : 4)) U = cheap(op) ? 8 : 4;
+    if (U < 1) U = 1;
     fj_reg src = fj_arg(b, 0), dst = fj_arg(b, 1), n = fj_arg(b, 2), prm = fj_arg(b, 3);
-    elt_ctx c = {b, v, fj_vreg(b), {0}};
-    fj_reg x[4], t[4], k = {0};
+    fj_reg x[8], km = {0}, vm = {0};
     for (int i = 0; i < U; i++) x[i] = fj_vreg(b);
-    for (int i = 0; i < U; i++) t[i] = v == KG_ELT_RELU ? x[i] : fj_vreg(b);
-    if (avx512) k = fj_kreg(b);
-
-    fj_emit(b, FJ_VXORPS, fj_xmm(c.zero), fj_xmm(c.zero), fj_xmm(c.zero));
-    if (v != KG_ELT_RELU) {
-        c.alpha = fj_vreg(b);
-        fj_emit(b, FJ_VBROADCASTSS, fj_vec(b, c.alpha), fj_mem(32, prm, 0));
-    }
+    if (avx512) km = fj_kreg(b);
+    else vm = fj_vreg(b);
+    int budget = nvec - U - need;
+    kg_elt_cfg cfg = {budget > 0 ? budget : 0, uses_params ? prm : (fj_reg){0}};
+    kg_elt_state *s = kg_elt_prepare_cfg(b, op, 0.0f, 0.0f, &cfg);
     fj_release(b, prm);
+    if (!s) return;
 
-    fj_label l_unroll = fj_label_new(b), l_single = fj_label_new(b), l_one = fj_label_new(b),
+    fj_label l_loop = fj_label_new(b), l_rest = fj_label_new(b), l_one = fj_label_new(b),
              l_tail = fj_label_new(b), l_done = fj_label_new(b);
 
-    /* Unrolled: U vectors per iteration. */
-    fj_label_bind(b, l_unroll);
-    fj_emit(b, FJ_CMP, fj_r64(n), fj_imm(U * lanes));
-    fj_emit(b, FJ_JB, fj_lbl(l_single));
-    for (int i = 0; i < U; i++) fj_emit(b, FJ_VMOVUPS, fj_vec(b, x[i]), fj_mem(0, src, i * vbytes));
-    for (int i = 0; i < U; i++) op_vec(&c, x[i], t[i], k);
-    for (int i = 0; i < U; i++) fj_emit(b, FJ_VMOVUPS, fj_mem(0, dst, i * vbytes), fj_vec(b, x[i]));
+    /* n -= U*lanes up front; the loop runs while that does not borrow. */
+    fj_emit(b, FJ_SUB, fj_r64(n), fj_imm(U * lanes));
+    fj_emit(b, FJ_JB, fj_lbl(l_rest));
+    fj_label_bind(b, l_loop);
+    for (int i = 0; i < U; i++) fj_emit(b, FJ_VMOVUPS, elt_v(s, x[i]), fj_mem(0, src, i * vbytes));
+    for (int i = 0; i < U; i++) kg_elt_apply(s, x[i]);
+    for (int i = 0; i < U; i++) fj_emit(b, FJ_VMOVUPS, fj_mem(0, dst, i * vbytes), elt_v(s, x[i]));
     fj_emit(b, FJ_ADD, fj_r64(src), fj_imm(U * vbytes));
     fj_emit(b, FJ_ADD, fj_r64(dst), fj_imm(U * vbytes));
     fj_emit(b, FJ_SUB, fj_r64(n), fj_imm(U * lanes));
-    fj_emit(b, FJ_JMP, fj_lbl(l_unroll));
+    fj_emit(b, FJ_JAE, fj_lbl(l_loop));
+    fj_label_bind(b, l_rest);
+    fj_emit(b, FJ_ADD, fj_r64(n), fj_imm(U * lanes));
 
     /* Whole vectors. */
-    fj_label_bind(b, l_single);
     fj_emit(b, FJ_CMP, fj_r64(n), fj_imm(lanes));
     fj_emit(b, FJ_JB, fj_lbl(l_tail));
     fj_label_bind(b, l_one);
-    fj_emit(b, FJ_VMOVUPS, fj_vec(b, x[0]), fj_mem(0, src, 0));
-    op_vec(&c, x[0], t[0], k);
-    fj_emit(b, FJ_VMOVUPS, fj_mem(0, dst, 0), fj_vec(b, x[0]));
+    fj_emit(b, FJ_VMOVUPS, elt_v(s, x[0]), fj_mem(0, src, 0));
+    kg_elt_apply(s, x[0]);
+    fj_emit(b, FJ_VMOVUPS, fj_mem(0, dst, 0), elt_v(s, x[0]));
     fj_emit(b, FJ_ADD, fj_r64(src), fj_imm(vbytes));
     fj_emit(b, FJ_ADD, fj_r64(dst), fj_imm(vbytes));
     fj_emit(b, FJ_SUB, fj_r64(n), fj_imm(lanes));
     fj_emit(b, FJ_CMP, fj_r64(n), fj_imm(lanes));
     fj_emit(b, FJ_JAE, fj_lbl(l_one));
 
-    /* Tail: 0 < n < lanes elements under a mask. */
+    /* Tail: 0 <= n < lanes elements under a mask. */
     fj_label_bind(b, l_tail);
     fj_emit(b, FJ_TEST, fj_r64(n), fj_r64(n));
     fj_emit(b, FJ_JE, fj_lbl(l_done));
     fj_reg tmp = fj_gpr(b);
     if (avx512) {
-        fj_reg km = fj_kreg(b);
         fj_emit(b, FJ_MOV, fj_r32(tmp), fj_imm(-1));
         fj_emit(b, FJ_BZHI, fj_r32(tmp), fj_r32(tmp), fj_r32(n));
         fj_emit(b, FJ_KMOVW, fj_k(km), fj_r32(tmp));
-        fj_emit(b, FJ_VMOVUPS, fj_masked(fj_vec(b, x[0]), km, 1), fj_mem(0, src, 0));
-        op_vec(&c, x[0], t[0], k);
-        fj_emit(b, FJ_VMOVUPS, fj_masked(fj_mem(0, dst, 0), km, 0), fj_vec(b, x[0]));
+        fj_emit(b, FJ_VMOVUPS, fj_masked(elt_v(s, x[0]), km, 1), fj_mem(0, src, 0));
+        kg_elt_apply(s, x[0]);
+        fj_emit(b, FJ_VMOVUPS, fj_masked(fj_mem(0, dst, 0), km, 0), elt_v(s, x[0]));
     } else {
         /* 8 all-ones lanes then 8 zero lanes: the window starting at
          * table + 32 - 4n has exactly n leading all-ones lanes. */
         static const int32_t window[16] = {-1, -1, -1, -1, -1, -1, -1, -1};
         fj_opnd tbl = fj_const_data(b, window, sizeof window, 32, 0);
-        fj_reg m = fj_vreg(b);
         tbl.val += 32;
         fj_emit(b, FJ_LEA, fj_r64(tmp), tbl);
         fj_emit(b, FJ_SHL, fj_r64(n), fj_imm(2));
         fj_emit(b, FJ_SUB, fj_r64(tmp), fj_r64(n));
-        fj_emit(b, FJ_VMOVUPS, fj_vec(b, m), fj_mem(0, tmp, 0));
-        fj_emit(b, FJ_VMASKMOVPS, fj_vec(b, x[0]), fj_vec(b, m), fj_mem(0, src, 0));
-        op_vec(&c, x[0], t[0], k);
-        fj_emit(b, FJ_VMASKMOVPS, fj_mem(0, dst, 0), fj_vec(b, m), fj_vec(b, x[0]));
+        fj_emit(b, FJ_VMOVUPS, elt_v(s, vm), fj_mem(0, tmp, 0));
+        fj_emit(b, FJ_VMASKMOVPS, elt_v(s, x[0]), elt_v(s, vm), fj_mem(0, src, 0));
+        kg_elt_apply(s, x[0]);
+        fj_emit(b, FJ_VMASKMOVPS, fj_mem(0, dst, 0), elt_v(s, vm), elt_v(s, x[0]));
     }
     fj_label_bind(b, l_done);
+    kg_elt_finish(s);
     fj_return(b, fj_none());
 }

@@ -1,13 +1,65 @@
-/* eltwise.h: generators of element-wise kernels. */
+/* eltwise.h: element-wise ops: an in-register emitter (for fused epilogues)
+ * and the standalone fj_eltwise_f32 kernels built on it. */
 #ifndef FJ_KG_ELTWISE_H
 #define FJ_KG_ELTWISE_H
 
 #include "runtime/fj_base.h"
 
-/* The code variants of element-wise ops: one kernel per variant and ISA. */
+/* ---- in-register emitter ---------------------------------------------
+ *
+ *     kg_elt_state *s = kg_elt_prepare(b, FJ_ELT_GELU_TANH, 0, 0);
+ *     if (!s) ...                  // the builder has a sticky error
+ *     for each accumulator: kg_elt_apply(s, acc);   // acc := op(acc)
+ *     kg_elt_finish(s);            // releases what prepare took
+ *
+ * prepare takes the scratch vector registers (and, on AVX-512, mask
+ * registers) the op needs; constants stay in the constant pool and are used
+ * as memory operands ({1toN} broadcasts on AVX-512), except the few that an
+ * instruction needs in a register (kg_elt_vregs counts them). apply works on
+ * the builder's natural width (zmm / ymm) and only touches x, the state's
+ * registers and the flags. Several states may be live at once (up to 8 per
+ * thread); they must be finished before fj_builder_finish. */
+typedef struct kg_elt_state kg_elt_state;
+
+/* alpha/beta as in fj_eltwise_f32 (ignored by ops without parameters). */
+FJ_INTERNAL kg_elt_state *kg_elt_prepare(fj_builder *b, fj_eltwise_op op, float alpha, float beta);
+FJ_INTERNAL void kg_elt_apply(kg_elt_state *s, fj_reg x);
+FJ_INTERNAL void kg_elt_finish(kg_elt_state *s);
+
+/* Options for kg_elt_prepare_cfg. */
+typedef struct kg_elt_cfg {
+    int const_regs;    /* up to this many constants go into vector registers
+                          (faster loops when registers are free), on top of
+                          the ones that must */
+    fj_reg params;     /* if set: a GPR pointing to float {alpha, beta} at run
+                          time (read once, by prepare); alpha/beta are then
+                          not baked into the code */
+} kg_elt_cfg;
+FJ_INTERNAL kg_elt_state *kg_elt_prepare_cfg(fj_builder *b, fj_eltwise_op op, float alpha,
+                                             float beta, const kg_elt_cfg *cfg);
+/* Vector registers kg_elt_prepare(_cfg with const_regs = 0) takes for op on
+ * isa, and mask registers (AVX-512 only); 0 for an unknown op. */
+FJ_INTERNAL int kg_elt_vregs(fj_isa isa, fj_eltwise_op op, float alpha);
+FJ_INTERNAL int kg_elt_kregs(fj_isa isa, fj_eltwise_op op, float alpha);
+
+/* ---- standalone kernels ---------------------------------------------- */
+
+/* Code variants: one kernel per variant and ISA, alpha/beta read at run
+ * time. The runtime pins one kernel per slot (rt->elt[]): slots below
+ * KG_ELT__NELT are eltwise variants, the rest are reduction and softmax
+ * kernels (kernels/reduce.h, kernels/softmax.h) pinned the same way. */
 typedef enum kg_elt {
-    KG_ELT_RELU = 0,       /* max(x, 0) */
-    KG_ELT_LEAKY_RELU,     /* x > 0 ? x : alpha * x */
+    KG_ELT_RELU = 0,       /* relu with alpha == 0: max(x, 0) */
+    KG_ELT_LEAKY_RELU,     /* relu / leaky_relu with a slope */
+    KG_ELT_CLIP, KG_ELT_LINEAR, KG_ELT_ABS, KG_ELT_SQUARE, KG_ELT_SQRT,
+    KG_ELT_EXP, KG_ELT_LOG, KG_ELT_TANH, KG_ELT_SIGMOID, KG_ELT_GELU_TANH,
+    KG_ELT_GELU_ERF, KG_ELT_SWISH, KG_ELT_HARDSWISH,
+    KG_ELT__NELT,
+    /* reductions: KG_ELT_REDUCE0 + (fj_reduce_op - 1) */
+    KG_ELT_REDUCE0 = KG_ELT__NELT,
+    /* softmax, log_softmax */
+    KG_ELT_SOFTMAX = KG_ELT_REDUCE0 + FJ_REDUCE__COUNT - 1,
+    KG_ELT_LOGSOFTMAX,
     KG_ELT__N
 } kg_elt;
 
@@ -16,9 +68,18 @@ typedef enum kg_elt {
 typedef void (*kg_elt_fn)(const float *src, float *dst, size_t n, const float *params);
 enum { KG_ELT_NARGS = 4 };
 
-/* "relu", "leaky_relu" */
+/* The variant for (op, alpha), or -1 for an unknown op. */
+static inline int kg_elt_variant(fj_eltwise_op op, float alpha) {
+    if ((unsigned)op - 1u >= (unsigned)FJ_ELT__COUNT - 1u) return -1;
+    if (op == FJ_ELT_RELU) return alpha == 0.0f ? KG_ELT_RELU : KG_ELT_LEAKY_RELU;
+    return (int)op - 1; /* the enums run in parallel from leaky_relu on */
+}
+/* The op a variant computes. */
+FJ_INTERNAL fj_eltwise_op kg_elt_op(kg_elt v);
+/* "relu", "exp", ... */
 FJ_INTERNAL const char *kg_elt_name(kg_elt v);
-/* Emits the body of variant v into b (created with KG_ELT_NARGS args). */
+/* Emits the body of variant v (< KG_ELT__NELT) into b (KG_ELT_NARGS args).
+ * Errors stay sticky in b. */
 FJ_INTERNAL void kg_eltwise(fj_builder *b, kg_elt v);
 
 #endif

@@ -54,59 +54,11 @@ void kg_gemm_name(const kg_gemm_cfg *c, char *buf, size_t n) {
              c->has_bias ? "_bias" : "", c->act ? "_" : "", act_name(c->act));
 }
 
-/* ---- the post-op (activation) applied in registers -------------------- */
+/* ---- the post-op ------------------------------------------------------ */
 
-/* Activations the GEMM epilogue knows inline: relu and leaky relu (the
- * generic eltwise emitter replaces this once it exists). */
-static int act_supported(int act) { return act == 0 || act == FJ_ELT_RELU || act == FJ_ELT_LEAKY_RELU; }
-
-typedef struct act_state {
-    fj_builder *b;
-    int op;
-    float alpha;
-    fj_reg zero, valpha, tmp, k, vmask;
-} act_state;
-
-static void act_prepare(act_state *s, fj_builder *b, int op, float alpha) {
-    *s = (act_state){.b = b, .op = op, .alpha = alpha};
-    if (op == FJ_ELT_RELU && alpha == 0.0f) s->op = -1; /* plain max(x, 0) */
-    s->zero = fj_vreg(b);
-    fj_emit(b, FJ_VXORPS, fj_xmm(s->zero), fj_xmm(s->zero), fj_xmm(s->zero));
-    if (s->op == -1) return;
-    s->valpha = fj_vreg(b);
-    s->tmp = fj_vreg(b);
-    fj_emit(b, FJ_VBROADCASTSS, fj_vec(b, s->valpha), fj_const_f32(b, alpha));
-    if (fj_builder_isa(b) == FJ_ISA_AVX512) s->k = fj_kreg(b);
-    else s->vmask = fj_vreg(b);
-}
-
-static void act_apply(act_state *s, fj_reg x) {
-    fj_builder *b = s->b;
-    if (s->op == -1) {
-        /* vmaxps returns its second source when either is NaN: NaN stays NaN. */
-        fj_emit(b, FJ_VMAXPS, fj_vec(b, x), fj_vec(b, s->zero), fj_vec(b, x));
-        return;
-    }
-    fj_emit(b, FJ_VMULPS, fj_vec(b, s->tmp), fj_vec(b, x), fj_vec(b, s->valpha));
-    if (fj_builder_isa(b) == FJ_ISA_AVX512) {
-        /* k = x > 0 (ordered, so NaN takes alpha*NaN = NaN) */
-        fj_emit(b, FJ_VCMPPS, fj_k(s->k), fj_vec(b, x), fj_vec(b, s->zero), fj_imm(0x1e));
-        fj_emit(b, FJ_VBLENDMPS, fj_masked(fj_vec(b, x), s->k, 0), fj_vec(b, s->tmp), fj_vec(b, x));
-    } else {
-        fj_emit(b, FJ_VCMPPS, fj_vec(b, s->vmask), fj_vec(b, x), fj_vec(b, s->zero), fj_imm(0x1e));
-        fj_emit(b, FJ_VBLENDVPS, fj_vec(b, x), fj_vec(b, s->tmp), fj_vec(b, x), fj_vec(b, s->vmask));
-    }
-}
-
-static void act_finish(act_state *s) {
-    fj_builder *b = s->b;
-    fj_release(b, s->zero);
-    if (s->op == -1) return;
-    fj_release(b, s->valpha);
-    fj_release(b, s->tmp);
-    if (fj_builder_isa(b) == FJ_ISA_AVX512) fj_release(b, s->k);
-    else fj_release(b, s->vmask);
-}
+/* Activations come from the eltwise emitter (kernels/eltwise.h): the same
+ * code as fj_eltwise_f32, applied to C in registers before it is stored. */
+static int act_supported(int act) { return act >= 0 && act < FJ_ELT__COUNT; }
 
 /* ---- checks ----------------------------------------------------------- */
 
@@ -126,15 +78,14 @@ fj_status kg_gemm_check(const kg_gemm_cfg *c) {
     /* Loop: accumulators + B vectors (+ the broadcast register on AVX2).
      * Epilogue: alpha, beta (+ a temporary and a mask
      * register on AVX2). */
-    int loop = acc + c->nv + (avx512 ? 0 : 1);
+    int loop = acc + c->nv + (avx512 && !c->a_reg ? 0 : 1);
     int epi = acc + (avx512 ? 2 : 4);
     int nvec = avx512 ? 32 : 16;
     if (loop > nvec || epi > nvec)
         return fj_fail(FJ_ERR_INVALID_ARG, "gemm kernel: a %dx%d-vector tile needs %d vector "
                        "registers, the ISA has %d", c->mr, c->nv, loop > epi ? loop : epi, nvec);
     if (!act_supported(c->act))
-        return fj_fail(FJ_ERR_UNSUPPORTED, "gemm: post-op %s is not supported in the GEMM "
-                       "epilogue yet (relu, leaky relu are)", act_name(c->act));
+        return fj_fail(FJ_ERR_INVALID_ARG, "gemm: post-op %d is not an fj_eltwise_op", c->act);
     return FJ_OK;
 }
 
@@ -145,8 +96,9 @@ typedef struct gen {
     const kg_gemm_cfg *c;
     int avx512, vb, mr, nv;
     fj_reg p, a, a2, lda, lda3, lda5, bp, ldb, cp, k, tc, rows;
-    fj_reg acc[32][4], bv[4], bc;
-    fj_reg km[4];
+    fj_reg acc[32][4], bv[4], bcr[2];
+    fj_reg km[4], kr[4];  /* AVX-512 store masks, C-read masks (0 lanes if beta = 0) */
+    int merged;           /* one store copy: beta = 0 handled by kr */
     fj_opnd a_slot;
 } gen;
 
@@ -187,17 +139,21 @@ static void k_step(gen *g, int u) {
                                                : fj_mem(0, g->bp, v * g->vb);
         fj_emit(b, FJ_VMOVUPS, V(g, g->bv[v]), src);
     }
+    if (c->bmode == KG_GB_PACKED && c->pf_b)
+        for (int l = 0; l < g->nv * g->vb / 64; l++)
+            fj_emit(b, FJ_PREFETCHT0, fj_mem(0, g->bp, c->pf_b + (u * g->nv * g->vb) + l * 64));
     if (c->amode == KG_GA_PACKED && c->pf_a && u * 64 < c->unroll * g->mr * 4)
         fj_emit(b, FJ_PREFETCHT0, fj_mem(0, g->a, c->pf_a + u * 64));
     for (int i = 0; i < g->mr; i++) {
         fj_opnd ao = a_opnd(g, i, u);
-        if (g->avx512) {
+        if (g->avx512 && !c->a_reg) {
             for (int v = 0; v < g->nv; v++)
                 fj_emit(b, FJ_VFMADD231PS, V(g, g->acc[i][v]), V(g, g->bv[v]), fj_bcst(ao));
         } else {
-            fj_emit(b, FJ_VBROADCASTSS, V(g, g->bc), ao);
+            fj_reg bc = g->bcr[i & 1];
+            fj_emit(b, FJ_VBROADCASTSS, V(g, bc), ao);
             for (int v = 0; v < g->nv; v++)
-                fj_emit(b, FJ_VFMADD231PS, V(g, g->acc[i][v]), V(g, g->bv[v]), V(g, g->bc));
+                fj_emit(b, FJ_VFMADD231PS, V(g, g->acc[i][v]), V(g, g->bv[v]), V(g, bc));
         }
     }
     if (c->bmode == KG_GB_ROWS) fj_emit(b, FJ_ADD, fj_r64(g->bp), fj_r64(g->ldb));
@@ -220,9 +176,9 @@ static void k_advance(gen *g, int steps) {
 static void k_loop(gen *g) {
     fj_builder *b = g->b;
     int U = g->c->unroll;
-    fj_label l_main = fj_label_new(b), l_rem = fj_label_new(b), l_one = fj_label_new(b),
-             l_done = fj_label_new(b);
+    fj_label l_rem = fj_label_new(b), l_one = fj_label_new(b), l_done = fj_label_new(b);
     if (U > 1) {
+        fj_label l_main = fj_label_new(b);
         fj_emit(b, FJ_CMP, fj_r64(g->k), fj_imm(U));
         fj_emit(b, FJ_JL, fj_lbl(l_rem));
         fj_label_bind(b, l_main);
@@ -268,9 +224,11 @@ static void store_tile(gen *g, int beta, int bias, fj_reg alpha_r, fj_reg beta_r
             for (int v = 0; v < g->nv; v++) {
                 fj_reg x = g->acc[i][v];
                 fj_emit(b, FJ_VMULPS, V(g, x), V(g, x), V(g, alpha_r));
-                /* Masked: lanes outside C are neither read nor written. */
+                /* Masked: lanes outside C are neither read nor written;
+                 * with kr all-zero (beta = 0) C is not read at all. */
                 if (beta)
-                    fj_emit(b, FJ_VFMADD231PS, fj_masked(V(g, x), g->km[v], 0), V(g, beta_r),
+                    fj_emit(b, FJ_VFMADD231PS,
+                            fj_masked(V(g, x), g->merged ? g->kr[v] : g->km[v], 0), V(g, beta_r),
                             fj_mem(0, rowp, v * g->vb));
                 if (bias)
                     fj_emit(b, FJ_VADDPS, fj_masked(V(g, x), g->km[v], 0), V(g, x),
@@ -313,8 +271,9 @@ static void store_tile(gen *g, int beta, int bias, fj_reg alpha_r, fj_reg beta_r
 static void act_tile(gen *g) {
     fj_builder *b = g->b;
     fj_reg rowp = g->k;
-    act_state s;
-    act_prepare(&s, b, g->c->act, g->c->act_alpha);
+    kg_elt_state *s = kg_elt_prepare(b, (fj_eltwise_op)g->c->act, g->c->act_alpha,
+                                     g->c->act_beta);
+    if (!s) return; /* the builder has the error */
     fj_reg x = fj_vreg(b), m = {0};
     if (!g->avx512) m = fj_vreg(b);
     for (int v = 0; v < g->nv; v++) {
@@ -326,7 +285,7 @@ static void act_tile(gen *g) {
             fj_opnd mem = fj_mem(0, rowp, v * g->vb);
             if (g->avx512) fj_emit(b, FJ_VMOVUPS, fj_masked(V(g, x), g->km[v], 1), mem);
             else fj_emit(b, FJ_VMASKMOVPS, V(g, x), V(g, m), mem);
-            act_apply(&s, x);
+            kg_elt_apply(s, x);
             if (g->avx512) fj_emit(b, FJ_VMOVUPS, fj_masked(mem, g->km[v], 0), V(g, x));
             else fj_emit(b, FJ_VMASKMOVPS, mem, V(g, m), V(g, x));
         }
@@ -334,16 +293,18 @@ static void act_tile(gen *g) {
     }
     fj_release(b, x);
     if (!g->avx512) fj_release(b, m);
-    act_finish(&s);
+    kg_elt_finish(s);
 }
 
 /* The end of a tile: alpha/beta, the optional post stage, stores. The
- * run-time flags pick one of up to four copies of the store code. */
+ * run-time flags pick one of up to four copies of the store code (two on
+ * AVX-512, where beta = 0 is a zero C-read mask instead of a copy). */
 static void epilogue(gen *g) {
     fj_builder *b = g->b;
     const kg_gemm_cfg *c = g->c;
     int has_post = c->has_bias || c->act;
-    fj_label l_done = fj_label_new(b), l_post = fj_label_new(b), l_nb0 = fj_label_new(b);
+    fj_label l_done = fj_label_new(b), l_nb0 = fj_label_new(b), l_post = {0};
+    if (has_post) l_post = fj_label_new(b);
     /* rows = tc == 1 ? last_rows : mr */
     fj_emit(b, FJ_MOV, fj_r64(g->rows), fj_imm(g->mr));
     fj_emit(b, FJ_CMP, fj_r64(g->tc), fj_imm(1));
@@ -356,22 +317,30 @@ static void epilogue(gen *g) {
         fj_emit(b, FJ_CMP, P(g, OFF(post), 32), fj_imm(0));
         fj_emit(b, FJ_JNE, fj_lbl(l_post));
     }
-    fj_emit(b, FJ_CMP, P(g, OFF(beta_zero), 32), fj_imm(0));
-    fj_emit(b, FJ_JNE, fj_lbl(l_nb0));
-    store_tile(g, 1, 0, alpha_r, beta_r);
-    fj_emit(b, FJ_JMP, fj_lbl(l_done));
+    if (g->merged) {
+        store_tile(g, 1, 0, alpha_r, beta_r);
+    } else {
+        fj_emit(b, FJ_CMP, P(g, OFF(beta_zero), 32), fj_imm(0));
+        fj_emit(b, FJ_JNE, fj_lbl(l_nb0));
+        store_tile(g, 1, 0, alpha_r, beta_r);
+        fj_emit(b, FJ_JMP, fj_lbl(l_done));
+    }
     fj_label_bind(b, l_nb0);
-    store_tile(g, 0, 0, alpha_r, beta_r);
+    if (!g->merged) store_tile(g, 0, 0, alpha_r, beta_r);
     if (has_post) {
         fj_label l_nb1 = fj_label_new(b), l_act = fj_label_new(b);
         fj_emit(b, FJ_JMP, fj_lbl(l_done));
         fj_label_bind(b, l_post);
-        fj_emit(b, FJ_CMP, P(g, OFF(beta_zero), 32), fj_imm(0));
-        fj_emit(b, FJ_JNE, fj_lbl(l_nb1));
-        store_tile(g, 1, c->has_bias, alpha_r, beta_r);
-        fj_emit(b, FJ_JMP, fj_lbl(l_act));
+        if (g->merged) {
+            store_tile(g, 1, c->has_bias, alpha_r, beta_r);
+        } else {
+            fj_emit(b, FJ_CMP, P(g, OFF(beta_zero), 32), fj_imm(0));
+            fj_emit(b, FJ_JNE, fj_lbl(l_nb1));
+            store_tile(g, 1, c->has_bias, alpha_r, beta_r);
+            fj_emit(b, FJ_JMP, fj_lbl(l_act));
+        }
         fj_label_bind(b, l_nb1);
-        store_tile(g, 0, c->has_bias, alpha_r, beta_r);
+        if (!g->merged) store_tile(g, 0, c->has_bias, alpha_r, beta_r);
         fj_label_bind(b, l_act);
         if (c->act) {
             /* The accumulators are stored: their registers go to the
@@ -425,11 +394,21 @@ void kg_gemm(fj_builder *b, const void *ctx) {
     for (int i = 0; i < g.mr; i++)
         for (int v = 0; v < g.nv; v++) g.acc[i][v] = fj_vreg(b);
     for (int v = 0; v < g.nv; v++) g.bv[v] = fj_vreg(b);
-    if (!g.avx512) g.bc = fj_vreg(b);
+    /* One broadcast register, or two alternating ones if there is room. */
+    int nbc = !g.avx512 || c->a_reg;
+    if (nbc && g.mr * g.nv + g.nv + 2 <= (g.avx512 ? 32 : 16)) nbc = 2;
+    for (int i = 0; i < nbc; i++) g.bcr[i] = fj_vreg(b);
+    if (nbc == 1) g.bcr[1] = g.bcr[0];
     if (g.avx512) {
         for (int v = 0; v < g.nv; v++) {
             g.km[v] = fj_kreg(b);
             fj_emit(b, FJ_KMOVW, fj_k(g.km[v]), P(&g, OFF(kmask) + 4 * v, 16));
+        }
+        /* Separate C-read masks need nv more mask registers. */
+        g.merged = 2 * g.nv <= 6;
+        for (int v = 0; g.merged && v < g.nv; v++) {
+            g.kr[v] = fj_kreg(b);
+            fj_emit(b, FJ_KMOVW, fj_k(g.kr[v]), P(&g, OFF(kmask_c) + 4 * v, 16));
         }
     }
 
@@ -451,7 +430,6 @@ void kg_gemm(fj_builder *b, const void *ctx) {
             if (i) fj_emit(b, FJ_ADD, fj_r64(g.k), P(&g, OFF(ldc), 64));
             for (int l = 0; l < (g.nv * g.vb + 63) / 64; l++)
                 fj_emit(b, FJ_PREFETCHT0, fj_mem(0, g.k, l * 64));
-            if ((g.nv * g.vb) % 64 == 0) fj_emit(b, FJ_PREFETCHT0, fj_mem(0, g.k, g.nv * g.vb - 1));
         }
     }
     if (c->amode == KG_GA_ROWS && g.mr > 7) {
@@ -461,10 +439,9 @@ void kg_gemm(fj_builder *b, const void *ctx) {
     }
     fj_emit(b, FJ_MOV, fj_r64(g.k), P(&g, OFF(kc), 64));
     k_loop(&g);
-    if (!g.avx512) {
-        /* Free for the epilogue's mask and temporary (rewritten each step). */
-        fj_release(b, g.bc);
-    }
+    /* Free for the epilogue (rewritten each step). */
+    if (nbc) fj_release(b, g.bcr[0]);
+    if (nbc == 2) fj_release(b, g.bcr[1]);
     epilogue(&g);
     fj_emit(b, FJ_MOV, fj_r64(g.a), g.a_slot);
     fj_emit(b, FJ_ADD, fj_r64(g.a), P(&g, OFF(a_tile), 64));

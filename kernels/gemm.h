@@ -1,4 +1,4 @@
-/* gemm.h: generator of f32 GEMM kernels: a loop over row tiles around an mr x (nv vectors) register tile. */
+/* gemm.h: generator of f32 GEMM kernels (row-tile loop around a register tile). */
 #ifndef FJ_KG_GEMM_H
 #define FJ_KG_GEMM_H
 
@@ -27,6 +27,9 @@ typedef struct kg_gemm_cfg {
     int32_t unroll;     /* k steps per main-loop iteration */
     int32_t pf_a;       /* prefetch distance in bytes ahead of packed A, 0 = none */
     int32_t pf_c;       /* prefetch the C tile at the start of each tile */
+    int32_t pf_b;       /* prefetch distance in bytes ahead of packed B, 0 = none */
+    int32_t a_reg;      /* AVX-512: broadcast A into a register (vbroadcastss)
+                           instead of an embedded {1to16} FMA operand */
     int32_t has_bias;   /* post stage adds bias[j] */
     int32_t act;        /* fj_eltwise_op of the post stage, 0 = none */
     float act_alpha, act_beta;
@@ -54,6 +57,7 @@ typedef struct kg_gemm_args {
     float alpha, beta;
     int32_t beta_zero, post;
     uint32_t kmask[4];       /* AVX-512: lanes of vector v to load/store */
+    uint32_t kmask_c[4];     /* AVX-512: lanes of C to read (0 if beta_zero) */
     int32_t ymask[4][8];     /* AVX2: the same as -1/0 lane masks */
 } kg_gemm_args;
 

@@ -1,5 +1,6 @@
 /* x64_encode.c: the table-driven x86-64 encoder (legacy/REX, VEX, EVEX forms). */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "kernels/x64.h"
@@ -112,6 +113,8 @@ typedef struct row_aux {
     uint8_t vmask;     /* bit i: operand i has a generic vector class */
     uint8_t minlen;    /* no encoding of the row is shorter */
     uint8_t legacy;    /* a legacy row: any REX need adds a byte */
+    uint8_t tail_min;  /* least minlen of the mnemonic's later rows (255: none) */
+    uint8_t tail_vex;  /* a later row is legacy or VEX */
 } row_aux;
 
 static row_aux aux[X64_MAX_ROWS];
@@ -119,6 +122,9 @@ static uint16_t op_first[X64_OP_COUNT];   /* first row of the mnemonic's family 
 static uint8_t op_nrows[X64_OP_COUNT];
 static uint8_t op_cc[X64_OP_COUNT];       /* condition code of a family member */
 static pthread_once_t index_once = PTHREAD_ONCE_INIT;
+/* Set (release) once the index is built: the common path is one acquire
+ * load instead of a call into pthread_once. */
+static atomic_int index_ready;
 
 static int is_generic_gpr(int c) { return c == XC_R || c == XC_RM || c == XC_RAX; }
 static int is_generic_vec(int c) { return c == XC_V || c == XC_VM || c == XC_VMB || c == XC_MV; }
@@ -212,6 +218,15 @@ static void index_init(void) {
             op_cc[op] = (uint8_t)cc;
         }
     }
+    /* What the rows after each one could still offer (a first match only
+     * looks further when a later row might be shorter). */
+    for (int i = x64_nrows - 1; i >= 0; i--) {
+        int last = i == x64_nrows - 1 || x64_rows[i + 1].op != x64_rows[i].op;
+        aux[i].tail_min = last ? 255 : (uint8_t)(aux[i + 1].minlen < aux[i + 1].tail_min
+                                                      ? aux[i + 1].minlen : aux[i + 1].tail_min);
+        aux[i].tail_vex = !last && (x64_rows[i + 1].enc != XE_EVEX || aux[i + 1].tail_vex);
+    }
+    atomic_store_explicit(&index_ready, 1, memory_order_release);
 }
 
 /* ---- operand matching ------------------------------------------------ */
@@ -235,8 +250,12 @@ static int fits32(int64_t v) { return v >= INT32_MIN && v <= INT32_MAX; }
 /* XZ_* bit of an operand size, 0 for a size no class takes (a 128-bit
  * memory operand of an integer instruction, a 64-bit one of a vector
  * instruction). */
-static int gsize_bit(int s) { return s == 8 ? XZ_8 : s == 16 ? XZ_16 : s == 32 ? XZ_32 : s == 64 ? XZ_64 : 0; }
-static int vsize_bit(int l) { return l == 128 ? XZ_128 : l == 256 ? XZ_256 : l == 512 ? XZ_512 : 0; }
+static int gsize_bit(int s) {
+    return s == 8 ? XZ_8 : s == 16 ? XZ_16 : s == 32 ? XZ_32 : s == 64 ? XZ_64 : 0;
+}
+static int vsize_bit(int l) {
+    return l == 128 ? XZ_128 : l == 256 ? XZ_256 : l == 512 ? XZ_512 : 0;
+}
 
 /* Operand sizes the generic classes take from this instruction's operands. */
 static int sizes(const x64_row *r, const row_aux *a, const x64_opnd *ops, x64_form *f) {
@@ -324,8 +343,11 @@ static int match_class(const x64_form *f, int c, const x64_opnd *o, int evex) {
 }
 
 /* The caller has checked the operand count and kinds (row_aux.acc). */
-static int match(const x64_row *r, const row_aux *a, const x64_opnd *ops, int nops, int cc,
-                 x64_form *f) {
+/* Not inlined: the compiler would split *f into scalars and track each
+ * field's "written" state through the loop, which costs more than the
+ * stores it saves. */
+static __attribute__((noinline)) int match(const x64_row *r, const row_aux *a,
+                                           const x64_opnd *ops, int nops, int cc, x64_form *f) {
     *f = (x64_form){.row = r, .cc = cc};
     if (!sizes(r, a, ops, f)) return MATCH_NO;
     int evex = r->enc == XE_EVEX, range = 0;
@@ -340,13 +362,22 @@ static int match(const x64_row *r, const row_aux *a, const x64_opnd *ops, int no
             f->mask = o->mask;
             f->zero = o->zero;
         }
-        if (o->kind == X64_K_MEM && o->bcst) {
-            if (!evex || c != XC_VMB) return MATCH_NO;
-            f->bcst = 1;
+        if (o->kind <= X64_K_KREG) {
+            /* A register: its shape passed the row's filter, which checked
+             * kind, width and bank; sizes() made generic widths agree.
+             * Only the implicit-register classes are left. */
+            if ((c == XC_RAX && o->reg != X64_RAX) || (c == XC_CL && o->reg != X64_RCX))
+                return MATCH_NO;
+            if (o->kind == X64_K_GPR && o->bits == 8 && o->reg >= 4) f->rex8 = 1;
+        } else {
+            if (o->kind == X64_K_MEM && o->bcst) {
+                if (!evex || c != XC_VMB) return MATCH_NO;
+                f->bcst = 1;
+            }
+            int m = match_class(f, c, o, evex);
+            if (m == MATCH_NO) return MATCH_NO;
+            if (m == MATCH_RANGE) range = 1;
         }
-        int m = match_class(f, c, o, evex);
-        if (m == MATCH_NO) return MATCH_NO;
-        if (m == MATCH_RANGE) range = 1;
         switch (X64_OPD_SLOT(r->opd[i])) {
         case XS_G: f->reg = o->reg; break;
         case XS_E: f->rm = o; break;
@@ -363,7 +394,6 @@ static int match(const x64_row *r, const row_aux *a, const x64_opnd *ops, int no
             }
             break;
         }
-        if (o->kind == X64_K_GPR && o->bits == 8 && o->reg >= 4) f->rex8 = 1;
     }
     return range ? MATCH_RANGE : MATCH_OK;
 }
@@ -552,7 +582,8 @@ static int shape_of(const x64_opnd *o, int *rex) {
         if (o->index != X64_NOREG) {
             if (o->index >= 16) return X64_E_RANGE;
             if (o->index == X64_RSP || o->base == X64_RIP) return X64_E_FORM;  /* no encoding */
-            if (o->scale != 1 && o->scale != 2 && o->scale != 4 && o->scale != 8) return X64_E_RANGE;
+            if (o->scale != 1 && o->scale != 2 && o->scale != 4 && o->scale != 8)
+                return X64_E_RANGE;
             *rex |= o->index >= 8;
         }
         *rex |= o->base >= 8 && o->base < 16;
@@ -567,6 +598,38 @@ static int shape_of(const x64_opnd *o, int *rex) {
     return sh;
 }
 
+/* After a first match of length len (EVEX if evex) is in out: tries the
+ * rows [a, end) that could still win (shorter, or legacy/VEX replacing
+ * EVEX) and copies a winner over out. Returns the final length. */
+static __attribute__((noinline)) int shorter(const row_aux *a, const row_aux *end, uint64_t sig,
+                                             int rex, const x64_opnd *ops, int nops, int cc,
+                                             int evex, int len, uint8_t *out,
+                                             x64_enc_info *info) {
+    uint8_t tmp[X64_MAX_LEN + 1];
+    x64_enc_info tinfo;
+    for (; a < end; a++) {
+        if ((sig & a->acc) != sig) continue;
+        const x64_row *r = &x64_rows[a - aux];
+        int row_evex = r->enc == XE_EVEX;
+        int replaces = evex && !row_evex;
+        if (!replaces) {
+            if (row_evex && !evex) continue;   /* EVEX only when needed */
+            /* REX (W, or registers 8-15) is one byte more on legacy rows. */
+            if (a->minlen + (a->legacy && (rex || (sig & a->w64))) >= len) continue;
+        }
+        x64_form f;
+        if (match(r, a, ops, nops, cc, &f) != MATCH_OK) continue;
+        int n = emit(&f, tmp, &tinfo);
+        if (replaces || n < len) {
+            memcpy(out, tmp, (size_t)n);
+            if (info) *info = tinfo;
+            len = n;
+            evex = row_evex;
+        }
+    }
+    return len;
+}
+
 int x64_encode(x64_op op, const x64_opnd *ops, int nops, uint8_t *out, x64_enc_info *info) {
     if (info) { info->features = 0; info->disp_pos = -1; info->rel_pos = -1; info->rel_size = 0; }
     if ((unsigned)op == X64_NONE || (unsigned)op >= X64_OP_COUNT) return X64_E_OP;
@@ -578,43 +641,23 @@ int x64_encode(x64_op op, const x64_opnd *ops, int nops, uint8_t *out, x64_enc_i
         if (sh < 0) return sh;
         sig ^= (uint64_t)(SH_NONE ^ sh) << (16 * i);
     }
-    pthread_once(&index_once, index_init);
-    int first = op_first[op], n = op_nrows[op], cc = op_cc[op];
-    /* The first match is emitted straight into out; a later row is tried
-     * only if it could be shorter (or is legacy/VEX after an EVEX match),
-     * into a scratch buffer, and copied over out if it wins. */
-    uint8_t tmp[X64_MAX_LEN + 1];
-    x64_enc_info tinfo;
-    int best_len = 0, best_evex = 0, range = 0;
-    for (int i = first; i < first + n; i++) {
-        const row_aux *a = &aux[i];
-        if ((sig & a->acc) != sig) continue;
-        const x64_row *r = &x64_rows[i];
-        int evex = r->enc == XE_EVEX;
-        int replaces = best_len && best_evex && !evex;
-        if (best_len && !replaces) {
-            if (evex && !best_evex) continue;   /* EVEX only when needed */
-            /* REX (W, or registers 8-15) is one byte more on legacy rows. */
-            int bound = a->minlen + (a->legacy && (rex || (sig & a->w64)));
-            if (bound >= best_len) continue;
-        }
-        x64_form f;
-        int m = match(r, a, ops, nops, cc, &f);
+    if (!atomic_load_explicit(&index_ready, memory_order_acquire))
+        pthread_once(&index_once, index_init);
+    const row_aux *a = aux + op_first[op], *end = a + op_nrows[op];
+    int cc = op_cc[op], range = 0;
+    /* The first row that matches is usually the answer: find it with a
+     * tight loop and emit it straight into out. */
+    x64_form f;
+    for (;; a++) {
+        while (a < end && (sig & a->acc) != sig) a++;
+        if (a == end) return range ? X64_E_RANGE : X64_E_FORM;
+        int m = match(&x64_rows[a - aux], a, ops, nops, cc, &f);
+        if (m == MATCH_OK) break;
         if (m == MATCH_RANGE) range = 1;
-        if (m != MATCH_OK) continue;
-        if (!best_len) {
-            best_len = emit(&f, out, info);
-            best_evex = evex;
-            continue;
-        }
-        int len = emit(&f, tmp, &tinfo);
-        if (replaces || len < best_len) {
-            memcpy(out, tmp, (size_t)len);
-            if (info) *info = tinfo;
-            best_len = len;
-            best_evex = evex;
-        }
     }
-    if (!best_len) return range ? X64_E_RANGE : X64_E_FORM;
-    return best_len;
+    int len = emit(&f, out, info);
+    int evex = f.row->enc == XE_EVEX;
+    if ((evex && a->tail_vex) || a->tail_min < len)
+        len = shorter(a + 1, end, sig, rex, ops, nops, cc, evex, len, out, info);
+    return len;
 }

@@ -1,72 +1,105 @@
-/* eltwise.c: fj_eltwise_f32: validation, kernel lookup/generation, call. */
-#include "runtime/rt.h"
+/* eltwise.c: fj_eltwise_f32 (validation, pinned kernel, call; large arrays
+ * split over the thread pool) and the pinned kernel slots it shares with
+ * reductions and softmax.
+ *
+ * The warm path is a handful of compares, one acquire load of the pinned
+ * kernel and the call: no lock, no hash, no allocation. */
+#include "runtime/eltslot.h"
 
 #include <stdio.h>
 
-#include "kernels/builder_int.h"
+#include "kernels/reduce.h"
+#include "kernels/softmax.h"
+#include "runtime/kcache.h"
+#include "runtime/pool.h"
 
-/* The kernel for variant v, generated on first use. */
-static fj_status elt_kernel(fj_runtime *rt, kg_elt v, fj_kernel **out) {
-    fj_kernel *k = atomic_load_explicit(&rt->elt[v], memory_order_acquire);
-    if (k) { *out = k; return FJ_OK; }
-    pthread_mutex_lock(&rt->lock);
-    /* Generation runs under the lock so that concurrent first calls make
-     * one kernel, not several. */
-    fj_status s = FJ_OK;
-    k = atomic_load_explicit(&rt->elt[v], memory_order_acquire);
-    if (!k) {
-        char name[64];
-        snprintf(name, sizeof name, "fj_eltwise_%s_f32_%s", kg_elt_name(v),
-                 rt->isa == FJ_ISA_AVX512 ? "avx512" : "avx2");
-        fj_builder *b;
-        pthread_mutex_unlock(&rt->lock);
-        s = kb_new(name, KG_ELT_NARGS, rt->isa, rt->features, rt, &b);
-        if (s == FJ_OK) {
-            kg_eltwise(b, v);
-            s = rt_finish(rt, b, &k);
-        }
-        pthread_mutex_lock(&rt->lock);
-        if (s == FJ_OK) {
-            fj_kernel *other = atomic_load(&rt->elt[v]);
-            if (other) {
-                /* Lost a race: keep the first, drop ours. */
-                pthread_mutex_unlock(&rt->lock);
-                fj_kernel_release(k);
-                pthread_mutex_lock(&rt->lock);
-                k = other;
-            } else {
-                atomic_store_explicit(&rt->elt[v], k, memory_order_release);
-            }
-        }
+/* ---- pinned slots ----------------------------------------------------------- */
+
+static void gen_slot(fj_builder *b, const void *ctx) {
+    kg_elt v = *(const kg_elt *)ctx;
+    if (v < KG_ELT__NELT) kg_eltwise(b, v);
+    else if (v < KG_ELT_SOFTMAX) kg_reduce(b, (fj_reduce_op)(v - KG_ELT_REDUCE0 + 1));
+    else kg_softmax(b, v == KG_ELT_LOGSOFTMAX);
+}
+
+fj_status rt_elt_slot_slow(fj_runtime *rt, kg_elt v, fj_kernel **out) {
+    const char *isa = rt->isa == FJ_ISA_AVX512 ? "avx512" : "avx2";
+    char name[64];
+    if (v < KG_ELT__NELT)
+        snprintf(name, sizeof name, "fj_eltwise_%s_f32_%s", kg_elt_name(v), isa);
+    else
+        snprintf(name, sizeof name, "fj_%s_f32_%s", kg_elt_name(v), isa);
+    /* Generated through the kernel cache, which makes concurrent first
+     * calls wait for one generation instead of racing. */
+    const uint8_t key[4] = {'e', 'l', 't', (uint8_t)v};
+    rt_kdesc d = {key, sizeof key, name, KG_ELT_NARGS, gen_slot, &v};
+    fj_kernel *k;
+    fj_status s = rt_kernel_acquire(rt, &d, &k);
+    if (s != FJ_OK) return s;
+    /* Pin our reference; if another thread pinned first it is the same
+     * kernel (same key), and ours is dropped. */
+    fj_kernel *expect = NULL;
+    if (!atomic_compare_exchange_strong_explicit(&rt->elt[v], &expect, k, memory_order_acq_rel,
+                                                 memory_order_acquire)) {
+        rt_kernel_unref(k);
+        k = expect;
     }
-    pthread_mutex_unlock(&rt->lock);
     *out = k;
-    return s;
+    return FJ_OK;
+}
+
+/* ---- fj_eltwise_f32 ------------------------------------------------------------ */
+
+/* Arrays from this size on are split over the pool (when it has threads),
+ * in fixed chunks of CHUNK elements (a multiple of every vector width). */
+enum { PAR_MIN = 1 << 20, CHUNK = 1 << 16 };
+
+typedef struct par_ctx {
+    kg_elt_fn fn;
+    const float *src;
+    float *dst;
+    size_t n;
+    const float *params;
+} par_ctx;
+
+static void par_chunk(void *p, int64_t i) {
+    const par_ctx *c = p;
+    size_t at = (size_t)i * CHUNK, len = c->n - at < CHUNK ? c->n - at : CHUNK;
+    c->fn(c->src + at, c->dst + at, len, c->params);
+    __asm__ volatile("" ::: "memory"); /* no tail call: keep our frame */
+}
+
+static fj_status bad(const char *what, size_t n) {
+    return fj_fail(FJ_ERR_INVALID_ARG, "fj_eltwise_f32: %s is NULL with n = %zu", what, n);
 }
 
 fj_status fj_eltwise_f32(fj_runtime *rt, fj_eltwise_op op, float alpha, float beta,
                          const float *src, float *dst, size_t n) {
-    if (!rt) return fj_fail(FJ_ERR_INVALID_ARG, "fj_eltwise_f32: runtime is NULL");
-    kg_elt v;
-    switch (op) {
-    case FJ_ELT_RELU: v = alpha == 0.0f ? KG_ELT_RELU : KG_ELT_LEAKY_RELU; break;
-    default: return fj_fail(FJ_ERR_INVALID_ARG, "fj_eltwise_f32: unknown op %d", (int)op);
-    }
+    if (__builtin_expect(!rt, 0)) return fj_fail(FJ_ERR_INVALID_ARG, "fj_eltwise_f32: runtime is NULL");
+    int v = kg_elt_variant(op, alpha);
+    if (__builtin_expect(v < 0, 0))
+        return fj_fail(FJ_ERR_INVALID_ARG, "fj_eltwise_f32: unknown op %d", (int)op);
     if (n == 0) return FJ_OK;
-    if (!src || !dst)
-        return fj_fail(FJ_ERR_INVALID_ARG, "fj_eltwise_f32: %s is NULL with n = %zu",
-                       !src ? "src" : "dst", n);
-    if (n > SIZE_MAX / sizeof(float) / 2)
+    if (__builtin_expect(!src, 0)) return bad("src", n);
+    if (__builtin_expect(!dst, 0)) return bad("dst", n);
+    if (__builtin_expect(n > SIZE_MAX / sizeof(float) / 2, 0))
         return fj_fail(FJ_ERR_INVALID_ARG, "fj_eltwise_f32: n = %zu is too large", n);
     uintptr_t s0 = (uintptr_t)src, d0 = (uintptr_t)dst, bytes = n * sizeof(float);
-    if (s0 != d0 && s0 < d0 + bytes && d0 < s0 + bytes)
+    /* Unsigned distance test: overlap iff |s0 - d0| < bytes, in place excepted. */
+    if (__builtin_expect(s0 != d0 && (s0 - d0 < bytes || d0 - s0 < bytes), 0))
         return fj_fail(FJ_ERR_INVALID_ARG, "fj_eltwise_f32: src and dst overlap without being "
                        "the same array (only in-place is allowed)");
     fj_kernel *k;
-    fj_status s = elt_kernel(rt, v, &k);
-    if (s != FJ_OK) return s;
+    fj_status s = rt_elt_slot(rt, (kg_elt)v, &k);
+    if (__builtin_expect(s != FJ_OK, 0)) return s;
     const float params[2] = {alpha, beta};
-    ((kg_elt_fn)k->fn)(src, dst, n, params);
+    kg_elt_fn fn = (kg_elt_fn)k->fn;
+    if (n >= PAR_MIN && rt->opts.threads > 1) {
+        par_ctx c = {fn, src, dst, n, params};
+        rt_parallel(rt, (int64_t)((n + CHUNK - 1) / CHUNK), rt->opts.threads, par_chunk, &c);
+    } else {
+        fn(src, dst, n, params);
+    }
     /* Keeps this call from becoming a tail call: the caller's frame (and
      * ours) must stay on the stack for every unwinder. */
     __asm__ volatile("" ::: "memory");

@@ -74,6 +74,16 @@ int fj_fault_hit(int cls) {
     return atomic_fetch_sub(&fault_countdown[cls], 1) == 0;
 }
 
+/* [cache] Sanitizer builds use the system allocator, so that ASan checks
+ * and LeakSanitizer sees every metadata allocation (mimalloc's own pages
+ * are invisible to it). */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define mi_malloc malloc
+#define mi_calloc calloc
+#define mi_realloc realloc
+#define mi_free free
+#define mi_strdup strdup
+#endif
 void *fj_malloc(size_t n) { return fj_fault_hit(FJ_FAULT_ALLOC) ? NULL : mi_malloc(n); }
 void *fj_calloc(size_t c, size_t s) { return fj_fault_hit(FJ_FAULT_ALLOC) ? NULL : mi_calloc(c, s); }
 void *fj_realloc(void *p, size_t n) { return fj_fault_hit(FJ_FAULT_ALLOC) ? NULL : mi_realloc(p, n); }

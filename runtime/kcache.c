@@ -1,7 +1,24 @@
 /* kcache.c: kernels keyed by descriptor: one per key, generated once,
- * reference counted. A slot is inserted in the "generating" state before
- * the generator runs (outside the lock), so concurrent requests for the
- * same key wait for it instead of generating their own. */
+ * reference counted, evicted when the code cache needs room. A slot is
+ * inserted in the "generating" state before the generator runs (outside
+ * the lock), so concurrent requests for the same key wait for it instead
+ * of generating their own.
+ *
+ * References: the table holds one on each kernel, every user one more
+ * (rt_kernel_acquire .. rt_kernel_unref, i.e. while it runs). New
+ * references are only ever taken through the table, under kc_lock, so a
+ * kernel whose count is 1 there is held by nobody else and cannot become
+ * held while kc_lock is kept: that is what makes eviction safe.
+ *
+ * Eviction is driven by the code cache (cc_place, when a kernel would not
+ * fit): it picks the least recently used arena, whose last use is the
+ * newest LRU tick any of its kernels got here, and asks
+ *   kc_evict_detach (cache lock held): every live kernel of the arena is
+ *     ours and unreferenced? then unlink them all from the table;
+ *   kc_evict_free (no lock): drop the table's references, which frees
+ *     each kernel (its unwind info, then its code), emptying the arena.
+ * Lock order: cache lock -> kc_lock; kc_lock is never held while calling
+ * into the cache other than cc_touch/cc_set_owner (lock-free). */
 #include "runtime/kcache.h"
 
 #include <string.h>
@@ -49,6 +66,9 @@ static int grow_table(fj_runtime *rt) {
     return 1;
 }
 
+/* Under kc_lock: a use, for the LRU order. */
+static void touch(fj_runtime *rt, fj_kernel *k) { cc_touch(k->entry, ++rt->kc_tick); }
+
 void rt_kernel_ref(fj_kernel *k) { atomic_fetch_add_explicit(&k->refs, 1, memory_order_relaxed); }
 
 void rt_kernel_unref(fj_kernel *k) {
@@ -70,6 +90,8 @@ fj_status rt_kernel_acquire(fj_runtime *rt, const rt_kdesc *d, fj_kernel **out) 
         if ((*pp)->k) {
             fj_kernel *k = (*pp)->k;
             rt_kernel_ref(k);
+            touch(rt, k);
+            atomic_fetch_add_explicit(&rt->kc_hits, 1, memory_order_relaxed);
             pthread_mutex_unlock(&rt->kc_lock);
             *out = k;
             return FJ_OK;
@@ -91,6 +113,7 @@ fj_status rt_kernel_acquire(fj_runtime *rt, const rt_kdesc *d, fj_kernel **out) 
     rt_kslot **pp = find(rt, h, d->key, d->key_len);
     *pp = s;
     rt->kc_count++;
+    atomic_fetch_add_explicit(&rt->kc_misses, 1, memory_order_relaxed);
     pthread_mutex_unlock(&rt->kc_lock);
 
     fj_builder *b;
@@ -106,6 +129,10 @@ fj_status rt_kernel_acquire(fj_runtime *rt, const rt_kdesc *d, fj_kernel **out) 
     if (st == FJ_OK) {
         rt_kernel_ref(k); /* one for the cache, one for the caller */
         s->k = k;
+        /* From here on eviction may consider it (while it has no owner the
+         * arena counts as in use). */
+        cc_set_owner(k->entry, s);
+        touch(rt, k);
     } else {
         *pp = s->next;
         rt->kc_count--;
@@ -116,6 +143,82 @@ fj_status rt_kernel_acquire(fj_runtime *rt, const rt_kdesc *d, fj_kernel **out) 
     pthread_mutex_unlock(&rt->kc_lock);
     *out = k;
     return st;
+}
+
+/* ------------------------------------------------------------------------
+ * Eviction hooks (see the top of the file)
+ * ---------------------------------------------------------------------- */
+
+/* The slot owning e if e is a cached kernel nobody else holds, else NULL.
+ * Under kc_lock. */
+static rt_kslot *evictable(const cc_entry *e) {
+    rt_kslot *s = e->owner;
+    if (!s || !s->k || s->k->entry != e) return NULL;
+    /* acquire: pairs with the release in the last user's unref, so its
+     * use of the kernel happens before the kernel is freed. */
+    return atomic_load_explicit(&s->k->refs, memory_order_acquire) == 1 ? s : NULL;
+}
+
+static long kc_evict_detach(void *ctx, const cc_arena_info *a, void **detached) {
+    fj_runtime *rt = ctx;
+    size_t n = cc_arena_count(a);
+    pthread_mutex_lock(&rt->kc_lock);
+    for (size_t i = 0; i < n; i++) {
+        const cc_entry *e = cc_arena_entry(a, i);
+        if (e && !evictable(e)) {
+            pthread_mutex_unlock(&rt->kc_lock);
+            return -1;
+        }
+    }
+    rt_kslot *list = NULL;
+    long cnt = 0;
+    for (size_t i = 0; i < n; i++) {
+        cc_entry *e = cc_arena_entry(a, i);
+        if (!e) continue;
+        rt_kslot *s = e->owner;
+        rt_kslot **pp = &rt->kc_buckets[s->hash & (rt->kc_nbuckets - 1)];
+        while (*pp != s) pp = &(*pp)->next;
+        *pp = s->next;
+        rt->kc_count--;
+        cc_set_owner(e, NULL);
+        s->next = list;
+        list = s;
+        cnt++;
+    }
+    pthread_mutex_unlock(&rt->kc_lock);
+    *detached = list;
+    return cnt;
+}
+
+static void kc_evict_free(void *ctx, void *detached) {
+    fj_runtime *rt = ctx;
+    uint64_t n = 0;
+    for (rt_kslot *s = detached, *next; s; s = next) {
+        next = s->next;
+        rt_kernel_unref(s->k); /* the table's reference, the last one */
+        fj_free(s->key);
+        fj_free(s);
+        n++;
+    }
+    atomic_fetch_add_explicit(&rt->kc_evictions, n, memory_order_relaxed);
+}
+
+void rt_kcache_init(fj_runtime *rt) {
+    /* .retire stays NULL until unwind info is registered per arena; then
+     * it is where that registration is destroyed (invariant 4). */
+    cc_hooks h = {.ctx = rt, .evict_detach = kc_evict_detach, .evict_free = kc_evict_free};
+    cc_set_hooks(rt->cache, &h);
+}
+
+fj_status fj_test_kernel_get(fj_runtime *rt, const void *key, size_t key_len, const char *name,
+                             int nargs, void (*gen)(fj_builder *b, const void *ctx),
+                             const void *ctx, fj_kernel **out) {
+    if (!out) return fj_fail(FJ_ERR_INVALID_ARG, "fj_test_kernel_get: out is NULL");
+    *out = NULL;
+    if (!rt || (!key && key_len) || !name || !gen)
+        return fj_fail(FJ_ERR_INVALID_ARG, "fj_test_kernel_get: NULL argument");
+    rt_kdesc d = {key, key_len, name, nargs, gen, ctx};
+    return rt_kernel_acquire(rt, &d, out);
 }
 
 void rt_kcache_clear(fj_runtime *rt) {

@@ -1,6 +1,8 @@
 /* kcache.h: the runtime's kernels keyed by descriptor: one kernel per key,
  * generated once even when many threads ask at the same time, held by
- * reference counts so that a kernel in use is never freed. */
+ * reference counts so that a kernel in use is never freed, and evicted
+ * (whole code arenas, least recently used first) when the code cache is
+ * full and nobody holds them. */
 #ifndef FJ_KCACHE_H
 #define FJ_KCACHE_H
 
@@ -28,7 +30,20 @@ FJ_INTERNAL void rt_kernel_unref(fj_kernel *k);
 /* The kernel's entry point. */
 FJ_INTERNAL void *rt_kernel_fn(const fj_kernel *k);
 
+/* Called by fj_runtime_create once the code cache exists: installs the
+ * eviction hooks (kernels nobody holds are evicted, least recently
+ * acquired arena first). */
+FJ_INTERNAL void rt_kcache_init(fj_runtime *rt);
 /* Called by fj_runtime_destroy: drops the cache's references. */
 FJ_INTERNAL void rt_kcache_clear(fj_runtime *rt);
+
+/* For tests and framejit-bench, exported but not in the public header:
+ * rt_kernel_acquire with a builder callback, i.e. a cached, evictable
+ * kernel for key (gen builds it on a miss through the public builder API).
+ * Release with fj_kernel_release. */
+FJ_API fj_status fj_test_kernel_get(fj_runtime *rt, const void *key, size_t key_len,
+                                    const char *name, int nargs,
+                                    void (*gen)(fj_builder *b, const void *ctx), const void *ctx,
+                                    fj_kernel **out);
 
 #endif

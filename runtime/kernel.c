@@ -8,6 +8,7 @@
 
 #include "kernels/builder_int.h"
 #include "kernels/verify.h"
+#include "runtime/image.h"
 #include "runtime/kcache.h"
 
 fj_status fj_builder_create(fj_runtime *rt, const char *name, int nargs, fj_builder **out) {
@@ -56,6 +57,8 @@ fj_status rt_finish(fj_runtime *rt, fj_builder *b, fj_kernel **out) {
     if ((s = uw_register(&f, 1, rt->uw_backends, &k->uw)) != FJ_OK) goto fail;
     if (rt->dump_dir)
         (void)uw_dump(rt->dump_dir, &f, code.bytes, atomic_fetch_add(&rt->dump_seq, 1));
+    /* [profiling] the arena file's ELF image; opt-in perf map / jitdump. */
+    rt_image_kernel(k->entry, &f, code.bytes);
     k->fn = (void *)k->entry->start;
     k->code_size = code.code_len;
     atomic_init(&k->refs, 1);

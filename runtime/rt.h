@@ -41,6 +41,9 @@ struct fj_runtime {
     pthread_cond_t kc_cond;
     rt_kslot **kc_buckets;
     size_t kc_nbuckets, kc_count;
+    /* [cache] LRU clock (under kc_lock) and counters for fj_cache_stats_get. */
+    uint64_t kc_tick;
+    atomic_uint_least64_t kc_hits, kc_misses, kc_evictions;
     /* Thread pool, created on first parallel call (pool.c). */
     pthread_mutex_t pool_lock;
     rt_pool *pool;

@@ -86,13 +86,15 @@ fj_status fj_runtime_create(const fj_options *opts, fj_runtime **out) {
         return fj_fail(FJ_ERR_NO_MEMORY, "fj_runtime_create: out of memory");
     }
     const char *cf = getenv("FRAMEJIT_CODE_FILE");
-    cc_config cfg = {.capacity = o.cache_bytes, .code_file = !(cf && !strcmp(cf, "0"))};
+    cc_config cfg = {.capacity = o.cache_bytes, .code_file = !(cf && !strcmp(cf, "0")),
+                     .huge_pages = env_flag("FRAMEJIT_HUGEPAGES")}; /* [cache] huge pages */
     s = cc_create(&cfg, &rt->cache);
     if (s != FJ_OK) {
         fj_free(rt->dump_dir);
         fj_free(rt);
         return s;
     }
+    rt_kcache_init(rt); /* [cache] eviction hooks */
     pthread_mutex_init(&rt->lock, NULL);
     pthread_mutex_init(&rt->kc_lock, NULL);
     pthread_cond_init(&rt->kc_cond, NULL);

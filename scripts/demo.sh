@@ -37,7 +37,7 @@ if why="$(perf_usable)"; then
     res="$(analyze_perf_script "$TMP/cc.err" "$pid" <"$TMP/perf.script")"
     jit="${res#*jit=}"; jit="${jit%% *}"
     ok="${res#*ok=}"; ok="${ok%% *}"
-    total="${res#*total=}"
+    total="${res#*total=}"; total="${total%% *}"
     echo
     echo "samples of callchain:        $total"
     echo "samples in JIT kernels:      $jit ($(awk -v a="$jit" -v b="$total" 'BEGIN { printf "%.1f%%", b ? 100 * a / b : 0 }') of all)"

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "fjtest.h"
+#include "kernels/builder_int.h"
 
 static fj_runtime *rt;
 static fj_isa isas[2];
@@ -203,6 +204,49 @@ START_TEST(labels_slots_consts) {
 }
 END_TEST
 
+
+/* Deliberately bad kernels, built through the builder's raw-bytes test
+ * hook: finish must refuse each with FJ_ERR_VERIFY and say why. */
+START_TEST(verifier_rejects_bad_kernels) {
+    static const struct {
+        const char *what;
+        uint8_t bytes[8];
+        size_t n;
+        const char *why;   /* part of the expected message */
+    } bad[] = {
+        {"mov rbp, rax", {0x48, 0x89, 0xc5}, 3, "rbp"},
+        {"xor ebp, ebp", {0x31, 0xed}, 2, "rbp"},
+        {"lea rbp, [rax+8]", {0x48, 0x8d, 0x68, 0x08}, 4, "rbp"},
+        {"mov bpl, al", {0x40, 0x88, 0xc5}, 3, "rbp"},
+        {"pop rbp", {0x5d}, 1, "rbp"},
+        {"ret in the body", {0xc3}, 1, "ret"},
+    };
+    rt = make_rt(isas[0]);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        fj_builder *b;
+        ck_assert(fj_builder_create(rt, "t_bad", 1, &b) == FJ_OK);
+        fj_reg r = fj_gpr(b);
+        fj_emit(b, FJ_MOV, fj_r64(r), fj_imm(1));
+        kb_test_raw(b, bad[i].bytes, bad[i].n);
+        fj_return(b, fj_r64(r));
+        fj_kernel *k = NULL;
+        fj_status s = fj_builder_finish(b, &k);
+        ck_assert_msg(s == FJ_ERR_VERIFY, "%s: got %s (%s)", bad[i].what, fj_status_str(s),
+                      fj_last_error());
+        ck_assert_ptr_null(k);
+        ck_assert_msg(strstr(fj_last_error(), bad[i].why) && strstr(fj_last_error(), "t_bad"),
+                      "%s: message '%s'", bad[i].what, fj_last_error());
+    }
+    /* The runtime is still fine afterwards. */
+    fj_builder *b;
+    ck_assert(fj_builder_create(rt, "t_good", 0, &b) == FJ_OK);
+    fj_return(b, fj_imm(5));
+    fj_kernel *k = finish(b);
+    ck_assert_int_eq(((int64_t(*)(void))fj_kernel_entry(k))(), 5);
+    fj_runtime_destroy(rt);
+}
+END_TEST
+
 int main(void) {
     fj_runtime *probe;
     if (fj_runtime_create(NULL, &probe) == FJ_OK) {
@@ -215,6 +259,7 @@ int main(void) {
     tcase_add_test(tc, all_gprs_sum);
     tcase_add_test(tc, call_preserves_and_passes);
     tcase_add_test(tc, labels_slots_consts);
+    tcase_add_test(tc, verifier_rejects_bad_kernels);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -38,7 +38,7 @@ static void assert_no_wx(const char *when) {
 }
 
 static cc_cache *make(int code_file, size_t capacity) {
-    cc_config cfg = {capacity, code_file};
+    cc_config cfg = {.capacity = capacity, .code_file = code_file};
     cc_cache *c = NULL;
     fj_status st = cc_create(&cfg, &c);
     ck_assert_msg(st == FJ_OK, "cc_create: %s", fj_last_error());
@@ -198,14 +198,29 @@ START_TEST(test_capacity) {
     ck_assert_ptr_null(e);
     ck_assert_ptr_nonnull(strstr(fj_last_error(), "over"));
     ck_assert_ptr_nonnull(strstr(fj_last_error(), "4096"));
+    /* The capacity bounds memory held: one removed kernel leaves a hole in
+     * an arena that still runs 63 others, and holes are never refilled. */
     cc_remove(c, es[3]);
-    e = place_val(c, 99); /* removal gives room back */
+    ck_assert_int_eq(cc_place(c, b, sizeof b, "again", &e), FJ_ERR_CACHE_FULL);
+    cc_stats st;
+    cc_get_stats(c, &st);
+    ck_assert_uint_eq(st.held, 4096);
+    ck_assert_uint_eq(st.live_kernels, 63);
+    ck_assert_uint_eq(st.live_bytes, 63 * 6);
+    /* Emptied, the arena is given back and there is room again, at new
+     * addresses. */
+    for (int i = 0; i < 64; i++) cc_remove(c, es[i]);
+    e = place_val(c, 99);
     ck_assert_int_eq(call(e), 99);
     ck_assert_uint_gt(e->start, es[63]->start);
-    ck_assert_int_eq(cc_place(c, b, sizeof b, "again", &e), FJ_ERR_CACHE_FULL);
+    cc_get_stats(c, &st);
+    ck_assert_uint_eq(st.held, 64);
+    ck_assert_uint_eq(st.arenas, 1);
+    ck_assert_uint_eq(st.arenas_retired, 1);
     /* A kernel bigger than the whole capacity. */
     uint8_t *big = calloc(1, 8192);
     ck_assert_int_eq(cc_place(c, big, 8192, "big", &e), FJ_ERR_CACHE_FULL);
+    ck_assert_ptr_nonnull(strstr(fj_last_error(), "whole capacity"));
     free(big);
     cc_destroy(c);
 }
@@ -493,7 +508,7 @@ START_TEST(test_exit_hook) {
     ck_assert_int_eq(pipe(pfd), 0);
     pid_t ch = fork();
     if (ch == 0) {
-        cc_config cfg = {0, 1};
+        cc_config cfg = {.code_file = 1};
         cc_cache *c;
         cc_entry *e;
         uint8_t b[6];

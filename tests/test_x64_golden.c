@@ -394,6 +394,12 @@ static const bad errors[] = {
     { "mixed vector widths", X64_E_FORM, X(VADDPS), 3, { ZMM(0), YMM(1), ZMM(2) } },
     { "memory width disagrees", X64_E_FORM, X(VMOVUPS), 2, { YMM(0), M(128, RAX, 0) } },
     { "memory without a size", X64_E_FORM, X(INC), 1, { M(0, RAX, 0) } },
+    /* A memory width no form of the mnemonic has is an error, not the
+     * nearest size (it used to encode as a 32-bit access). */
+    { "128-bit memory for a GPR op", X64_E_FORM, X(ADD), 2, { M(128, RAX, 0), IMM(1) } },
+    { "256-bit memory for inc", X64_E_FORM, X(INC), 1, { M(256, RAX, 0) } },
+    { "odd memory width", X64_E_FORM, X(NEG), 1, { M(48, RAX, 0) } },
+    { "64-bit memory for a vector op", X64_E_FORM, X(VFPCLASSPS), 3, { KR(1), M(64, RAX, 0), IMM(1) } },
     { "lea from a register", X64_E_FORM, X(LEA), 2, { Q(RAX), Q(RBX) } },
     { "push eax", X64_E_FORM, X(PUSH), 1, { D(RAX) } },
     { "mixed GPR sizes", X64_E_FORM, X(ADD), 2, { Q(RAX), D(RBX) } },

@@ -51,6 +51,59 @@ FJ_INTERNAL fj_status uw_register(const uw_func *fns, size_t n, unsigned backend
 /* Deregisters from every back-end it was registered with and frees. NULL ok. */
 FJ_INTERNAL void uw_deregister(uw_object *o);
 
+/* ---- Arenas: registration that scales -------------------------------------
+ * One code arena [lo, hi) registers a fixed, small number of objects with
+ * each back-end however many kernels it holds (uw_register makes one per
+ * call, and libgcc before GCC 13 and libunwind search those linearly on
+ * every frame of every unwind, plain C frames included):
+ *   libgcc     one frame table for [lo, hi), registered once at create and
+ *              edited in place as kernels arrive (never re-registered, so
+ *              no two objects ever overlap, with or without GCC 13's b-tree);
+ *   libunwind  one REMOTE_TABLE dyn info for [lo, hi) whose table grows in
+ *              place, next to the code;
+ *   gdb        O(log n) in-memory ELF objects: each add registers a
+ *              one-kernel object, and two neighbours of equal size are
+ *              merged (the merged object registered before the two are
+ *              withdrawn), so each kernel is rebuilt O(log n) times.
+ * Kernels are added in increasing address order (each starting at or after
+ * the previous one's end) and never removed one by one: an arena goes
+ * away whole, and its code addresses are never reused. Calls on one arena
+ * must not run concurrently (the code cache's lock orders them); unwinding
+ * in any thread may run at any time, and never sees a half-added kernel.
+ * Do not also uw_register kernels that lie inside a live arena. */
+typedef struct uw_arena uw_arena;
+
+/* An arena for the code span [lo, hi) (at most 256 MiB with libunwind,
+ * 1 GiB otherwise); name labels it for libunwind. Registers the empty
+ * tables with the chosen back-ends (UW_* bits). On failure nothing stays
+ * registered and *out is NULL. */
+FJ_INTERNAL fj_status uw_arena_create(unsigned backends, uintptr_t lo, uintptr_t hi,
+                                      const char *name, uw_arena **out);
+/* Makes f unwindable by every chosen back-end before returning FJ_OK.
+ * f must lie in [lo, hi) and start at or above the end of the previous
+ * kernel; its name and records are copied. On failure f is registered with
+ * no back-end and the arena is unchanged (still usable). */
+FJ_INTERNAL fj_status uw_arena_add(uw_arena *a, const uw_func *f);
+/* Deregisters everything and frees the arena. Call it before the code
+ * span is unmapped. NULL ok. */
+FJ_INTERNAL void uw_arena_destroy(uw_arena *a);
+
+typedef struct uw_arena_stats {
+    size_t kernels;
+    size_t libgcc_bytes;     /* frame table + group CIEs written */
+    size_t libunwind_bytes;  /* table entries + FDEs written */
+    size_t gdb_bytes;        /* live ELF objects + the kernel copies they are built from */
+    size_t gdb_objects;      /* entries this arena has in gdb's JIT list */
+} uw_arena_stats;
+/* Memory the arena holds beyond the code itself (a == NULL: zeros). */
+FJ_INTERNAL void uw_arena_get_stats(const uw_arena *a, uw_arena_stats *st);
+
+/* Self-check for tests and FRAMEJIT_VERIFY: the libgcc table, walked as
+ * libgcc walks it, still has the extent and FDE count it was registered
+ * with, is sorted and has no overlapping ranges; gdb holds at most
+ * log2(kernels) + 1 objects of this arena. */
+FJ_INTERNAL fj_status uw_arena_check(const uw_arena *a);
+
 /* ELF writer, shared by the GDB JIT objects and FRAMEJIT_DUMP files.
  * fns cover [lo, hi) (lo = lowest start, hi = highest end); .text is that
  * range and each function gets an STT_FUNC symbol (section-relative value).
@@ -60,9 +113,78 @@ FJ_INTERNAL void uw_deregister(uw_object *o);
  * readelf -wf. Buffer fj_malloc'ed. */
 FJ_INTERNAL fj_status uw_elf_build(const uw_func *fns, size_t n, const uint8_t *code, uint8_t **out,
                                    size_t *len);
+/* The same with .eh_frame given (eh_len bytes, CIE first, zero terminator;
+ * FDE addresses as uw_elf_build would write them): the arenas keep every
+ * kernel's FDE and rebuild their gdb objects without re-encoding CFI. */
+FJ_INTERNAL fj_status uw_elf_build_eh(const uw_func *fns, size_t n, const uint8_t *code,
+                                      const uint8_t *eh, size_t eh_len, uint8_t **out,
+                                      size_t *len);
 
 /* FRAMEJIT_DUMP: writes DIR/<name>.<seq>.o. Failures are logged
  * (FRAMEJIT_VERBOSE) and returned, never fatal to the kernel. */
 FJ_INTERNAL fj_status uw_dump(const char *dir, const uw_func *f, const uint8_t *code, unsigned seq);
+
+/* ---- Profiling: self-describing arena files, perf map, jitdump ------------
+ * (uw_image.c, uw_perfmap.c, uw_jitdump.c; runtime/image.c drives them.)
+ *
+ * An arena's backing file as an ELF image perf reads on its own: the
+ * header page (ELF header, program headers, build-id note) at file offset
+ * 0, the code span at code_off (mapped read+execute at lo), and metadata
+ * (.eh_frame_hdr, .eh_frame, .symtab, .strtab, section headers) at
+ * meta_off, outside the code pages. ELF addresses equal file offsets. */
+typedef struct uw_image_layout {
+    uint64_t page;       /* page size (0: 4096) */
+    uint64_t code_off;   /* file offset of the code span (page aligned, >= page) */
+    uint64_t code_span;  /* bytes of the span */
+    uintptr_t lo;        /* where the span is mapped */
+    uint64_t meta_off;   /* page aligned, >= code_off + code_span */
+} uw_image_layout;
+
+typedef struct uw_image_bytes {
+    uint8_t *hdr;              /* for file offset 0 (fits before code_off) */
+    size_t hdr_len;
+    uint8_t *meta;             /* for file offset meta_off */
+    size_t meta_len;
+    uint8_t build_id[20];
+    uint64_t eh_frame_hdr_off; /* file offset of .eh_frame_hdr */
+    uint64_t shoff;            /* file offset of the section headers */
+} uw_image_bytes;
+
+/* The kernels of one arena, with their CFA programs (kept so that each
+ * rebuild only lays bytes out). Not thread-safe: the caller serializes. */
+typedef struct uw_image uw_image;
+FJ_INTERNAL fj_status uw_image_new(uw_image **out);
+FJ_INTERNAL void uw_image_free(uw_image *im);  /* NULL ok */
+/* Adds f (name and records copied; code: its f->size bytes, hashed into
+ * the build-id; may be NULL). tag is the caller's, handed back to prune. */
+FJ_INTERNAL fj_status uw_image_add(uw_image *im, const uw_func *f, const uint8_t *code,
+                                   const void *tag);
+/* Drops the kernels for which live() returns 0; returns how many. */
+FJ_INTERNAL size_t uw_image_prune(uw_image *im,
+                                  int (*live)(const void *tag, uintptr_t start, void *ctx),
+                                  void *ctx);
+FJ_INTERNAL size_t uw_image_count(const uw_image *im);
+/* Header and metadata bytes for layout l (fj_malloc'ed; uw_image_bytes_free). */
+FJ_INTERNAL fj_status uw_image_build(const uw_image *im, const uw_image_layout *l,
+                                     uw_image_bytes *out);
+FJ_INTERNAL void uw_image_bytes_free(uw_image_bytes *b);
+
+/* perf jitdump JIT_CODE_UNWINDING_INFO payload for f: .eh_frame then
+ * .eh_frame_hdr (*hdr_len bytes at the end), laid out as perf inject --jit
+ * places them: right after f->size bytes of code. fj_malloc'ed. */
+FJ_INTERNAL fj_status uw_jit_unwind_build(const uw_func *f, uint8_t **out, size_t *len,
+                                          size_t *hdr_len);
+
+/* FRAMEJIT_PERFMAP: appends "START SIZE name" (hex) to /tmp/perf-PID.map
+ * (reopened after fork). Thread-safe. */
+FJ_INTERNAL fj_status uw_perfmap_add(const uw_func *f);
+/* FRAMEJIT_JITDUMP: appends f (code bytes, then unwind info) to this
+ * process's jitdump file, created on first use in $JITDUMPDIR or $HOME
+ * under .debug/jit/ and mapped PROT_READ|PROT_EXEC once (the marker perf
+ * inject --jit looks for). Timestamps are CLOCK_MONOTONIC (perf record -k 1).
+ * Thread-safe. */
+FJ_INTERNAL fj_status uw_jitdump_add(const uw_func *f, const uint8_t *code);
+/* Path of this process's jitdump file, or NULL if none was written yet. */
+FJ_INTERNAL const char *uw_jitdump_path(void);
 
 #endif

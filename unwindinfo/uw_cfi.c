@@ -28,6 +28,17 @@ void uw_put(uw_buf *b, const void *src, size_t n) {
 
 void uw_put_zero(uw_buf *b, size_t n) { uw_put(b, NULL, n); }
 
+void uw_reserve(uw_buf *b, size_t cap) {
+    if (b->oom || cap <= b->cap) return;
+    uint8_t *p = fj_realloc(b->p, cap);
+    if (!p) {
+        b->oom = 1;
+        return;
+    }
+    b->p = p;
+    b->cap = cap;
+}
+
 void uw_put_uleb(uw_buf *b, uint64_t v) {
     do {
         uint8_t byte = v & 0x7f;
@@ -79,33 +90,53 @@ enum { DW_RSP = 7, DW_RBP = 6, DW_RA = 16 };
 
 int uw_dwarf_reg(unsigned r) { return r < 16 ? dwarf_of_x86[r] : -1; }
 
+/* One function's own checks (name, range, records). */
+static fj_status check_one(const uw_func *f, size_t i) {
+    if (!f->name || !f->name[0])
+        return fj_fail(FJ_ERR_INVALID_ARG, "unwind info: function %zu has no name", i);
+    if (f->start == 0 || f->size == 0 || f->size > UINT32_MAX || f->start + f->size < f->start)
+        return fj_fail(FJ_ERR_INVALID_ARG, "unwind info: %s: bad range %#lx+%zu", f->name,
+                       (unsigned long)f->start, f->size);
+    if (f->nrecs && !f->recs)
+        return fj_fail(FJ_ERR_INVALID_ARG, "unwind info: %s: records missing", f->name);
+    for (size_t j = 0; j < f->nrecs; j++) {
+        if (f->recs[j].off > f->size || (j && f->recs[j].off < f->recs[j - 1].off))
+            return fj_fail(FJ_ERR_INVALID_ARG,
+                           "unwind info: %s: record %zu at offset %u is unsorted or past "
+                           "the end",
+                           f->name, j, f->recs[j].off);
+    }
+    return FJ_OK;
+}
+
+fj_status uw_check_func(const uw_func *f) {
+    if (!f) return fj_fail(FJ_ERR_INVALID_ARG, "unwind info: no function");
+    return check_one(f, 0);
+}
+
 fj_status uw_check_funcs(const uw_func *fns, size_t n, uintptr_t *lo, uintptr_t *hi) {
     if (!fns || n == 0) return fj_fail(FJ_ERR_INVALID_ARG, "unwind info: no functions");
     uintptr_t l = UINTPTR_MAX, h = 0;
+    int sorted = 1;
     for (size_t i = 0; i < n; i++) {
         const uw_func *f = &fns[i];
-        if (!f->name || !f->name[0])
-            return fj_fail(FJ_ERR_INVALID_ARG, "unwind info: function %zu has no name", i);
-        if (f->start == 0 || f->size == 0 || f->size > UINT32_MAX || f->start + f->size < f->start)
-            return fj_fail(FJ_ERR_INVALID_ARG, "unwind info: %s: bad range %#lx+%zu", f->name,
-                           (unsigned long)f->start, f->size);
-        if (f->nrecs && !f->recs)
-            return fj_fail(FJ_ERR_INVALID_ARG, "unwind info: %s: records missing", f->name);
-        for (size_t j = 0; j < f->nrecs; j++) {
-            if (f->recs[j].off > f->size || (j && f->recs[j].off < f->recs[j - 1].off))
-                return fj_fail(FJ_ERR_INVALID_ARG,
-                               "unwind info: %s: record %zu at offset %u is unsorted or past "
-                               "the end",
-                               f->name, j, f->recs[j].off);
-        }
-        /* Overlapping kernels would give two FDEs for one pc. */
-        for (size_t k = 0; k < i; k++) {
+        fj_status st = check_one(f, i);
+        if (st != FJ_OK) return st;
+        if (i && f->start < fns[i - 1].start) sorted = 0;
+        if (f->start < l) l = f->start;
+        if (f->start + f->size > h) h = f->start + f->size;
+    }
+    /* Overlapping kernels would give two FDEs for one pc. Sorted input (an
+     * arena's kernels, thousands of them) only needs its neighbours
+     * compared; the rare unsorted call pays the pairwise check. */
+    for (size_t i = 1; i < n; i++) {
+        const size_t k0 = sorted ? i - 1 : 0;
+        for (size_t k = k0; k < i; k++) {
+            const uw_func *f = &fns[i];
             if (f->start < fns[k].start + fns[k].size && fns[k].start < f->start + f->size)
                 return fj_fail(FJ_ERR_INVALID_ARG, "unwind info: %s overlaps %s", f->name,
                                fns[k].name);
         }
-        if (f->start < l) l = f->start;
-        if (f->start + f->size > h) h = f->start + f->size;
     }
     if (lo) *lo = l;
     if (hi) *hi = h;
@@ -153,6 +184,15 @@ static void cfa_advance(uw_buf *b, uint32_t delta) {
         uw_put_u8(b, DW_CFA_advance_loc4);
         uw_put_u32(b, delta);
     }
+}
+
+/* An advance that may exceed 32 bits (code_align 1): split in steps. */
+static void cfa_advance_abs(uw_buf *b, uintptr_t delta) {
+    while (delta > UINT32_MAX) {
+        cfa_advance(b, UINT32_MAX);
+        delta -= UINT32_MAX;
+    }
+    cfa_advance(b, (uint32_t)delta);
 }
 
 /* reg (DWARF number) saved at CFA + cfa_off. */
@@ -252,7 +292,7 @@ static size_t len_begin(uw_buf *b) {
 
 static void len_end(uw_buf *b, size_t at) { uw_patch_u32(b, at, (uint32_t)(b->len - at - 4)); }
 
-static void write_cie(uw_buf *b) {
+size_t uw_cie_put(uw_buf *b, int pad) {
     size_t at = len_begin(b);
     uw_put_u32(b, 0);              /* CIE id */
     uw_put_u8(b, 1);               /* version */
@@ -265,16 +305,13 @@ static void write_cie(uw_buf *b) {
     /* On entry: CFA = rsp + 8, return address at CFA - 8. */
     cfa_def(b, DW_RSP, 8);
     cfa_offset(b, DW_RA, -8);
-    uw_align(b, 8, DW_CFA_nop);
+    if (pad) uw_align(b, 8, DW_CFA_nop);
     len_end(b, at);
+    return at;
 }
 
-static fj_status write_fde(uw_buf *b, const uw_func *f, uintptr_t bias, size_t cie_at) {
-    size_t at = len_begin(b);
-    uw_put_u32(b, (uint32_t)(b->len - cie_at));  /* back to the CIE from this field */
-    uw_put_u64(b, f->start - bias);
-    uw_put_u64(b, f->size);
-    uw_put_uleb(b, 0);  /* no augmentation data */
+/* f's records as CFA instructions, advancing from code offset 0 (f->start). */
+static fj_status put_records(uw_buf *b, const uw_func *f, uint32_t *loc_out) {
     cfa_state s = {.reg = DW_RSP, .off = 8};
     uint32_t loc = 0;
     for (size_t i = 0; i < f->nrecs; i++) {
@@ -284,8 +321,47 @@ static fj_status write_fde(uw_buf *b, const uw_func *f, uintptr_t bias, size_t c
         fj_status st = cfa_rec(b, f, r, &s);
         if (st != FJ_OK) return st;
     }
+    if (loc_out) *loc_out = loc;
+    return FJ_OK;
+}
+
+fj_status uw_fde_put(uw_buf *b, const uw_func *f, uintptr_t bias, ptrdiff_t cie_at) {
+    size_t at = len_begin(b);
+    /* Back to the CIE from this field (cie_at < 0: before the buffer). */
+    uw_put_u32(b, (uint32_t)((ptrdiff_t)b->len - cie_at));
+    uw_put_u64(b, f->start - bias);
+    uw_put_u64(b, f->size);
+    uw_put_uleb(b, 0);  /* no augmentation data */
+    fj_status st = put_records(b, f, NULL);
+    if (st != FJ_OK) return st;
     uw_align(b, 8, DW_CFA_nop);
     len_end(b, at);
+    return FJ_OK;
+}
+
+fj_status uw_cfa_append(uw_buf *b, const uw_func *f, unsigned *touched, uintptr_t *loc) {
+    if (f->start < *loc)
+        return fj_fail(FJ_ERR_INVALID_ARG, "unwind info: %s starts below the program", f->name);
+    cfa_advance_abs(b, f->start - *loc);
+    /* Back to the CIE's rules for whatever the previous function changed:
+     * CFA = rsp + 8 and every register the caller's. */
+    if (*touched & (1u << X86_RSP)) cfa_def(b, DW_RSP, 8);
+    for (unsigned x = 0; x < 16; x++)
+        if (x != X86_RSP && (*touched & (1u << x)))
+            uw_put_u8(b, (uint8_t)(DW_CFA_restore | uw_dwarf_reg(x)));
+    uint32_t last = 0;
+    fj_status st = put_records(b, f, &last);
+    if (st != FJ_OK) return st;
+    unsigned t = 0;
+    for (size_t i = 0; i < f->nrecs; i++) {
+        switch (f->recs[i].kind) {
+        case UW_PUSH_FP: t |= 1u << X86_RSP | 1u << X86_RBP; break;
+        case UW_SAVE_REG: t |= 1u << f->recs[i].reg; break;
+        default: break;
+        }
+    }
+    *touched = t;
+    *loc = f->start + last;
     return FJ_OK;
 }
 
@@ -295,10 +371,10 @@ fj_status uw_eh_frame_build_at(const uw_func *fns, size_t n, uintptr_t bias, uin
     fj_status st = uw_check_funcs(fns, n, NULL, NULL);
     if (st != FJ_OK) return st;
     uw_buf b = {0};
-    write_cie(&b);
+    uw_cie_put(&b, 1);
     for (size_t i = 0; i < n; i++) {
         if (fde_off) fde_off[i] = b.len;
-        st = write_fde(&b, &fns[i], bias, 0);
+        st = uw_fde_put(&b, &fns[i], bias, 0);
         if (st != FJ_OK) {
             fj_free(b.p);
             return st;

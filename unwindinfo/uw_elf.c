@@ -48,17 +48,35 @@ fj_status uw_elf_build(const uw_func *fns, size_t n, const uint8_t *code, uint8_
     uintptr_t lo, hi;
     fj_status st = uw_check_funcs(fns, n, &lo, &hi);
     if (st != FJ_OK) return st;
-    const int gdb = code == NULL;
-
     /* A .o for tools gets section-relative FDEs; the GDB object absolute
      * ones (gdb adds no section offset for JIT objects). */
     uint8_t *eh = NULL;
     size_t eh_len = 0;
-    st = uw_eh_frame_build_at(fns, n, gdb ? 0 : lo, &eh, &eh_len, NULL);
+    st = uw_eh_frame_build_at(fns, n, code ? lo : 0, &eh, &eh_len, NULL);
     if (st != FJ_OK) return st;
+    st = uw_elf_build_eh(fns, n, code, eh, eh_len, out, len);
+    fj_free(eh);
+    return st;
+}
+
+fj_status uw_elf_build_eh(const uw_func *fns, size_t n, const uint8_t *code, const uint8_t *eh,
+                          size_t eh_len, uint8_t **out, size_t *len) {
+    if (!out || !len || !eh) return fj_fail(FJ_ERR_INVALID_ARG, "uw_elf_build: NULL argument");
+    uintptr_t lo, hi;
+    fj_status st = uw_check_funcs(fns, n, &lo, &hi);
+    if (st != FJ_OK) return st;
+    const int gdb = code == NULL;
 
     /* String and symbol tables first, so their sizes are known. */
     uw_buf strtab = {0}, symtab = {0}, shstr = {0}, b = {0};
+    /* Sized up front: arenas rebuild objects of thousands of kernels, and
+     * growing by doubling would copy everything a few times. */
+    size_t names = 16;
+    for (size_t i = 0; i < n; i++) names += strlen(fns[i].name) + 1;
+    uw_reserve(&strtab, names);
+    uw_reserve(&symtab, (n + 3) * sizeof(Elf64_Sym));
+    uw_reserve(&b, sizeof(Elf64_Ehdr) + 64 + (code ? hi - lo : 0) + eh_len + (n + 3) *
+                       sizeof(Elf64_Sym) + names + 64 + sizeof(Elf64_Shdr) * SEC__N);
     uint32_t shname[SEC__N];
     for (int i = 0; i < SEC__N; i++) shname[i] = str_add(&shstr, sec_name[i]);
     str_add(&strtab, "");
@@ -96,7 +114,6 @@ fj_status uw_elf_build(const uw_func *fns, size_t n, const uint8_t *code, uint8_
         .sh_addralign = 8,
     };
     uw_put(&b, eh, eh_len);
-    fj_free(eh);
 
     uw_align(&b, 8, 0);
     sh[SEC_SYMTAB] = (Elf64_Shdr){

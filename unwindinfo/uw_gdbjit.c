@@ -1,5 +1,5 @@
 /* uw_gdbjit.c: the GDB JIT interface back-end: the documented descriptor and
- * hook, and one in-memory ELF object per registered uw_object. */
+ * hook, and in-memory ELF objects (one per uw_object, a few per arena). */
 #include "unwindinfo/uw_int.h"
 
 #include <pthread.h>
@@ -45,17 +45,36 @@ struct uw_gdb_entry {
     size_t elf_len;
 };
 
-fj_status uw_gdb_register(uw_object *o) {
+fj_status uw_gdb_entry_new(const uw_func *fns, size_t n, struct uw_gdb_entry **out) {
     struct uw_gdb_entry *g = fj_calloc(1, sizeof *g);
     if (!g) return fj_fail(FJ_ERR_NO_MEMORY, "gdb jit: out of memory");
-    fj_status st = uw_elf_build(o->fns, o->n, NULL, &g->elf, &g->elf_len);
+    fj_status st = uw_elf_build(fns, n, NULL, &g->elf, &g->elf_len);
     if (st != FJ_OK) {
         fj_free(g);
         return st;
     }
     g->e.symfile_addr = (const char *)g->elf;
     g->e.symfile_size = g->elf_len;
+    *out = g;
+    return FJ_OK;
+}
 
+fj_status uw_gdb_entry_new_eh(const uw_func *fns, size_t n, const uint8_t *eh, size_t eh_len,
+                              struct uw_gdb_entry **out) {
+    struct uw_gdb_entry *g = fj_calloc(1, sizeof *g);
+    if (!g) return fj_fail(FJ_ERR_NO_MEMORY, "gdb jit: out of memory");
+    fj_status st = uw_elf_build_eh(fns, n, NULL, eh, eh_len, &g->elf, &g->elf_len);
+    if (st != FJ_OK) {
+        fj_free(g);
+        return st;
+    }
+    g->e.symfile_addr = (const char *)g->elf;
+    g->e.symfile_size = g->elf_len;
+    *out = g;
+    return FJ_OK;
+}
+
+void uw_gdb_entry_link(struct uw_gdb_entry *g) {
     pthread_mutex_lock(&jit_lock);
     g->e.prev_entry = NULL;
     g->e.next_entry = __jit_debug_descriptor.first_entry;
@@ -66,12 +85,9 @@ fj_status uw_gdb_register(uw_object *o) {
     __jit_debug_register_code();
     __jit_debug_descriptor.action_flag = JIT_NOACTION;
     pthread_mutex_unlock(&jit_lock);
-    o->gdb = g;
-    return FJ_OK;
 }
 
-void uw_gdb_deregister(uw_object *o) {
-    struct uw_gdb_entry *g = o->gdb;
+void uw_gdb_entry_unlink(struct uw_gdb_entry *g) {
     if (!g) return;
     pthread_mutex_lock(&jit_lock);
     if (g->e.prev_entry)
@@ -85,7 +101,27 @@ void uw_gdb_deregister(uw_object *o) {
     __jit_debug_descriptor.action_flag = JIT_NOACTION;
     __jit_debug_descriptor.relevant_entry = NULL;
     pthread_mutex_unlock(&jit_lock);
+    uw_gdb_entry_free(g);
+}
+
+void uw_gdb_entry_free(struct uw_gdb_entry *g) {
+    if (!g) return;
     fj_free(g->elf);
     fj_free(g);
+}
+
+size_t uw_gdb_entry_bytes(const struct uw_gdb_entry *g) { return sizeof *g + g->elf_len; }
+
+fj_status uw_gdb_register(uw_object *o) {
+    struct uw_gdb_entry *g = NULL;
+    fj_status st = uw_gdb_entry_new(o->fns, o->n, &g);
+    if (st != FJ_OK) return st;
+    uw_gdb_entry_link(g);
+    o->gdb = g;
+    return FJ_OK;
+}
+
+void uw_gdb_deregister(uw_object *o) {
+    uw_gdb_entry_unlink(o->gdb);
     o->gdb = NULL;
 }

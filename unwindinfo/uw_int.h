@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include "unwindinfo/uw.h"
 
 /* ---- Byte writer -------------------------------------------------------
@@ -18,6 +19,8 @@ typedef struct uw_buf {
 
 FJ_INTERNAL void uw_put(uw_buf *b, const void *src, size_t n);
 FJ_INTERNAL void uw_put_zero(uw_buf *b, size_t n);
+/* Room for cap bytes in all (a failure is sticky, as for the puts). */
+FJ_INTERNAL void uw_reserve(uw_buf *b, size_t cap);
 FJ_INTERNAL void uw_put_uleb(uw_buf *b, uint64_t v);
 FJ_INTERNAL void uw_put_sleb(uw_buf *b, int64_t v);
 /* Pads with `fill` up to a multiple of a (a power of two). */
@@ -26,20 +29,67 @@ FJ_INTERNAL void uw_patch_u32(uw_buf *b, size_t at, uint32_t v);
 /* Hands the bytes over (fj_malloc'ed) or fails with FJ_ERR_NO_MEMORY. */
 FJ_INTERNAL fj_status uw_buf_take(uw_buf *b, uint8_t **out, size_t *len);
 
-static inline void uw_put_u8(uw_buf *b, uint8_t v) { uw_put(b, &v, 1); }
-static inline void uw_put_u16(uw_buf *b, uint16_t v) { uw_put(b, &v, 2); }  /* x86-64: LE */
-static inline void uw_put_u32(uw_buf *b, uint32_t v) { uw_put(b, &v, 4); }
-static inline void uw_put_u64(uw_buf *b, uint64_t v) { uw_put(b, &v, 8); }
+/* Fixed-size puts: a store when there is room (the common case: big ELF
+ * objects are built from thousands of them), else the growing path. */
+#define UW_PUT_FIXED(b, v)                                   \
+    do {                                                     \
+        if ((b)->len + sizeof(v) <= (b)->cap) {              \
+            memcpy((b)->p + (b)->len, &(v), sizeof(v));      \
+            (b)->len += sizeof(v);                           \
+        } else {                                             \
+            uw_put((b), &(v), sizeof(v));                    \
+        }                                                    \
+    } while (0)
+static inline void uw_put_u8(uw_buf *b, uint8_t v) { UW_PUT_FIXED(b, v); }
+static inline void uw_put_u16(uw_buf *b, uint16_t v) { UW_PUT_FIXED(b, v); }  /* x86-64: LE */
+static inline void uw_put_u32(uw_buf *b, uint32_t v) { UW_PUT_FIXED(b, v); }
+static inline void uw_put_u64(uw_buf *b, uint64_t v) { UW_PUT_FIXED(b, v); }
 
 /* Checks fns (names, sizes, records, no overlap) and returns the range
- * [lo, hi) they cover. */
+ * [lo, hi) they cover. Linear when fns are sorted by start. */
 FJ_INTERNAL fj_status uw_check_funcs(const uw_func *fns, size_t n, uintptr_t *lo, uintptr_t *hi);
 /* uw_eh_frame_build with every FDE address lowered by bias (0: absolute;
  * the start of .text: section-relative, for .o files). */
 FJ_INTERNAL fj_status uw_eh_frame_build_at(const uw_func *fns, size_t n, uintptr_t bias,
                                            uint8_t **out, size_t *len, size_t *fde_off);
+/* One function's name, range and records. */
+FJ_INTERNAL fj_status uw_check_func(const uw_func *f);
 /* DWARF number of x86 GPR r (0..15), or -1. */
 FJ_INTERNAL int uw_dwarf_reg(unsigned r);
+
+/* ---- CIE / FDE pieces --------------------------------------------------
+ * Our one CIE ("zR", absolute FDE pointers, CFA = rsp + 8 on entry);
+ * returns its offset in b. pad: align its end to 8 (inside a section);
+ * without, instructions may be appended and the length patched again. */
+FJ_INTERNAL size_t uw_cie_put(uw_buf *b, int pad);
+/* One FDE for f with addresses lowered by bias; cie_at is the CIE's offset
+ * relative to the start of b (negative: before b's bytes, wherever they end
+ * up: the caller places b's bytes so that holds). */
+FJ_INTERNAL fj_status uw_fde_put(uw_buf *b, const uw_func *f, uintptr_t bias, ptrdiff_t cie_at);
+/* Appends f to a CFA program that already describes code up to *loc (an
+ * absolute address <= f->start): an advance to f->start, a reset of the
+ * rules the previous function changed (*touched, a mask of x86 registers,
+ * rsp meaning the CFA rule), then f's records. Updates *loc and *touched.
+ * Used to let one FDE describe several consecutive kernels. */
+FJ_INTERNAL fj_status uw_cfa_append(uw_buf *b, const uw_func *f, unsigned *touched,
+                                    uintptr_t *loc);
+
+/* ---- Memory for unwind tables -------------------------------------------
+ * A PROT_NONE reservation whose prefix is made read-write on demand, so
+ * tables can grow in place (readers hold pointers into them) and cost
+ * resident memory only for what is used. */
+typedef struct uw_region {
+    uint8_t *p;
+    size_t len;        /* reserved */
+    size_t committed;  /* read-write prefix */
+} uw_region;
+/* Reserves len bytes; near != 0: within +-2 GiB of [near, near_hi) (libunwind's
+ * 32-bit table offsets), else anywhere. */
+FJ_INTERNAL fj_status uw_region_reserve(uw_region *r, size_t len, uintptr_t near,
+                                        uintptr_t near_hi);
+/* Makes [0, upto) read-write (whole pages, in 64 KiB steps). */
+FJ_INTERNAL fj_status uw_region_commit(uw_region *r, size_t upto);
+FJ_INTERNAL void uw_region_release(uw_region *r);
 
 /* ---- Registered objects ------------------------------------------------ */
 struct uw_libunwind_reg;
@@ -66,5 +116,42 @@ FJ_INTERNAL fj_status uw_libunwind_register(uw_object *o, int *skipped);
 FJ_INTERNAL void uw_libunwind_deregister(uw_object *o);
 FJ_INTERNAL fj_status uw_gdb_register(uw_object *o);
 FJ_INTERNAL void uw_gdb_deregister(uw_object *o);
+
+/* ---- Arena back-ends (uw_arena.c drives them) ----------------------------
+ * Each grows in place: prepare writes what a kernel needs where no reader
+ * looks yet (it may fail; a failed or abandoned prepare is simply
+ * overwritten by the next one), publish makes it visible with a few
+ * ordered stores (it cannot fail). */
+struct uw_gcc_table;
+FJ_INTERNAL fj_status uw_gcc_table_create(uintptr_t lo, uintptr_t hi, struct uw_gcc_table **out);
+FJ_INTERNAL fj_status uw_gcc_table_prepare(struct uw_gcc_table *t, const uw_func *f);
+/* Publishes the prepared kernel and looks it up again through libgcc;
+ * on a mismatch it is withdrawn and FJ_ERR_UNWIND returned. */
+FJ_INTERNAL fj_status uw_gcc_table_publish(struct uw_gcc_table *t, const uw_func *f);
+FJ_INTERNAL void uw_gcc_table_destroy(struct uw_gcc_table *t);
+FJ_INTERNAL size_t uw_gcc_table_bytes(const struct uw_gcc_table *t);
+/* Walks the table as libgcc does: same FDE count and [lo, hi) extent as
+ * when it was registered, sorted, no overlapping ranges. */
+FJ_INTERNAL fj_status uw_gcc_table_check(const struct uw_gcc_table *t);
+
+struct uw_unw_table;
+/* *out = NULL (and FJ_OK) when libunwind is not installed. */
+FJ_INTERNAL fj_status uw_unw_table_create(uintptr_t lo, uintptr_t hi, const char *name,
+                                          struct uw_unw_table **out);
+FJ_INTERNAL fj_status uw_unw_table_prepare(struct uw_unw_table *t, const uw_func *f);
+FJ_INTERNAL void uw_unw_table_publish(struct uw_unw_table *t);
+FJ_INTERNAL void uw_unw_table_destroy(struct uw_unw_table *t);
+FJ_INTERNAL size_t uw_unw_table_bytes(const struct uw_unw_table *t);
+
+/* GDB JIT entries: an ELF for fns built (may fail), linked into gdb's list
+ * (cannot fail), unlinked and freed. */
+FJ_INTERNAL fj_status uw_gdb_entry_new(const uw_func *fns, size_t n, struct uw_gdb_entry **out);
+/* ... from a ready .eh_frame (see uw_elf_build_eh). */
+FJ_INTERNAL fj_status uw_gdb_entry_new_eh(const uw_func *fns, size_t n, const uint8_t *eh,
+                                          size_t eh_len, struct uw_gdb_entry **out);
+FJ_INTERNAL void uw_gdb_entry_link(struct uw_gdb_entry *g);
+FJ_INTERNAL void uw_gdb_entry_unlink(struct uw_gdb_entry *g);  /* and frees it */
+FJ_INTERNAL void uw_gdb_entry_free(struct uw_gdb_entry *g);    /* one never linked */
+FJ_INTERNAL size_t uw_gdb_entry_bytes(const struct uw_gdb_entry *g);
 
 #endif

@@ -1,13 +1,12 @@
 /* uw_libunwind.c: the libunwind back-end: a REMOTE_TABLE unw_dyn_info_t per
- * object, given to _U_dyn_register of a dlopen'ed (RTLD_LOCAL) libunwind. */
+ * object, or one per arena whose table grows in place, given to
+ * _U_dyn_register of a dlopen'ed (RTLD_LOCAL) libunwind. */
 #include "unwindinfo/uw_int.h"
 
 #include <dlfcn.h>
-#include <errno.h>
 #include <pthread.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <unistd.h>
 
 /* Only the types: libunwind is never linked (it exports _Unwind_* too and,
  * as a DT_NEEDED, could take over the process's _Unwind_RaiseException). */
@@ -46,33 +45,8 @@ typedef struct table_entry {
 
 struct uw_libunwind_reg {
     unw_dyn_info_t di;  /* linked into libunwind's list: must not move */
-    void *map;          /* table + .eh_frame copy, near the code */
-    size_t map_len;
+    uw_region mem;      /* table + .eh_frame copy, near the code */
 };
-
-static int fits_i32(intptr_t v) { return v >= INT32_MIN && v <= INT32_MAX; }
-
-/* The table's offsets are 32-bit, so the CFI must lie within 2 GiB of the
- * code; metadata from fj_malloc lives far away (mimalloc reserves its
- * segments above 2 TiB), so the copy goes into a small read-only mapping
- * placed next to the code when the kernel honours the hint. */
-static void *map_near(uintptr_t lo, uintptr_t hi, size_t len) {
-    if (fj_fault_hit(FJ_FAULT_MMAP)) return MAP_FAILED;
-    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    const uintptr_t below = (lo & ~(page - 1)) > len ? (lo & ~(page - 1)) - len : 0;
-    const uintptr_t hints[] = {below, (hi + page - 1) & ~(page - 1), 0};
-    for (size_t i = 0; i < sizeof hints / sizeof hints[0]; i++) {
-        void *p = mmap((void *)hints[i], len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                       -1, 0);
-        if (p == MAP_FAILED) return p;
-        if (fits_i32((intptr_t)((uintptr_t)p - lo)) &&
-            fits_i32((intptr_t)((uintptr_t)p + len - lo)))
-            return p;
-        munmap(p, len);
-    }
-    errno = ERANGE;
-    return MAP_FAILED;
-}
 
 fj_status uw_libunwind_register(uw_object *o, int *skipped) {
     *skipped = 0;
@@ -88,17 +62,15 @@ fj_status uw_libunwind_register(uw_object *o, int *skipped) {
     struct uw_libunwind_reg *u = fj_calloc(1, sizeof *u);
     if (!u) return fj_fail(FJ_ERR_NO_MEMORY, "libunwind: out of memory");
     size_t table_bytes = o->n * sizeof(table_entry);
-    size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    u->map_len = (table_bytes + o->eh_len + page - 1) & ~(page - 1);
-    u->map = map_near(o->lo, o->hi, u->map_len);
-    if (u->map == MAP_FAILED) {
-        int e = errno;
+    fj_status st = uw_region_reserve(&u->mem, table_bytes + o->eh_len, o->lo, o->hi);
+    if (st == FJ_OK) st = uw_region_commit(&u->mem, u->mem.len);
+    if (st != FJ_OK) {
+        uw_region_release(&u->mem);
         fj_free(u);
-        return fj_fail(FJ_ERR_UNWIND, "libunwind: no memory for CFI within 2 GiB of %#lx: %s",
-                       (unsigned long)o->lo, strerror(e));
+        return st;
     }
-    table_entry *table = u->map;
-    uint8_t *eh = (uint8_t *)u->map + table_bytes;  /* 8-aligned: entries are 8 bytes */
+    table_entry *table = (table_entry *)u->mem.p;
+    uint8_t *eh = u->mem.p + table_bytes;  /* 8-aligned: entries are 8 bytes */
     memcpy(eh, o->eh, o->eh_len);
 
     /* segbase = lo; sort the entries by start (insertion: n is small and
@@ -114,7 +86,7 @@ fj_status uw_libunwind_register(uw_object *o, int *skipped) {
             table[j] = table[j - 1];
         table[j] = e;
     }
-    mprotect(u->map, u->map_len, PROT_READ);  /* hardening only; failure harmless */
+    mprotect(u->mem.p, u->mem.len, PROT_READ);  /* hardening only; failure harmless */
 
     unw_dyn_info_t *di = &u->di;
     di->start_ip = o->lo;
@@ -135,7 +107,144 @@ void uw_libunwind_deregister(uw_object *o) {
     struct uw_libunwind_reg *u = o->unw;
     if (!u) return;
     dyn_cancel(&u->di);
-    munmap(u->map, u->map_len);
+    uw_region_release(&u->mem);
     fj_free(u);
     o->unw = NULL;
+}
+
+/* ---- One growing table per arena ---------------------------------------------
+ * The region near the code holds [table entries | CIE, FDE, FDE, ...]. The
+ * dyn info covers the whole arena from the start; libunwind reads
+ * u.rti.table_len once per lookup, so an entry written past it is invisible
+ * until the length is stored, and kernels come in address order, so the
+ * table stays sorted by appending. An address in the arena with no entry
+ * yet gives UNW_ENOINFO, as an unknown address does. */
+
+struct uw_unw_table {
+    unw_dyn_info_t di;     /* linked into libunwind's list: must not move */
+    uw_region mem;
+    uintptr_t lo, hi;
+    size_t cap;            /* table entries the region has room for */
+    size_t fde_at;         /* start of the CIE/FDE area in mem */
+    size_t used;           /* end of the CIE/FDEs, relative to mem.p */
+    size_t n;              /* published entries */
+    size_t pend_end;       /* end of the prepared FDE (0: nothing prepared) */
+    char *name;
+};
+
+fj_status uw_unw_table_create(uintptr_t lo, uintptr_t hi, const char *name,
+                              struct uw_unw_table **out) {
+    *out = NULL;
+    pthread_once(&load_once, load);
+    if (!dyn_register) return FJ_OK;
+    if (hi - lo > INT32_MAX / 8)
+        return fj_fail(FJ_ERR_UNWIND, "libunwind: arena spans %zu bytes (more than 256 MiB)",
+                       (size_t)(hi - lo));
+    struct uw_unw_table *t = fj_calloc(1, sizeof *t);
+    if (!t) return fj_fail(FJ_ERR_NO_MEMORY, "libunwind: out of memory");
+    t->name = fj_strdup(name);
+    if (!t->name) {
+        fj_free(t);
+        return fj_fail(FJ_ERR_NO_MEMORY, "libunwind: out of memory");
+    }
+    /* Kernels start at least 16 bytes apart (the code cache aligns them
+     * further); FDE bytes get four times the code span, which no real
+     * kernel's CFI comes near. Reserved address space costs nothing until
+     * it is written. */
+    t->lo = lo;
+    t->hi = hi;
+    t->cap = (hi - lo) / 16 + 1;
+    t->fde_at = (t->cap * sizeof(table_entry) + 4095) & ~(size_t)4095;
+    uw_buf b = {0};
+    uint8_t *cie = NULL;
+    size_t cie_len = 0;
+    fj_status st = uw_region_reserve(&t->mem, t->fde_at + 4 * (hi - lo) + 4096, lo, hi);
+    if (st != FJ_OK) goto fail;
+    uw_cie_put(&b, 1);
+    if ((st = uw_buf_take(&b, &cie, &cie_len)) != FJ_OK) goto fail;
+    st = uw_region_commit(&t->mem, t->fde_at + cie_len);
+    if (st != FJ_OK) {
+        fj_free(cie);
+        goto fail;
+    }
+    memcpy(t->mem.p + t->fde_at, cie, cie_len);
+    fj_free(cie);
+    t->used = t->fde_at + cie_len;
+
+    unw_dyn_info_t *di = &t->di;
+    di->start_ip = lo;
+    di->end_ip = hi;
+    di->gp = 0;
+    di->format = UNW_INFO_FORMAT_REMOTE_TABLE;
+    di->u.rti.name_ptr = (unw_word_t)t->name;
+    di->u.rti.segbase = lo;
+    di->u.rti.table_len = 0;  /* in words: one per 8-byte entry */
+    di->u.rti.table_data = (unw_word_t)t->mem.p;
+    dyn_register(di);
+    *out = t;
+    return FJ_OK;
+fail:
+    uw_region_release(&t->mem);
+    fj_free(t->name);
+    fj_free(t);
+    return st;
+}
+
+fj_status uw_unw_table_prepare(struct uw_unw_table *t, const uw_func *f) {
+    t->pend_end = 0;
+    if (t->n == t->cap)
+        return fj_fail(FJ_ERR_NO_MEMORY, "libunwind: table of arena %s is full (%zu kernels)",
+                       t->name, t->n);
+    const size_t at = (t->used + 7) & ~(size_t)7;
+    uw_buf b = {0};
+    uint8_t *fde = NULL;
+    size_t len = 0;
+    /* The CIE sits at fde_at, before this FDE's bytes. */
+    fj_status st = uw_fde_put(&b, f, 0, -(ptrdiff_t)(at - t->fde_at));
+    if (st != FJ_OK) {
+        fj_free(b.p);
+        return st;
+    }
+    if ((st = uw_buf_take(&b, &fde, &len)) != FJ_OK) return st;
+    if (at + len > t->mem.len)
+        st = fj_fail(FJ_ERR_NO_MEMORY, "libunwind: CFI area of arena %s is full", t->name);
+    if (st == FJ_OK) st = uw_region_commit(&t->mem, at + len);
+    if (st != FJ_OK) {
+        fj_free(fde);
+        return st;
+    }
+    memcpy(t->mem.p + at, fde, len);
+    fj_free(fde);
+    /* The table's pages come first in the region, below the CFI: they are
+     * committed already whenever the CFI is. */
+    table_entry *e = (table_entry *)t->mem.p + t->n;
+    e->start_ip_offset = (int32_t)(f->start - t->lo);
+    e->fde_offset = (int32_t)((uintptr_t)(t->mem.p + at) - t->lo);
+    t->pend_end = at + len;
+    return FJ_OK;
+}
+
+void uw_unw_table_publish(struct uw_unw_table *t) {
+    if (!t->pend_end) return;
+    t->n++;
+    t->used = t->pend_end;
+    t->pend_end = 0;
+    /* Release: the entry and its FDE are written before the length says so. */
+    __atomic_store_n(&t->di.u.rti.table_len,
+                     (unw_word_t)(t->n * sizeof(table_entry) / sizeof(unw_word_t)),
+                     __ATOMIC_RELEASE);
+}
+
+void uw_unw_table_destroy(struct uw_unw_table *t) {
+    if (!t) return;
+    dyn_cancel(&t->di);
+    uw_region_release(&t->mem);
+    fj_free(t->name);
+    fj_free(t);
+}
+
+size_t uw_unw_table_bytes(const struct uw_unw_table *t) {
+    /* What is written (the rest of the reservation is never touched). */
+    return t ? sizeof *t + strlen(t->name) + 1 + t->n * sizeof(table_entry) + (t->used - t->fde_at)
+             : 0;
 }

@@ -68,7 +68,9 @@ perf_usable() {
 #     printed (perf prints absolute addresses for anonymous memory).
 # A JIT sample "reaches main" when inner, outer and main appear in its chain
 # in that order (leaf first). A JIT sample is "named" when perf gave its leaf
-# a symbol (from the arena file's .symtab). Prints "jit=N ok=M named=K total=T".
+# a symbol (from the arena file's .symtab), and "kname" when that symbol is
+# one of the kernel names callchain printed. Prints
+# "jit=N ok=M named=K total=T kname=L".
 analyze_perf_script() {
     local kernels="$1" pid="$2"
     awk -v pid="$pid" -v kfile="$kernels" '
@@ -82,7 +84,7 @@ analyze_perf_script() {
             split(f[3], r, "-")
             nk++; lo[nk] = pad(r[1]); hi[nk] = pad(r[2]); kname[f[4]] = 1
         }
-        total = 0; jit = 0; ok = 0; named = 0; insample = 0
+        total = 0; jit = 0; ok = 0; named = 0; knamed = 0; insample = 0
     }
     function finish() {
         if (!insample) return
@@ -93,12 +95,13 @@ analyze_perf_script() {
         jit++
         if (stage == 3) ok++
         if (leafnamed) named++
+        if (leafk) knamed++
     }
     /^[ \t]*$/ { finish(); next }
     /^[^ \t]/ || /^ +[0-9]+(\/[0-9]+)? *$/ {
         # sample header: "  PID/TID" or "PID"
         finish()
-        insample = 1; leafseen = 0; isjit = 0; leafnamed = 0; stage = 0
+        insample = 1; leafseen = 0; isjit = 0; leafnamed = 0; leafk = 0; stage = 0
         h = $1; sub(/\/.*/, "", h); mypid = h
         next
     }
@@ -115,7 +118,7 @@ analyze_perf_script() {
             leafseen = 1
             leafnamed = sym != "[unknown]"
             s = base(sym)
-            if (sym in kname || s in kname) isjit = 1
+            if (sym in kname || s in kname) { isjit = 1; leafk = 1 }
             else if (dso ~ /^\/tmp\/perf-[0-9]+\.map$/ || dso ~ /^\/\/anon/ ||
                      dso ~ /^\/dev\/shm\/framejit/ || dso ~ /^\/memfd:framejit/) isjit = 1
             else if (dso == "[unknown]") {
@@ -128,6 +131,6 @@ analyze_perf_script() {
         else if (stage == 1 && s == "outer") stage = 2
         else if (stage == 2 && s == "main") stage = 3
     }
-    END { finish(); printf "jit=%d ok=%d named=%d total=%d\n", jit, ok, named, total }
+    END { finish(); printf "jit=%d ok=%d named=%d total=%d kname=%d\n", jit, ok, named, total, knamed }
     '
 }

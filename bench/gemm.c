@@ -1,0 +1,248 @@
+/* gemm.c (bench): f32 GEMM vs oneDNN dnnl_sgemm and OpenBLAS, 1 and 2 threads.
+ *
+ * Also the kernel generation time of a new shape. FJ_BENCH_GEMM_SHAPES="256,1024"
+ * limits the run to those M=N=K cubes. */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bench.h"
+
+#ifdef FJ_BENCH_DNNL
+#include <dnnl.h>
+#endif
+#ifdef FJ_BENCH_OPENBLAS
+#include <cblas.h>
+#endif
+
+static double thread_cpu_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+typedef struct shape {
+    int m, n, k;
+} shape;
+
+static const shape shapes[] = {
+    {16, 16, 16},    {32, 32, 32},    {64, 64, 64},       {128, 128, 128}, {256, 256, 256},
+    {512, 512, 512}, {1024, 1024, 1024}, {2048, 2048, 2048}, {64, 64, 1024}, {1024, 1024, 64},
+};
+
+enum { V_FJ, V_DNNL, V_OBLAS, V_N };
+static const char *vname[V_N] = {"framejit", "onednn", "openblas"};
+
+typedef struct gemm_bufs {
+    shape s;
+    float *a, *b, *c;
+} gemm_bufs;
+
+/* oneDNN (Debian's build) threads with OpenMP: set its thread count
+ * through libgomp, found at run time so the bench does not link it. */
+static void omp_threads(int t) {
+    static void (*set)(int);
+    static int looked;
+    if (!looked) {
+        looked = 1;
+        set = (void (*)(int))dlsym(RTLD_DEFAULT, "omp_set_num_threads");
+    }
+    if (set) set(t);
+}
+
+static int variant_present(int v) {
+    switch (v) {
+    case V_FJ: return 1;
+#ifdef FJ_BENCH_DNNL
+    case V_DNNL: return 1;
+#endif
+#ifdef FJ_BENCH_OPENBLAS
+    case V_OBLAS: return 1;
+#endif
+    default: return 0;
+    }
+}
+
+static int run_variant(int v, fj_runtime *rt, const gemm_bufs *g) {
+    const shape *s = &g->s;
+    switch (v) {
+    case V_FJ:
+        return fj_gemm_f32(rt, 'N', 'N', s->m, s->n, s->k, 1.0f, g->a, s->k, g->b, s->n, 0.0f,
+                           g->c, s->n) == FJ_OK;
+#ifdef FJ_BENCH_DNNL
+    case V_DNNL:
+        return dnnl_sgemm('N', 'N', s->m, s->n, s->k, 1.0f, g->a, s->k, g->b, s->n, 0.0f, g->c,
+                          s->n) == dnnl_success;
+#endif
+#ifdef FJ_BENCH_OPENBLAS
+    case V_OBLAS:
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s->m, s->n, s->k, 1.0f, g->a, s->k,
+                    g->b, s->n, 0.0f, g->c, s->n);
+        return 1;
+#endif
+    default: return 0;
+    }
+}
+
+static void set_threads(int t) {
+    omp_threads(t);
+#ifdef FJ_BENCH_OPENBLAS
+    openblas_set_num_threads(t);
+#endif
+}
+
+static float *rand_buf(size_t n) {
+    float *p = aligned_alloc(64, (n * sizeof(float) + 63) & ~(size_t)63);
+    if (!p) return NULL;
+    for (size_t i = 0; i < n; i++)
+        p[i] = (float)((int)((i * 2654435761u) >> 7) % 2001 - 1000) / 1000.0f;
+    return p;
+}
+
+static void one_shape(const bench_ctx *c, fj_runtime *rt, int threads, shape s, double peak) {
+    gemm_bufs g = {s, rand_buf((size_t)s.m * s.k), rand_buf((size_t)s.k * s.n),
+                   rand_buf((size_t)s.m * s.n)};
+    if (!g.a || !g.b || !g.c) {
+        fprintf(stderr, "bench gemm: out of memory\n");
+        goto out;
+    }
+    double flops = 2.0 * s.m * s.n * s.k;
+    long calls[V_N];
+    double t[V_N][32], cpu[V_N][32];
+    int reps = c->reps > 32 ? 32 : c->reps;
+    set_threads(threads);
+    for (int v = 0; v < V_N; v++) {
+        if (!variant_present(v)) continue;
+        /* Warm-up (kernel generation, library thread start), then size a
+         * repetition to ~20 ms. */
+        if (!run_variant(v, rt, &g)) {
+            fprintf(stderr, "bench gemm: %s failed: %s\n", vname[v], fj_last_error());
+            goto out;
+        }
+        double t0 = bench_now_ns();
+        run_variant(v, rt, &g);
+        double one = bench_now_ns() - t0;
+        calls[v] = (long)(2e7 / (one > 1 ? one : 1)) + 1;
+    }
+    /* Interleaved: each repetition runs every variant once, so noise from
+     * the shared machine hits all of them alike. A short pause before each
+     * block lets the previous library's worker threads stop spinning
+     * (libgomp and OpenBLAS spin-wait after a call) instead of competing
+     * with the next variant for the cores. */
+    for (int r = 0; r < reps; r++)
+        for (int v = 0; v < V_N; v++) {
+            if (!variant_present(v)) continue;
+            struct timespec pause = {0, threads > 1 ? 5000000 : 1000000};
+            nanosleep(&pause, NULL);
+            double t0 = bench_now_ns(), c0 = thread_cpu_ns();
+            for (long i = 0; i < calls[v]; i++) run_variant(v, rt, &g);
+            t[v][r] = (bench_now_ns() - t0) / (double)calls[v];
+            cpu[v][r] = (thread_cpu_ns() - c0) / (double)calls[v];
+        }
+    double gf[V_N] = {0}, gc[V_N] = {0};
+    for (int v = 0; v < V_N; v++)
+        if (variant_present(v)) {
+            gf[v] = flops / bench_median(t[v], reps);
+            gc[v] = flops / bench_median(cpu[v], reps);
+        }
+    char name[64], var[48];
+    snprintf(name, sizeof name, "%dx%dx%d %dt", s.m, s.n, s.k, threads);
+    for (int v = 0; v < V_N; v++) {
+        if (!variant_present(v)) continue;
+        bench_row("gemm", name, vname[v], gf[v], "GFLOP/s",
+                  gf[V_DNNL] > 0 ? gf[v] / gf[V_DNNL] : 0);
+        snprintf(var, sizeof var, "%s %%peak", vname[v]);
+        bench_row("gemm", name, var, 100.0 * gf[v] / peak, "%", 0);
+    }
+    /* One thread runs on the calling thread in all three libraries, so its
+     * CPU time is the same work without the time other processes of the
+     * shared machine took from it. */
+    if (threads == 1)
+        for (int v = 0; v < V_N; v++) {
+            if (!variant_present(v)) continue;
+            snprintf(var, sizeof var, "%s cpu", vname[v]);
+            bench_row("gemm", name, var, gc[v], "GFLOP/s", gc[V_DNNL] > 0 ? gc[v] / gc[V_DNNL] : 0);
+            snprintf(var, sizeof var, "%s cpu %%peak", vname[v]);
+            bench_row("gemm", name, var, 100.0 * gc[v] / peak, "%", 0);
+        }
+out:
+    free(g.a);
+    free(g.b);
+    free(g.c);
+}
+
+/* Kernel generation for a new shape: the first call in a fresh runtime
+ * minus a warm call of the same shape (median over fresh runtimes). */
+static void gen_time(const bench_ctx *c, shape s) {
+    gemm_bufs g = {s, rand_buf((size_t)s.m * s.k), rand_buf((size_t)s.k * s.n),
+                   rand_buf((size_t)s.m * s.n)};
+    double v[32];
+    int reps = c->reps > 32 ? 32 : c->reps, n = 0;
+    for (int r = 0; r < reps && g.a && g.b && g.c; r++) {
+        fj_options o;
+        fj_options_init(&o);
+        o.threads = 1;
+        fj_runtime *rt;
+        if (fj_runtime_create(&o, &rt) != FJ_OK) break;
+        double t0 = bench_now_ns();
+        run_variant(V_FJ, rt, &g);
+        double t1 = bench_now_ns();
+        run_variant(V_FJ, rt, &g);
+        double t2 = bench_now_ns();
+        v[n++] = ((t1 - t0) - (t2 - t1)) / 1e3;
+        fj_runtime_destroy(rt);
+    }
+    if (n) {
+        char name[64];
+        snprintf(name, sizeof name, "first call - warm %dx%dx%d", s.m, s.n, s.k);
+        bench_row("gemm", name, "framejit", bench_median(v, n), "us", 0);
+    }
+    free(g.a);
+    free(g.b);
+    free(g.c);
+}
+
+void bench_gemm(const bench_ctx *c) {
+    fj_runtime *rt[3] = {0};
+    for (int t = 1; t <= 2; t++) {
+        fj_options o;
+        fj_options_init(&o);
+        o.threads = t;
+        if (fj_runtime_create(&o, &rt[t]) != FJ_OK) {
+            fprintf(stderr, "bench gemm: %s\n", fj_last_error());
+            goto out;
+        }
+    }
+    int avx512 = fj_runtime_isa(rt[1]) == FJ_ISA_AVX512;
+    const char *only = getenv("FJ_BENCH_GEMM_SHAPES"); /* e.g. "256,1024" (M=N=K) */
+    printf("# gemm: row-major NN, alpha 1, beta 0; isa %s; median of %d interleaved "
+           "repetitions; ratio = GFLOP/s / oneDNN's GFLOP/s; %%peak of the measured %s FMA "
+           "peak x threads\n", avx512 ? "avx512" : "avx2", c->reps, avx512 ? "zmm" : "ymm");
+#ifdef FJ_BENCH_OPENBLAS
+    printf("# gemm: OpenBLAS core %s (OPENBLAS_CORETYPE=%s)\n", openblas_get_corename(),
+           getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "unset");
+#endif
+    for (int t = 1; t <= 2; t++) {
+        double peak = bench_fma_peak(avx512, 1) * t;
+        bench_row("gemm", t == 1 ? "fma peak 1t" : "fma peak 2t (2 x 1t)", "machine", peak,
+                  "GFLOP/s", 0);
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+            shape s = shapes[i];
+            if (c->quick && (s.m > 1024 || s.m == 16)) continue;
+            if (only) {
+                char key[16];
+                snprintf(key, sizeof key, "%d", s.m);
+                if (!strstr(only, key) || s.m != s.n || s.n != s.k) continue;
+            }
+            one_shape(c, rt[t], t, s, peak);
+        }
+    }
+    gen_time(c, (shape){256, 256, 256});
+    gen_time(c, (shape){64, 64, 64});
+    gen_time(c, (shape){100, 60, 70});
+out:
+    fj_runtime_destroy(rt[1]);
+    fj_runtime_destroy(rt[2]);
+}

@@ -1,0 +1,21 @@
+/* eltslot.h: the runtime's pinned kernels for eltwise, reduction and
+ * softmax (rt->elt[], indexed by kg_elt): read without a lock on the hot
+ * path, generated once through the kernel cache on first use. */
+#ifndef FJ_ELTSLOT_H
+#define FJ_ELTSLOT_H
+
+#include "runtime/rt.h"
+
+/* The kernel of slot v, generated on first use. */
+FJ_INTERNAL fj_status rt_elt_slot_slow(fj_runtime *rt, kg_elt v, fj_kernel **out);
+
+static inline fj_status rt_elt_slot(fj_runtime *rt, kg_elt v, fj_kernel **out) {
+    fj_kernel *k = atomic_load_explicit(&rt->elt[v], memory_order_acquire);
+    if (__builtin_expect(k != NULL, 1)) {
+        *out = k;
+        return FJ_OK;
+    }
+    return rt_elt_slot_slow(rt, v, out);
+}
+
+#endif

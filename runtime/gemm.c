@@ -1,0 +1,484 @@
+/* gemm.c: fj_gemm_f32 and fj_gemm handles: validation, blocking, kernels, threads.
+ *
+ * Loop nest of one chunk of C (rows [i0,i1) x columns [j0,j1)):
+ *
+ *   for jc (nc columns):                    B block kc x nc   (L2/L3)
+ *     for pc (kc of k):    pack B panels (or read B in place)
+ *       for ic (mc rows):  pack A tiles  (or read A in place)   A block in L2
+ *         for each nr-wide panel of B:     one kernel call: the kernel loops
+ *                                          over the row tiles of the A block
+ *                                          with the B panel in L1
+ *
+ * Chunks are fixed blocks of C; every C element is computed by the same
+ * sequence of operations whatever the chunking, so results do not depend
+ * on the thread count. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "runtime/gemm_int.h"
+#include "runtime/kcache.h"
+#include "runtime/pool.h"
+#include "runtime/rt.h"
+
+/* ---- blocking --------------------------------------------------------- */
+
+typedef struct gemm_tune {
+    long l1, l2;          /* data cache bytes per core */
+    int mr512, nv512, mr2, nv2, unroll, pf_a, pf_b, pf_c;
+    long kc, mc, nc;      /* 0: from the cache sizes */
+    int direct;           /* -1 auto, 0 never, 1 always (when possible) */
+    int da, db;           /* per operand: -1 auto, 0 pack, 1 in place */
+    long mt_flops;        /* problems smaller than this stay on one thread */
+    int a_reg;            /* AVX-512: broadcast A into a register */
+} gemm_tune;
+
+static gemm_tune tune;
+static pthread_once_t tune_once = PTHREAD_ONCE_INIT;
+
+static void tune_parse(const char *e) {
+    long l1 = sysconf(_SC_LEVEL1_DCACHE_SIZE), l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    tune = (gemm_tune){
+        .l1 = l1 > 0 ? l1 : 32 << 10, .l2 = l2 > 0 ? l2 : 1 << 20,
+        .mr512 = 0, .nv512 = 2, .mr2 = 0, .nv2 = 2, .unroll = 4, .pf_a = 1024, .pf_c = 1,
+        .direct = -1, .da = -1, .db = -1, .mt_flops = 1L << 24,
+    };
+    while (e && *e) {
+        char key[16];
+        long v;
+        int used;
+        if (sscanf(e, "%15[a-z0-9_]=%ld%n", key, &v, &used) != 2) break;
+        if (!strcmp(key, "mr")) tune.mr512 = tune.mr2 = (int)v;
+        else if (!strcmp(key, "nv")) tune.nv512 = tune.nv2 = (int)v;
+        else if (!strcmp(key, "unroll")) tune.unroll = (int)v;
+        else if (!strcmp(key, "pfa")) tune.pf_a = (int)v;
+        else if (!strcmp(key, "pfc")) tune.pf_c = (int)v;
+        else if (!strcmp(key, "pfb")) tune.pf_b = (int)v;
+        else if (!strcmp(key, "kc")) tune.kc = v;
+        else if (!strcmp(key, "mc")) tune.mc = v;
+        else if (!strcmp(key, "nc")) tune.nc = v;
+        else if (!strcmp(key, "direct")) tune.direct = (int)v;
+        else if (!strcmp(key, "da")) tune.da = (int)v;
+        else if (!strcmp(key, "db")) tune.db = (int)v;
+        else if (!strcmp(key, "mt")) tune.mt_flops = v;
+        else if (!strcmp(key, "areg")) tune.a_reg = (int)v;
+        e += used;
+        if (*e == ',') e++;
+    }
+}
+
+/* FRAMEJIT_GEMM_TUNE: developer knobs for blocking experiments
+ * ("kc=256,mc=280,da=0,..."), not an API; unknown keys end the parse. */
+static void tune_init(void) { tune_parse(getenv("FRAMEJIT_GEMM_TUNE")); }
+
+void gemm_test_tune(const char *spec) {
+    pthread_once(&tune_once, tune_init);
+    tune_parse(spec);
+}
+
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* How many of the 64 sets of a (64-set, 64-byte line) L1 the rows of a
+ * matrix with leading dimension ld (floats) fall into. */
+static int64_t l1_spread(int64_t ld) {
+    int64_t bytes = ld * 4;
+    if (bytes % 64) return 64;
+    int64_t l = (bytes / 64) % 64, g = 64;
+    while (l) {
+        int64_t t = g % l;
+        g = l;
+        l = t;
+    }
+    return 64 / g;
+}
+
+fj_status gemm_plan_init(fj_runtime *rt, gemm_plan *p, int ta, int tb, int64_t m, int64_t n,
+                         int64_t k, int64_t lda, int64_t ldb, int64_t ldc, float alpha,
+                         float beta, int has_bias, int act, float act_alpha, float act_beta) {
+    pthread_once(&tune_once, tune_init);
+    memset(p, 0, sizeof *p);
+    *p = (gemm_plan){.rt = rt, .ta = ta, .tb = tb, .m = m, .n = n, .k = k, .lda = lda,
+                     .ldb = ldb, .ldc = ldc, .alpha = alpha, .beta = beta,
+                     .has_post = has_bias || act};
+    int avx512 = fj_runtime_isa(rt) == FJ_ISA_AVX512;
+    p->lanes = avx512 ? 16 : 8;
+    p->nv = avx512 ? tune.nv512 : tune.nv2;
+    int mr_max = avx512 ? 14 : 6;
+    /* Narrow problems: fewer vectors, taller tiles (same register count). */
+    while (p->nv > 1 && (int64_t)(p->nv - 1) * p->lanes >= n) {
+        p->nv--;
+        mr_max = mr_max * (p->nv + 1) / p->nv;
+    }
+    if (mr_max > 14) mr_max = 14;
+    p->mr = avx512 ? tune.mr512 : tune.mr2;
+    if (!p->mr) {
+        /* Rows computed past m are wasted FMAs: for short problems pick the
+         * tile height that wastes least (ties: the taller tile). Tall
+         * problems keep the tallest tile, so they share one kernel. */
+        p->mr = mr_max;
+        if (m <= 256)
+            for (int r = mr_max - 1; r >= (mr_max + 1) / 2; r--)
+                if (cdiv(m, r) * r < cdiv(m, p->mr) * p->mr) p->mr = r;
+    }
+    p->nr = p->nv * p->lanes;
+
+    /* Small m x n with a long k: nothing is reused enough to pay for
+     * packing; read both operands in place over the whole k (one pass
+     * over C). */
+    int small_mn = m <= 128 && n <= 128 && k >= 4 * max64(m, n) && !tb;
+    /* kc: the B panel (kc x nr) takes about 2/3 of L1; k blocks balanced
+     * so that the last one is not a sliver. */
+    int64_t kc = tune.kc ? tune.kc : small_mn ? 2048 : (tune.l1 * 2 / 3) / (p->nr * 4);
+    kc = max64(16, kc & ~(int64_t)7);
+    int64_t nkb = max64(1, cdiv(k, kc));
+    p->kc = max64(1, min64(kc, (cdiv(k, nkb) + 7) & ~(int64_t)7));
+    /* mc: the A block (mc x kc) takes about a quarter of L2 (it is streamed
+     * once per B panel; B's block and C's lines want the rest). */
+    int64_t mc = tune.mc ? tune.mc : (tune.l2 / 4) / (p->kc * 4);
+    p->mc = max64(p->mr, mc / p->mr * p->mr);
+    p->nc = tune.nc ? max64(p->nr, tune.nc / p->nr * p->nr) : max64(p->nr, cdiv(n, p->nr) * p->nr);
+    if (p->nc > 8192) p->nc = 8192;
+
+    /* Packing costs about one copy of the operand: relative to the product
+     * that is ~2/n for A and ~2/m for B. Read in place when that matters
+     * and the in-place layout does not alias in L1 (rows of a power-of-two
+     * stride fall into a few cache sets and evict each other). */
+    int64_t kb = min64(k, p->kc);
+    int da = n <= 128 && (ta ? l1_spread(lda) * 6 >= kb : l1_spread(lda) >= 8);
+    int db = !tb && m <= 128 && l1_spread(ldb) * 6 >= kb;
+    if (small_mn) da = db = 1;
+    if (tune.direct >= 0) da = db = tune.direct;
+    p->direct_a = tune.da >= 0 ? tune.da : da;
+    p->direct_b = (tune.db >= 0 ? tune.db : db) && !tb;
+
+    size_t kcf = (size_t)p->kc;
+    if (p->direct_a) p->scratch = (size_t)p->mr * kcf;
+    else p->scratch = (size_t)p->mc * kcf;
+    if (p->direct_b) p->scratch += (size_t)p->nr * kcf;
+    else p->scratch += (size_t)p->nc * kcf;
+    p->scratch += 64 + 2 * GEMM_PACK_SLACK; /* realignment and the packers' slack */
+
+    double flops = 2.0 * (double)m * (double)n * (double)k;
+    p->threads = flops >= (double)tune.mt_flops ? 64 : 1;
+
+    p->cfg = (kg_gemm_cfg){
+        .tag = KG_GEMM_TAG, .isa = avx512 ? FJ_ISA_AVX512 : FJ_ISA_AVX2, .mr = p->mr,
+        .nv = p->nv, .amode = p->direct_a ? (ta ? KG_GA_COLS : KG_GA_ROWS) : KG_GA_PACKED,
+        .bmode = p->direct_b ? KG_GB_ROWS : KG_GB_PACKED, .unroll = tune.unroll,
+        .pf_a = p->direct_a ? 0 : tune.pf_a, .pf_c = tune.pf_c,
+        .pf_b = p->direct_b ? 0 : tune.pf_b, .a_reg = avx512 && tune.a_reg, .has_bias = has_bias,
+        .act = act, .act_alpha = act ? act_alpha : 0.0f, .act_beta = act ? act_beta : 0.0f,
+    };
+    fj_status s = kg_gemm_check(&p->cfg);
+    if (s != FJ_OK) return s;
+    /* The name is only needed on a miss, but the descriptor wants it up
+     * front: remember the last one per thread (snprintf costs more than a
+     * small GEMM's bookkeeping). */
+    static _Thread_local kg_gemm_cfg name_cfg;
+    static _Thread_local char name[96];
+    if (!name[0] || memcmp(&name_cfg, &p->cfg, sizeof name_cfg)) {
+        kg_gemm_name(&p->cfg, name, sizeof name);
+        name_cfg = p->cfg;
+    }
+    rt_kdesc d = {&p->cfg, sizeof p->cfg, name, KG_GEMM_NARGS, kg_gemm, &p->cfg};
+    return rt_kernel_acquire(rt, &d, &p->kern);
+}
+
+void gemm_plan_release(gemm_plan *p) {
+    if (p->kern) rt_kernel_unref(p->kern);
+    p->kern = NULL;
+}
+
+/* ---- the driver ------------------------------------------------------- */
+
+enum { MAX_CHUNKS = 256 };
+
+typedef struct run_ctx {
+    const gemm_plan *p;
+    const float *a, *b, *bias;
+    float *c;
+    int64_t cn;              /* chunks along n */
+    int64_t mstep, nstep;    /* chunk size */
+    _Atomic unsigned char failed[MAX_CHUNKS];
+} run_ctx;
+
+static void set_masks(kg_gemm_args *g, int lanes, int nv, int64_t cols) {
+    for (int v = 0; v < nv; v++) {
+        int64_t w = cols - (int64_t)v * lanes;
+        w = w < 0 ? 0 : w > lanes ? lanes : w;
+        g->kmask[v] = (uint32_t)((1u << w) - 1u);
+        /* AVX-512 kernels read C under these: none when beta = 0. */
+        g->kmask_c[v] = g->beta_zero ? 0 : g->kmask[v];
+        for (int l = 0; l < 8; l++) g->ymask[v][l] = l < w ? -1 : 0;
+    }
+}
+
+static float *align64(float *x) { return (float *)(((uintptr_t)x + 63) & ~(uintptr_t)63); }
+
+static void run_chunk_buf(const run_ctx *x, int64_t idx, float *buf) {
+    const gemm_plan *p = x->p;
+    kg_gemm_fn fn = (kg_gemm_fn)rt_kernel_fn(p->kern);
+    int64_t i0 = idx / x->cn * x->mstep, j0 = idx % x->cn * x->nstep;
+    int64_t i1 = min64(p->m, i0 + x->mstep), j1 = min64(p->n, j0 + x->nstep);
+    const int64_t mr = p->mr, nr = p->nr;
+    const int x512 = p->cfg.isa == FJ_ISA_AVX512;
+    float *bufa = buf;
+    float *bufb = align64(buf + (p->direct_a ? mr * p->kc : p->mc * p->kc) + GEMM_PACK_SLACK);
+    int64_t nkb = p->k ? cdiv(p->k, p->kc) : 1;
+    kg_gemm_args g;
+    memset(&g, 0, sizeof g);
+    g.ldc = p->ldc * 4;
+    g.c_tile = mr * p->ldc * 4;
+
+    for (int64_t jc = j0; jc < j1; jc += p->nc) {
+        int64_t ncur = min64(p->nc, j1 - jc);
+        for (int64_t kb = 0; kb < nkb; kb++) {
+            int64_t pc = kb * p->kc, kcur = min64(p->kc, p->k - pc);
+            int first = kb == 0, last = kb == nkb - 1;
+            /* k == 0: the kernel runs with kc = 0 and alpha = 0 (C = beta*C,
+             * without alpha*0 turning an infinite alpha into NaN). */
+            g.kc = kcur;
+            g.alpha = kcur ? p->alpha : 0.0f;
+            g.beta = first ? p->beta : 1.0f;
+            g.beta_zero = first && p->beta == 0.0f;
+            g.post = last && p->has_post;
+            if (!p->direct_b && kcur)
+                gemm_pack_b(bufb, p->tb ? x->b + jc * p->ldb + pc : x->b + pc * p->ldb + jc,
+                            p->ldb, p->tb, kcur, ncur, (int)nr, x512);
+            int64_t npan = cdiv(ncur, nr);
+            /* In-place B: the tail panel is copied into a padded buffer. */
+            if (p->direct_b && kcur && ncur % nr)
+                gemm_pack_b(bufb, x->b + pc * p->ldb + jc + (npan - 1) * nr, p->ldb, 0, kcur,
+                            ncur % nr, (int)nr, x512);
+            for (int64_t ic = i0; ic < i1; ic += p->mc) {
+                int64_t mcur = min64(p->mc, i1 - ic);
+                int64_t full = mcur / mr, rem = mcur % mr;
+                const float *a_ip = p->ta ? x->a + pc * p->lda + ic : x->a + ic * p->lda + pc;
+                if (!p->direct_a && kcur)
+                    gemm_pack_a(bufa, a_ip, p->lda, p->ta, mcur, kcur, (int)mr, x512);
+                if (p->direct_a && kcur && rem) {
+                    const float *t = p->ta ? a_ip + full * mr : a_ip + full * mr * p->lda;
+                    if (p->ta) gemm_pack_a(bufa, t, p->lda, 1, rem, kcur, (int)mr, x512);
+                    else gemm_copy_rows(bufa, t, p->lda, rem, kcur, (int)mr);
+                }
+                for (int64_t pn = 0; pn < npan; pn++) {
+                    int64_t cols = min64(nr, ncur - pn * nr), j = jc + pn * nr;
+                    set_masks(&g, p->lanes, p->nv, cols);
+                    g.c = x->c + ic * p->ldc + j;
+                    g.bias = x->bias ? x->bias + j : NULL;
+                    if (!p->direct_b) {
+                        g.b = bufb + pn * nr * kcur;
+                    } else if (cols == nr) {
+                        g.b = x->b + pc * p->ldb + j;
+                        g.ldb = p->ldb * 4;
+                    } else {
+                        g.b = bufb;
+                        g.ldb = nr * 4;
+                    }
+                    if (!p->direct_a) {
+                        g.a = bufa;
+                        g.ntiles = cdiv(mcur, mr);
+                        g.last_rows = mcur - (g.ntiles - 1) * mr;
+                        g.a_tile = mr * kcur * 4;
+                        fn(&g);
+                        continue;
+                    }
+                    if (full) {
+                        g.a = a_ip;
+                        g.ntiles = full;
+                        g.last_rows = mr;
+                        g.lda = p->lda * 4;
+                        g.a_tile = p->ta ? mr * 4 : mr * p->lda * 4;
+                        fn(&g);
+                    }
+                    if (rem) {
+                        /* The row tail reads the padded copy. */
+                        g.a = bufa;
+                        g.ntiles = 1;
+                        g.last_rows = rem;
+                        g.lda = p->ta ? mr * 4 : kcur * 4;
+                        g.c = x->c + (ic + full * mr) * p->ldc + j;
+                        fn(&g);
+                    }
+                }
+            }
+        }
+    }
+    /* Keeps the kernel calls above from becoming tail calls. */
+    __asm__ volatile("" ::: "memory");
+}
+
+static void run_chunk(void *ctx, int64_t idx) {
+    run_ctx *x = ctx;
+    float *buf = gemm_scratch(x->p->scratch);
+    if (!buf) {
+        /* Nothing of this chunk is written yet: the caller runs it later. */
+        atomic_store(&x->failed[idx], 1);
+        return;
+    }
+    run_chunk_buf(x, idx, buf);
+}
+
+fj_status gemm_run(const gemm_plan *p, const float *a, const float *b, const float *bias,
+                   float *c, int threads) {
+    if (p->m == 0 || p->n == 0) return FJ_OK;
+    /* The caller's buffer first: if even that fails, C is untouched. */
+    float *buf = gemm_scratch(p->scratch);
+    if (!buf) return fj_fail(FJ_ERR_NO_MEMORY, "gemm: cannot allocate %zu bytes of packing "
+                             "buffer", p->scratch * sizeof(float));
+    run_ctx ctx, *x = &ctx;
+    memset(x, 0, sizeof *x);
+    x->p = p;
+    x->a = a;
+    x->b = b;
+    x->bias = bias;
+    x->c = c;
+    x->cn = 1;
+    x->mstep = p->m;
+    x->nstep = p->n;
+    if (threads > p->threads) threads = p->threads;
+    if (threads > MAX_CHUNKS) threads = MAX_CHUNKS;
+    int64_t nchunks = 1;
+    if (threads > 1) {
+        /* Split the dimension with more tiles into `threads` chunks of
+         * whole tiles. */
+        int64_t tm = cdiv(p->m, p->mr), tn = cdiv(p->n, p->nr);
+        if (tm >= tn) {
+            int64_t per = cdiv(tm, threads);
+            x->mstep = per * p->mr;
+            nchunks = cdiv(p->m, x->mstep);
+        } else {
+            int64_t per = cdiv(tn, threads);
+            x->nstep = per * p->nr;
+            x->cn = cdiv(p->n, x->nstep);
+            nchunks = x->cn;
+        }
+    }
+    if (nchunks == 1) run_chunk_buf(x, 0, buf);
+    else rt_parallel(p->rt, nchunks, threads, run_chunk, x);
+    for (int64_t i = 0; i < nchunks; i++)
+        if (atomic_load(&x->failed[i])) run_chunk_buf(x, i, buf);
+    return FJ_OK;
+}
+
+/* ---- validation ------------------------------------------------------- */
+
+static int trans_of(char t) {
+    return t == 'N' || t == 'n' ? 0 : t == 'T' || t == 't' ? 1 : -1;
+}
+
+/* Elements spanned by a rows x cols matrix with leading dimension ld,
+ * in bytes, must fit in ptrdiff_t. */
+static int extent_ok(int64_t rows, int64_t cols, int64_t ld) {
+    int64_t e;
+    if (rows == 0 || cols == 0) return 1;
+    if (__builtin_mul_overflow(rows - 1, ld, &e) || __builtin_add_overflow(e, cols, &e) ||
+        __builtin_mul_overflow(e, (int64_t)sizeof(float), &e))
+        return 0;
+    return e <= PTRDIFF_MAX;
+}
+
+static fj_status check_dims(const char *fn, char transa, char transb, int64_t m, int64_t n,
+                            int64_t k, int64_t lda, int64_t ldb, int64_t ldc, int *ta, int *tb) {
+    if ((*ta = trans_of(transa)) < 0 || (*tb = trans_of(transb)) < 0)
+        return fj_fail(FJ_ERR_INVALID_ARG, "%s: trans%c = '%c' (0x%02x) is not N, n, T or t", fn,
+                       *ta < 0 ? 'a' : 'b', *ta < 0 ? (transa > 31 && transa < 127 ? transa : '?')
+                       : (transb > 31 && transb < 127 ? transb : '?'),
+                       (unsigned char)(*ta < 0 ? transa : transb));
+    if (m < 0 || n < 0 || k < 0)
+        return fj_fail(FJ_ERR_INVALID_ARG, "%s: negative size m = %lld, n = %lld, k = %lld", fn,
+                       (long long)m, (long long)n, (long long)k);
+    int64_t mina = max64(1, *ta ? m : k), minb = max64(1, *tb ? k : n), minc = max64(1, n);
+    if (lda < mina)
+        return fj_fail(FJ_ERR_INVALID_ARG, "%s: lda = %lld < %lld (transa '%c')", fn,
+                       (long long)lda, (long long)mina, transa);
+    if (ldb < minb)
+        return fj_fail(FJ_ERR_INVALID_ARG, "%s: ldb = %lld < %lld (transb '%c')", fn,
+                       (long long)ldb, (long long)minb, transb);
+    if (ldc < minc)
+        return fj_fail(FJ_ERR_INVALID_ARG, "%s: ldc = %lld < %lld", fn, (long long)ldc,
+                       (long long)minc);
+    if (!extent_ok(*ta ? k : m, *ta ? m : k, lda) || !extent_ok(*tb ? n : k, *tb ? k : n, ldb) ||
+        !extent_ok(m, n, ldc))
+        return fj_fail(FJ_ERR_INVALID_ARG, "%s: a matrix of m = %lld, n = %lld, k = %lld with "
+                       "its leading dimension overflows the address space", fn, (long long)m,
+                       (long long)n, (long long)k);
+    return FJ_OK;
+}
+
+static fj_status check_ptrs(const char *fn, int64_t m, int64_t n, int64_t k, const float *a,
+                            const float *b, const float *c) {
+    if (m && n && !c) return fj_fail(FJ_ERR_INVALID_ARG, "%s: c is NULL with m, n > 0", fn);
+    if (m && n && k && (!a || !b))
+        return fj_fail(FJ_ERR_INVALID_ARG, "%s: %s is NULL with m, n, k > 0", fn, !a ? "a" : "b");
+    return FJ_OK;
+}
+
+/* ---- public entry points ---------------------------------------------- */
+
+fj_status fj_gemm_f32(fj_runtime *rt, char transa, char transb, int64_t m, int64_t n, int64_t k,
+                      float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
+                      float beta, float *c, int64_t ldc) {
+    if (!rt) return fj_fail(FJ_ERR_INVALID_ARG, "fj_gemm_f32: runtime is NULL");
+    int ta, tb;
+    fj_status s = check_dims("fj_gemm_f32", transa, transb, m, n, k, lda, ldb, ldc, &ta, &tb);
+    if (s == FJ_OK) s = check_ptrs("fj_gemm_f32", m, n, k, a, b, c);
+    if (s != FJ_OK || m == 0 || n == 0) return s;
+    gemm_plan p;
+    s = gemm_plan_init(rt, &p, ta, tb, m, n, k, lda, ldb, ldc, alpha, beta, 0, 0, 0, 0);
+    if (s == FJ_OK) s = gemm_run(&p, a, b, NULL, c, rt_threads(rt));
+    gemm_plan_release(&p);
+    return s;
+}
+
+struct fj_gemm {
+    gemm_plan plan;
+    int has_bias;
+};
+
+fj_status fj_gemm_create(fj_runtime *rt, const fj_gemm_desc *d, fj_gemm **out) {
+    if (!out) return fj_fail(FJ_ERR_INVALID_ARG, "fj_gemm_create: out is NULL");
+    *out = NULL;
+    if (!rt || !d)
+        return fj_fail(FJ_ERR_INVALID_ARG, "fj_gemm_create: %s is NULL", !rt ? "runtime" : "desc");
+    int ta, tb;
+    fj_status s = check_dims("fj_gemm_create", d->transa, d->transb, d->m, d->n, d->k, d->lda,
+                             d->ldb, d->ldc, &ta, &tb);
+    if (s != FJ_OK) return s;
+    if ((int)d->post_op < 0 || d->post_op >= FJ_ELT__COUNT)
+        return fj_fail(FJ_ERR_INVALID_ARG, "fj_gemm_create: post_op %d is not an fj_eltwise_op",
+                       (int)d->post_op);
+    fj_gemm *g = fj_calloc(1, sizeof *g);
+    if (!g) return fj_fail(FJ_ERR_NO_MEMORY, "fj_gemm_create: out of memory");
+    g->has_bias = d->has_bias != 0;
+    s = gemm_plan_init(rt, &g->plan, ta, tb, d->m, d->n, d->k, d->lda, d->ldb, d->ldc, d->alpha,
+                       d->beta, g->has_bias, (int)d->post_op, d->post_alpha, d->post_beta);
+    if (s != FJ_OK) {
+        gemm_plan_release(&g->plan);
+        fj_free(g);
+        return s;
+    }
+    *out = g;
+    return FJ_OK;
+}
+
+fj_status fj_gemm_execute(const fj_gemm *g, const float *a, const float *b, const float *bias,
+                          float *c) {
+    if (!g) return fj_fail(FJ_ERR_INVALID_ARG, "fj_gemm_execute: handle is NULL");
+    const gemm_plan *p = &g->plan;
+    fj_status s = check_ptrs("fj_gemm_execute", p->m, p->n, p->k, a, b, c);
+    if (s != FJ_OK) return s;
+    if (g->has_bias && p->m && p->n && !bias)
+        return fj_fail(FJ_ERR_INVALID_ARG, "fj_gemm_execute: bias is NULL but the descriptor "
+                       "has has_bias");
+    return gemm_run(p, a, b, g->has_bias ? bias : NULL, c, rt_threads(p->rt));
+}
+
+void fj_gemm_destroy(fj_gemm *g) {
+    if (!g) return;
+    gemm_plan_release(&g->plan);
+    fj_free(g);
+}

@@ -1,0 +1,622 @@
+/* test_gemm.c: GEMM against a double-precision reference, bad input, threads, unwinding.
+ *
+ * Both ISAs, every blocking mode (operands packed or read in place, small
+ * blocks, other register tiles), fused epilogues, bitwise equality of 1
+ * and 2 threads, and fjt_trace_kernel on tiny shapes.
+ *
+ * FRAMEJIT_FUZZ_ITERS=N sets the random cases per ISA (default 1500) and
+ * FRAMEJIT_TEST_SEED=S the seed (default fixed), for longer runs:
+ *     FRAMEJIT_FUZZ_ITERS=100000 FRAMEJIT_TEST_SEED=$RANDOM meson test gemm */
+/* The build defines FJ_TEST for test programs, which would mangle the
+ * builder's FJ_TEST enumerator (framejit/builder.h). */
+#undef FJ_TEST
+
+#include <check.h>
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fjtest.h"
+#include "framejit.h"
+#include "runtime/gemm_int.h"
+
+static int have_avx512(void) {
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+}
+
+static fj_runtime *make_rt(fj_isa isa, int threads) {
+    if (isa == FJ_ISA_AVX512 && !have_avx512()) return NULL;
+    fj_options o;
+    fj_options_init(&o);
+    o.isa = isa;
+    o.threads = threads;
+    o.verify = 1;
+    fj_runtime *rt = NULL;
+    fj_status s = fj_runtime_create(&o, &rt);
+    ck_assert_msg(s == FJ_OK, "fj_runtime_create: %s: %s", fj_status_str(s), fj_last_error());
+    return rt;
+}
+
+/* ---- random numbers ----------------------------------------------------- */
+
+static uint64_t rng_state;
+
+static uint64_t rnd(void) {
+    uint64_t x = rng_state;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return rng_state = x;
+}
+static int64_t rnd_to(int64_t n) { return n > 0 ? (int64_t)(rnd() % (uint64_t)n) : 0; }
+static float rnd_f(void) { return (float)((double)(rnd() >> 11) / 9007199254740992.0 * 2.0 - 1.0); }
+
+static long env_long(const char *name, long dflt) {
+    const char *e = getenv(name);
+    return e && *e ? strtol(e, NULL, 0) : dflt;
+}
+
+static void seed(uint64_t salt) {
+    rng_state = (uint64_t)env_long("FRAMEJIT_TEST_SEED", 0x5eed) * 0x9e3779b97f4a7c15ull + salt;
+    if (!rng_state) rng_state = 1;
+}
+
+/* ---- reference and checking --------------------------------------------- */
+
+typedef struct gcase {
+    int ta, tb;
+    int64_t m, n, k, lda, ldb, ldc;
+    float alpha, beta;
+    int special;          /* 1: NaN in A, 2: Inf in B, 3: NaN everywhere in C (beta = 0) */
+    const char *tune;     /* blocking knobs for gemm_test_tune */
+} gcase;
+
+typedef struct gbufs {
+    float *a, *b, *c0, *c;
+    size_t na, nb, nc;
+} gbufs;
+
+static const float PAD = 12345.0f; /* C outside the m x n region: must stay */
+
+static void bufs_make(const gcase *t, gbufs *g) {
+    g->na = (size_t)((t->ta ? t->k : t->m) * t->lda) + 1;
+    g->nb = (size_t)((t->tb ? t->n : t->k) * t->ldb) + 1;
+    g->nc = (size_t)(t->m * t->ldc) + 1;
+    g->a = malloc(g->na * sizeof(float));
+    g->b = malloc(g->nb * sizeof(float));
+    g->c0 = malloc(g->nc * sizeof(float));
+    g->c = malloc(g->nc * sizeof(float));
+    ck_assert(g->a && g->b && g->c0 && g->c);
+    for (size_t i = 0; i < g->na; i++) g->a[i] = rnd_f();
+    for (size_t i = 0; i < g->nb; i++) g->b[i] = rnd_f();
+    for (size_t i = 0; i < g->nc; i++) g->c0[i] = rnd_f();
+    for (int64_t i = 0; i < t->m; i++)
+        for (int64_t j = t->n; j < t->ldc; j++) g->c0[i * t->ldc + j] = PAD;
+    g->c0[g->nc - 1] = PAD;
+    if (t->special == 1 && t->m && t->k) {
+        int64_t i = rnd_to(t->m), p = rnd_to(t->k);
+        g->a[t->ta ? p * t->lda + i : i * t->lda + p] = NAN;
+    }
+    if (t->special == 2 && t->n && t->k) {
+        int64_t j = rnd_to(t->n), p = rnd_to(t->k);
+        g->b[t->tb ? j * t->ldb + p : p * t->ldb + j] = rnd() & 1 ? INFINITY : -INFINITY;
+    }
+    if (t->special == 3)
+        for (int64_t i = 0; i < t->m; i++)
+            for (int64_t j = 0; j < t->n; j++) g->c0[i * t->ldc + j] = NAN;
+    memcpy(g->c, g->c0, g->nc * sizeof(float));
+}
+
+static void bufs_free(gbufs *g) {
+    free(g->a);
+    free(g->b);
+    free(g->c0);
+    free(g->c);
+}
+
+static double elt_ref(fj_eltwise_op op, double x, double al, double be) {
+    switch (op) {
+    case FJ_ELT_RELU: case FJ_ELT_LEAKY_RELU: return x > 0 ? x : al * x;
+    case FJ_ELT_CLIP: return x < al ? al : x > be ? be : x;
+    case FJ_ELT_LINEAR: return al * x + be;
+    default: return x;
+    }
+}
+
+/* Checks got against alpha*op(A)op(B) + beta*C0 (+ bias[j], then act) in
+ * double. The tolerance scales with the sum of |terms| and k. */
+static void check_result(const gcase *t, const gbufs *g, const float *got, const float *bias,
+                         fj_eltwise_op act, float act_alpha, float act_beta, const char *what) {
+    for (int64_t i = 0; i < t->m; i++) {
+        for (int64_t j = 0; j < t->ldc; j++) {
+            float v = got[i * t->ldc + j];
+            if (j >= t->n) {
+                ck_assert_msg(v == PAD || (isnan(v) && isnan(g->c0[i * t->ldc + j])),
+                              "%s: C(%lld,%lld) outside n was written", what, (long long)i,
+                              (long long)j);
+                continue;
+            }
+            double s = 0, abs_s = 0;
+            for (int64_t p = 0; p < t->k; p++) {
+                double x = t->ta ? g->a[p * t->lda + i] : g->a[i * t->lda + p];
+                double y = t->tb ? g->b[j * t->ldb + p] : g->b[p * t->ldb + j];
+                s += x * y;
+                abs_s += fabs(x * y);
+            }
+            double ref = (double)t->alpha * s, tol = fabs((double)t->alpha) * abs_s;
+            if (t->k == 0) ref = tol = 0;
+            if (t->beta != 0) {
+                double cb = (double)t->beta * g->c0[i * t->ldc + j];
+                ref += cb;
+                tol += fabs(cb);
+            }
+            if (bias) {
+                ref += bias[j];
+                tol += fabs(bias[j]);
+            }
+            tol = tol * (double)(t->k + 4) * 2.5 * FLT_EPSILON + 1e-30;
+            if (act) {
+                ref = elt_ref(act, ref, act_alpha, act_beta);
+                /* the op's own rounding */
+                tol = tol * (act == FJ_ELT_LINEAR ? fabs(act_alpha) + 1 : 1) +
+                      fabs(ref) * 2 * FLT_EPSILON;
+            }
+            if (isnan(ref))
+                ck_assert_msg(isnan(v), "%s: C(%lld,%lld) = %g, reference NaN", what,
+                              (long long)i, (long long)j, v);
+            else if (isinf(ref))
+                ck_assert_msg(v == (float)ref, "%s: C(%lld,%lld) = %g, reference %g", what,
+                              (long long)i, (long long)j, v, ref);
+            else
+                ck_assert_msg(fabs(v - ref) <= tol, "%s: C(%lld,%lld) = %.9g, reference %.9g "
+                              "(tolerance %.3g)", what, (long long)i, (long long)j, v, ref, tol);
+        }
+    }
+    ck_assert_msg(got[g->nc - 1] == PAD, "%s: wrote past C", what);
+}
+
+static void case_str(const gcase *t, char *buf, size_t n) {
+    snprintf(buf, n, "%c%c m=%lld n=%lld k=%lld lda=%lld ldb=%lld ldc=%lld alpha=%g beta=%g "
+             "special=%d tune=%s", t->ta ? 'T' : 'N', t->tb ? 'T' : 'N', (long long)t->m,
+             (long long)t->n, (long long)t->k, (long long)t->lda, (long long)t->ldb,
+             (long long)t->ldc, t->alpha, t->beta, t->special, t->tune ? t->tune : "auto");
+}
+
+/* Runs t on rt1 (and on rt2, whose result must be bitwise the same). */
+static void run_case(fj_runtime *rt1, fj_runtime *rt2, const gcase *t) {
+    char what[256];
+    case_str(t, what, sizeof what);
+    gemm_test_tune(t->tune);
+    gbufs g;
+    bufs_make(t, &g);
+    static const char tr[2][2] = {{'N', 'n'}, {'T', 't'}};
+    char ca = tr[t->ta][rnd() & 1], cb = tr[t->tb][rnd() & 1];
+    fj_status s = fj_gemm_f32(rt1, ca, cb, t->m, t->n, t->k, t->alpha, g.a, t->lda, g.b, t->ldb,
+                              t->beta, g.c, t->ldc);
+    ck_assert_msg(s == FJ_OK, "%s: %s: %s", what, fj_status_str(s), fj_last_error());
+    check_result(t, &g, g.c, NULL, 0, 0, 0, what);
+    if (rt2) {
+        float *c2 = malloc(g.nc * sizeof(float));
+        ck_assert_ptr_nonnull(c2);
+        memcpy(c2, g.c0, g.nc * sizeof(float));
+        s = fj_gemm_f32(rt2, ca, cb, t->m, t->n, t->k, t->alpha, g.a, t->lda, g.b, t->ldb,
+                        t->beta, c2, t->ldc);
+        ck_assert_msg(s == FJ_OK, "%s (2 threads): %s", what, fj_last_error());
+        ck_assert_msg(!memcmp(c2, g.c, g.nc * sizeof(float)),
+                      "%s: 1 and 2 threads differ bitwise", what);
+        free(c2);
+    }
+    bufs_free(&g);
+    gemm_test_tune(NULL);
+}
+
+/* ---- random cases -------------------------------------------------------- */
+
+static const int64_t dims[] = {0,  1,  2,  3,  5,  7,  8,  9,  13, 14, 15,  16,  17,  23, 28,
+                               29, 31, 32, 33, 41, 47, 48, 63, 64, 65, 97, 127, 128, 129};
+static const float edge[] = {0.0f, 1.0f, -1.0f, 0.5f};
+
+/* Blocking knobs each case runs under: in place and packed operands,
+ * small blocks (several k, m and n blocks), other register tiles, and the
+ * threading threshold at 1 so that small problems split too. */
+static const char *tunes512[] = {
+    NULL,
+    "da=0,db=0",
+    "da=1,db=1",
+    "da=0,db=0,kc=16,mc=28,nc=64,mt=1",
+    "da=1,db=1,kc=24,mc=14,nc=32,mt=1",
+    "da=1,db=0,kc=8,mt=1",
+    "mr=6,nv=4,da=0,db=0,mt=1",
+    "mr=8,nv=3,kc=40,unroll=4",
+    "mr=5,nv=1,unroll=1,kc=20,pfc=0",
+    "mr=14,nv=2,da=0,db=0,pfb=512,unroll=2,mt=1",
+    "areg=1,da=0,db=1,unroll=8,mt=1",
+};
+static const char *tunes2[] = {
+    NULL,
+    "da=0,db=0",
+    "da=1,db=1",
+    "da=0,db=0,kc=16,mc=12,nc=32,mt=1",
+    "da=1,db=1,kc=24,mc=6,nc=16,mt=1",
+    "da=1,db=0,kc=8,mt=1",
+    "mr=3,nv=3,da=0,db=0,mt=1",
+    "mr=12,nv=1,kc=40,unroll=4",
+    "mr=5,nv=1,unroll=1,kc=20,pfc=0",
+};
+
+static int64_t rnd_dim(int big) {
+    if (big) return 100 + rnd_to(201);
+    return rnd() % 3 ? dims[rnd_to(sizeof dims / sizeof dims[0])] : rnd_to(70);
+}
+
+static void random_case(gcase *t, int avx512, long it) {
+    memset(t, 0, sizeof *t);
+    int big = it % 50 == 49; /* a few shapes up to 300 */
+    t->ta = (int)(rnd() & 1);
+    t->tb = (int)(rnd() & 1);
+    t->m = rnd_dim(big);
+    t->n = rnd_dim(big);
+    t->k = rnd_dim(big);
+    int64_t pad = rnd() % 4 == 0 ? rnd_to(20) : 0;
+    t->lda = (t->ta ? t->m : t->k) + pad;
+    t->ldb = (t->tb ? t->k : t->n) + (rnd() % 4 == 0 ? rnd_to(9) : 0);
+    t->ldc = t->n + (rnd() % 3 == 0 ? rnd_to(5) : 0);
+    if (t->lda < 1) t->lda = 1;
+    if (t->ldb < 1) t->ldb = 1;
+    if (t->ldc < 1) t->ldc = 1;
+    t->alpha = rnd() % 3 ? edge[rnd_to(4)] : rnd_f() * 2;
+    t->beta = rnd() % 3 ? edge[rnd_to(4)] : rnd_f() * 2;
+    int sp = (int)rnd_to(12);
+    t->special = sp < 3 ? sp + 1 : 0;
+    if (t->special == 3) t->beta = 0;
+    if (avx512) t->tune = tunes512[rnd_to(sizeof tunes512 / sizeof tunes512[0])];
+    else t->tune = tunes2[rnd_to(sizeof tunes2 / sizeof tunes2[0])];
+}
+
+static void fuzz(fj_isa isa, uint64_t salt) {
+    fj_runtime *rt1 = make_rt(isa, 1), *rt2 = make_rt(isa, 2);
+    if (!rt1) return; /* no AVX-512 here */
+    seed(salt);
+    long iters = env_long("FRAMEJIT_FUZZ_ITERS", 1500);
+    for (long it = 0; it < iters; it++) {
+        gcase t;
+        random_case(&t, isa == FJ_ISA_AVX512, it);
+        run_case(rt1, it % 2 ? rt2 : NULL, &t);
+    }
+    fj_runtime_destroy(rt1);
+    fj_runtime_destroy(rt2);
+}
+
+START_TEST(fuzz_avx512) { fuzz(FJ_ISA_AVX512, 1); }
+END_TEST
+START_TEST(fuzz_avx2) { fuzz(FJ_ISA_AVX2, 2); }
+END_TEST
+
+/* Every alpha/beta edge pair, every transpose, tails of every width. */
+START_TEST(edges) {
+    fj_isa isa = _i ? FJ_ISA_AVX2 : FJ_ISA_AVX512;
+    fj_runtime *rt = make_rt(isa, 1), *rt2 = make_rt(isa, 2);
+    if (!rt) return;
+    seed(3);
+    int lanes = isa == FJ_ISA_AVX512 ? 16 : 8;
+    for (int ai = 0; ai < 4; ai++)
+        for (int bi = 0; bi < 4; bi++)
+            for (int tr = 0; tr < 4; tr++) {
+                gcase t = {.ta = tr & 1, .tb = tr >> 1, .alpha = edge[ai], .beta = edge[bi]};
+                t.m = 1 + rnd_to(30);
+                t.n = 1 + rnd_to(3 * lanes);
+                t.k = rnd_to(40);
+                t.lda = (t.ta ? t.m : t.k) + 1;
+                t.ldb = (t.tb ? t.k : t.n) + 2;
+                t.ldc = t.n + 3;
+                run_case(rt, rt2, &t);
+            }
+    /* Column tails of every width with both operands in place and packed. */
+    for (int w = 1; w <= 4 * lanes; w++)
+        for (int d = 0; d < 2; d++) {
+            gcase t = {.m = 1 + w % 17, .n = w, .k = 1 + w % 9, .alpha = 1, .beta = 0.5f,
+                       .tune = d ? "da=1,db=1" : "da=0,db=0"};
+            t.lda = t.k;
+            t.ldb = t.n;
+            t.ldc = t.n;
+            run_case(rt, NULL, &t);
+        }
+    fj_runtime_destroy(rt);
+    fj_runtime_destroy(rt2);
+}
+END_TEST
+
+/* beta = 0 never reads C; k = 0 scales C by beta. */
+START_TEST(beta_zero_and_k_zero) {
+    fj_isa isa = _i ? FJ_ISA_AVX2 : FJ_ISA_AVX512;
+    fj_runtime *rt = make_rt(isa, 1);
+    if (!rt) return;
+    seed(4);
+    for (int kk = 0; kk < 2; kk++)
+        for (int b = 0; b < 4; b++) {
+            gcase t = {.m = 37, .n = 45, .k = kk ? 19 : 0, .alpha = 2, .beta = edge[b]};
+            t.lda = t.k ? t.k : 1;
+            t.ldb = t.n;
+            t.ldc = t.n + 1;
+            t.special = t.beta == 0 ? 3 : 0;
+            run_case(rt, NULL, &t);
+            /* an infinite alpha must not turn k = 0 into NaN */
+            t.alpha = INFINITY;
+            if (!t.k) run_case(rt, NULL, &t);
+        }
+    fj_runtime_destroy(rt);
+}
+END_TEST
+
+/* Large enough to split across threads and k blocks with default knobs. */
+START_TEST(threads_bitwise) {
+    fj_runtime *rt1 = make_rt(FJ_ISA_AUTO, 1), *rt2 = make_rt(FJ_ISA_AUTO, 2);
+    seed(5);
+    for (int tr = 0; tr < 4; tr++) {
+        gcase t = {.ta = tr & 1, .tb = tr >> 1, .m = 301, .n = 277, .k = 293, .alpha = 0.5f,
+                   .beta = -1};
+        t.lda = (t.ta ? t.m : t.k) + 3;
+        t.ldb = (t.tb ? t.k : t.n);
+        t.ldc = t.n + 2;
+        run_case(rt1, rt2, &t);
+    }
+    fj_runtime_destroy(rt1);
+    fj_runtime_destroy(rt2);
+}
+END_TEST
+
+/* ---- handles with a fused epilogue --------------------------------------- */
+
+static void handle_case(fj_runtime *rt, fj_runtime *rt2, const gcase *t, int has_bias,
+                        fj_eltwise_op op, float pa, float pb) {
+    char what[320];
+    case_str(t, what, sizeof what);
+    snprintf(what + strlen(what), sizeof what - strlen(what), " bias=%d op=%d(%g,%g)",
+             has_bias, (int)op, pa, pb);
+    gemm_test_tune(t->tune);
+    fj_gemm_desc d = {t->ta ? 'T' : 'N', t->tb ? 't' : 'n', t->m, t->n, t->k, t->lda, t->ldb,
+                      t->ldc, t->alpha, t->beta, has_bias, op, pa, pb};
+    fj_gemm *h = NULL, *h2 = NULL;
+    fj_status s = fj_gemm_create(rt, &d, &h);
+    ck_assert_msg(s == FJ_OK, "%s: create: %s", what, fj_last_error());
+    if (rt2) ck_assert_msg(fj_gemm_create(rt2, &d, &h2) == FJ_OK, "%s", fj_last_error());
+    gbufs g;
+    bufs_make(t, &g);
+    float *bias = malloc((size_t)(t->n + 1) * sizeof(float));
+    ck_assert_ptr_nonnull(bias);
+    for (int64_t j = 0; j <= t->n; j++) bias[j] = rnd_f();
+    /* Executed twice: create once, execute many. */
+    for (int rep = 0; rep < 2; rep++) {
+        memcpy(g.c, g.c0, g.nc * sizeof(float));
+        s = fj_gemm_execute(h, g.a, g.b, bias, g.c);
+        ck_assert_msg(s == FJ_OK, "%s: execute: %s", what, fj_last_error());
+    }
+    if (op == 0 || op == FJ_ELT_RELU || op == FJ_ELT_LEAKY_RELU || op == FJ_ELT_CLIP ||
+        op == FJ_ELT_LINEAR)
+        check_result(t, &g, g.c, has_bias ? bias : NULL, op, pa, pb, what);
+    /* Any op: the fused result equals the unfused GEMM (+ bias) followed by
+     * fj_eltwise_f32, bitwise (the same emitter code runs in both). */
+    float *u = malloc(g.nc * sizeof(float));
+    ck_assert_ptr_nonnull(u);
+    memcpy(u, g.c0, g.nc * sizeof(float));
+    ck_assert(fj_gemm_f32(rt, d.transa, d.transb, t->m, t->n, t->k, t->alpha, g.a, t->lda, g.b,
+                          t->ldb, t->beta, u, t->ldc) == FJ_OK);
+    for (int64_t i = 0; i < t->m; i++) {
+        float *row = u + i * t->ldc;
+        if (has_bias)
+            for (int64_t j = 0; j < t->n; j++) row[j] += bias[j];
+        if (op) ck_assert_msg(fj_eltwise_f32(rt, op, pa, pb, row, row, (size_t)t->n) == FJ_OK,
+                              "%s: eltwise: %s", what, fj_last_error());
+    }
+    ck_assert_msg(!memcmp(u, g.c, g.nc * sizeof(float)), "%s: fused != GEMM then eltwise", what);
+    if (h2) {
+        memcpy(u, g.c0, g.nc * sizeof(float));
+        ck_assert(fj_gemm_execute(h2, g.a, g.b, bias, u) == FJ_OK);
+        ck_assert_msg(!memcmp(u, g.c, g.nc * sizeof(float)), "%s: 1 and 2 threads differ", what);
+    }
+    free(u);
+    free(bias);
+    bufs_free(&g);
+    fj_gemm_destroy(h);
+    fj_gemm_destroy(h2);
+    gemm_test_tune(NULL);
+}
+
+START_TEST(epilogue) {
+    fj_isa isa = _i ? FJ_ISA_AVX2 : FJ_ISA_AVX512;
+    fj_runtime *rt = make_rt(isa, 1), *rt2 = make_rt(isa, 2);
+    if (!rt) return;
+    seed(6);
+    const char **tunes = isa == FJ_ISA_AVX512 ? tunes512 : tunes2;
+    int ntunes = isa == FJ_ISA_AVX512 ? (int)(sizeof tunes512 / sizeof tunes512[0])
+                                      : (int)(sizeof tunes2 / sizeof tunes2[0]);
+    for (int op = 0; op < FJ_ELT__COUNT; op++)
+        for (int rep = 0; rep < 6; rep++) {
+            gcase t;
+            random_case(&t, isa == FJ_ISA_AVX512, rep);
+            t.special = 0;
+            t.tune = tunes[rep % ntunes];
+            float pa = op == FJ_ELT_CLIP ? -0.5f : rep % 2 ? 0.0f : 0.3f;
+            float pb = op == FJ_ELT_CLIP ? 0.7f : 0.25f;
+            if (op == FJ_ELT_LOG || op == FJ_ELT_SQRT) t.alpha = t.alpha < 0 ? -t.alpha : t.alpha;
+            handle_case(rt, rep % 2 ? rt2 : NULL, &t, rep % 3 != 2, (fj_eltwise_op)op, pa,
+                        pb);
+        }
+    fj_runtime_destroy(rt);
+    fj_runtime_destroy(rt2);
+}
+END_TEST
+
+/* ---- bad input ------------------------------------------------------------ */
+
+#define ASSERT_ERR(expr)                                                                   \
+    do {                                                                                   \
+        fj_status s_ = (expr);                                                             \
+        ck_assert_msg(s_ == FJ_ERR_INVALID_ARG, "%s: %s", #expr, fj_status_str(s_));       \
+        ck_assert_msg(fj_last_error()[0], "%s: no message", #expr);                         \
+    } while (0)
+
+START_TEST(bad_input) {
+    fj_runtime *rt = make_rt(FJ_ISA_AUTO, 1);
+    float a[64], b[64], c[64], keep[64];
+    for (int i = 0; i < 64; i++) a[i] = b[i] = 1, c[i] = keep[i] = (float)i;
+    ASSERT_ERR(fj_gemm_f32(NULL, 'N', 'N', 2, 2, 2, 1, a, 2, b, 2, 0, c, 2));
+    ASSERT_ERR(fj_gemm_f32(rt, 'X', 'N', 2, 2, 2, 1, a, 2, b, 2, 0, c, 2));
+    ASSERT_ERR(fj_gemm_f32(rt, 'N', 'C', 2, 2, 2, 1, a, 2, b, 2, 0, c, 2));
+    ASSERT_ERR(fj_gemm_f32(rt, 0, 'N', 2, 2, 2, 1, a, 2, b, 2, 0, c, 2));
+    ASSERT_ERR(fj_gemm_f32(rt, 'N', 'N', -1, 2, 2, 1, a, 2, b, 2, 0, c, 2));
+    ASSERT_ERR(fj_gemm_f32(rt, 'N', 'N', 2, -2, 2, 1, a, 2, b, 2, 0, c, 2));
+    ASSERT_ERR(fj_gemm_f32(rt, 'N', 'N', 2, 2, -2, 1, a, 2, b, 2, 0, c, 2));
+    ASSERT_ERR(fj_gemm_f32(rt, 'N', 'N', 2, 3, 4, 1, a, 3, b, 3, 0, c, 3));   /* lda < k */
+    ASSERT_ERR(fj_gemm_f32(rt, 'T', 'N', 5, 3, 4, 1, a, 4, b, 3, 0, c, 3));   /* lda < m */
+    ASSERT_ERR(fj_gemm_f32(rt, 'N', 'N', 2, 3, 4, 1, a, 4, b, 2, 0, c, 3));   /* ldb < n */
+    ASSERT_ERR(fj_gemm_f32(rt, 'N', 'T', 2, 3, 4, 1, a, 4, b, 3, 0, c, 3));   /* ldb < k */
+    ASSERT_ERR(fj_gemm_f32(rt, 'N', 'N', 2, 3, 4, 1, a, 4, b, 3, 0, c, 2));   /* ldc < n */
+    ASSERT_ERR(fj_gemm_f32(rt, 'N', 'N', 2, 3, 4, 1, a, 4, b, 3, 0, c, -3));
+    ASSERT_ERR(fj_gemm_f32(rt, 'N', 'N', 2, 3, 4, 1, a, 4, b, 3, 0, c, 0));
+    ASSERT_ERR(fj_gemm_f32(rt, 'N', 'N', 2, 3, 4, 1, NULL, 4, b, 3, 0, c, 3));
+    ASSERT_ERR(fj_gemm_f32(rt, 'N', 'N', 2, 3, 4, 1, a, 4, NULL, 3, 0, c, 3));
+    ASSERT_ERR(fj_gemm_f32(rt, 'N', 'N', 2, 3, 4, 1, a, 4, b, 3, 0, NULL, 3));
+    /* k = 0 still writes C */
+    ASSERT_ERR(fj_gemm_f32(rt, 'N', 'N', 2, 3, 0, 1, a, 1, b, 3, 0, NULL, 3));
+    /* Sizes whose byte extents overflow. */
+    int64_t big = INT64_MAX / 2;
+    ASSERT_ERR(fj_gemm_f32(rt, 'N', 'N', big, 2, 2, 1, a, 2, b, 2, 0, c, 2));
+    ASSERT_ERR(fj_gemm_f32(rt, 'N', 'N', 2, 2, big, 1, a, big, b, 2, 0, c, 2));
+    ASSERT_ERR(fj_gemm_f32(rt, 'N', 'N', 3, 2, 2, 1, a, INT64_MAX, b, 2, 0, c, 2));
+    ASSERT_ERR(fj_gemm_f32(rt, 'N', 'N', (int64_t)1 << 31, (int64_t)1 << 31, 1, 1, a, 1, b,
+                           (int64_t)1 << 31, 0, c, (int64_t)1 << 62));
+    ck_assert_msg(!memcmp(c, keep, sizeof c), "C changed by a failed call");
+    /* Empty products are fine with NULL pointers where nothing is read. */
+    ck_assert(fj_gemm_f32(rt, 'N', 'N', 0, 3, 4, 1, NULL, 4, NULL, 3, 0, NULL, 3) == FJ_OK);
+    ck_assert(fj_gemm_f32(rt, 'N', 'N', 2, 0, 4, 1, NULL, 4, NULL, 1, 0, NULL, 1) == FJ_OK);
+    ck_assert(fj_gemm_f32(rt, 'n', 't', 2, 3, 0, 1, NULL, 1, NULL, 1, 0, c, 3) == FJ_OK);
+    for (int i = 0; i < 6; i++) ck_assert(c[i] == 0.0f);
+
+    /* Handles. */
+    fj_gemm *h = (fj_gemm *)&h;
+    fj_gemm_desc d = {'N', 'N', 2, 3, 4, 4, 3, 3, 1, 0, 1, FJ_ELT_RELU, 0, 0};
+    ASSERT_ERR(fj_gemm_create(rt, &d, NULL));
+    ASSERT_ERR(fj_gemm_create(NULL, &d, &h));
+    ck_assert_ptr_null(h);
+    ASSERT_ERR(fj_gemm_create(rt, NULL, &h));
+    fj_gemm_desc e = d;
+    e.post_op = (fj_eltwise_op)999;
+    ASSERT_ERR(fj_gemm_create(rt, &e, &h));
+    e = d;
+    e.lda = 3;
+    ASSERT_ERR(fj_gemm_create(rt, &e, &h));
+    e = d;
+    e.transb = 'q';
+    ASSERT_ERR(fj_gemm_create(rt, &e, &h));
+    ck_assert(fj_gemm_create(rt, &d, &h) == FJ_OK);
+    memcpy(c, keep, sizeof c);
+    ASSERT_ERR(fj_gemm_execute(NULL, a, b, b, c));
+    ASSERT_ERR(fj_gemm_execute(h, a, b, NULL, c)); /* has_bias without bias */
+    ASSERT_ERR(fj_gemm_execute(h, NULL, b, b, c));
+    ASSERT_ERR(fj_gemm_execute(h, a, b, b, NULL));
+    ck_assert_msg(!memcmp(c, keep, sizeof c), "C changed by a failed execute");
+    ck_assert(fj_gemm_execute(h, a, b, b, c) == FJ_OK);
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 3; j++) ck_assert(c[i * 3 + j] == 5.0f); /* relu(4 + 1) */
+    fj_gemm_destroy(h);
+    fj_gemm_destroy(NULL);
+    fj_runtime_destroy(rt);
+}
+END_TEST
+
+/* ---- every-instruction unwinding ---------------------------------------- */
+
+typedef struct trace_arg {
+    fj_runtime *rt;
+    const gcase *t;
+    gbufs *g;
+    fj_gemm *h;
+    const float *bias;
+    fj_status s;
+} trace_arg;
+
+static void trace_body(void *p) {
+    trace_arg *x = p;
+    const gcase *t = x->t;
+    if (x->h)
+        x->s = fj_gemm_execute(x->h, x->g->a, x->g->b, x->bias, x->g->c);
+    else
+        x->s = fj_gemm_f32(x->rt, t->ta ? 'T' : 'N', t->tb ? 'T' : 'N', t->m, t->n, t->k,
+                           t->alpha, x->g->a, t->lda, x->g->b, t->ldb, t->beta, x->g->c, t->ldc);
+    __asm__ volatile("" ::: "memory"); /* no tail call */
+}
+
+START_TEST(trace_unwind) {
+    fj_isa isa = _i ? FJ_ISA_AVX2 : FJ_ISA_AVX512;
+    fj_runtime *rt = make_rt(isa, 1);
+    if (!rt) return;
+    seed(7);
+    /* Tiny shapes: the trap flag stops at every instruction. Tails in both
+     * dimensions, both operand modes, both beta paths, and a handle. */
+    static const struct { int ta, tb, m, n, k; float beta; const char *tune; int handle; } cs[] = {
+        {0, 0, 3, 5, 2, 0, NULL, 0},
+        {0, 0, 17, 19, 3, 1, "da=1,db=1", 0},
+        {1, 1, 5, 9, 2, 0.5f, "da=0,db=0,kc=2", 0},
+        {0, 1, 2, 33, 1, 0, "da=1,db=0", 1},
+        {1, 0, 4, 3, 2, 1, "da=0,db=0", 1},
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        gcase t = {.ta = cs[i].ta, .tb = cs[i].tb, .m = cs[i].m, .n = cs[i].n, .k = cs[i].k,
+                   .alpha = 1, .beta = cs[i].beta, .tune = cs[i].tune};
+        t.lda = t.ta ? t.m : t.k;
+        t.ldb = t.tb ? t.k : t.n;
+        t.ldc = t.n;
+        gemm_test_tune(t.tune);
+        gbufs g;
+        bufs_make(&t, &g);
+        float bias[64];
+        for (int j = 0; j < 64; j++) bias[j] = rnd_f();
+        trace_arg x = {rt, &t, &g, NULL, bias, FJ_OK};
+        if (cs[i].handle) {
+            fj_gemm_desc d = {t.ta ? 'T' : 'N', t.tb ? 'T' : 'N', t.m, t.n, t.k, t.lda, t.ldb,
+                              t.ldc, t.alpha, t.beta, 1, FJ_ELT_RELU, 0, 0};
+            ck_assert(fj_gemm_create(rt, &d, &x.h) == FJ_OK);
+        }
+        fjt_trace_result *r = calloc(1, sizeof *r);
+        fjt_trace_opts o = {0};
+        int ok = fjt_trace_kernel(trace_body, &x, &o, r);
+        ck_assert_msg(x.s == FJ_OK, "case %zu: %s", i, fj_last_error());
+        ck_assert_msg(ok, "case %zu (%s): %s", i, r->first_name ? r->first_name : "?", r->msg);
+        ck_assert_int_gt(r->kernel_steps, 0);
+        ck_assert_int_ge(r->rets, 1);
+        free(r);
+        fj_gemm_destroy(x.h);
+        bufs_free(&g);
+        gemm_test_tune(NULL);
+    }
+    fj_runtime_destroy(rt);
+}
+END_TEST
+
+static Suite *suite(void) {
+    Suite *s = suite_create("gemm");
+    TCase *tc = tcase_create("gemm");
+    tcase_set_timeout(tc, 240);
+    tcase_add_test(tc, bad_input);
+    tcase_add_loop_test(tc, edges, 0, 2);
+    tcase_add_loop_test(tc, beta_zero_and_k_zero, 0, 2);
+    tcase_add_test(tc, threads_bitwise);
+    tcase_add_loop_test(tc, epilogue, 0, 2);
+    tcase_add_loop_test(tc, trace_unwind, 0, 2);
+    tcase_add_test(tc, fuzz_avx512);
+    tcase_add_test(tc, fuzz_avx2);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) {
+    SRunner *sr = srunner_create(suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
