@@ -32,6 +32,7 @@ typedef struct gemm_tune {
     int da, db;           /* per operand: -1 auto, 0 pack, 1 in place */
     long mt_flops;        /* problems smaller than this stay on one thread */
     int a_reg;            /* AVX-512: broadcast A into a register */
+    long shared_min;      /* m*n*k from which threads share one packed B */
 } gemm_tune;
 
 static gemm_tune tune;
@@ -42,7 +43,7 @@ static void tune_parse(const char *e) {
     tune = (gemm_tune){
         .l1 = l1 > 0 ? l1 : 32 << 10, .l2 = l2 > 0 ? l2 : 1 << 20,
         .mr512 = 0, .nv512 = 2, .mr2 = 0, .nv2 = 2, .unroll = 4, .pf_a = 1024, .pf_c = 1,
-        .direct = -1, .da = -1, .db = -1, .mt_flops = 1L << 24,
+        .direct = -1, .da = -1, .db = -1, .mt_flops = 1L << 24, .shared_min = 1L << 26,
     };
     while (e && *e) {
         char key[16];
@@ -63,6 +64,7 @@ static void tune_parse(const char *e) {
         else if (!strcmp(key, "db")) tune.db = (int)v;
         else if (!strcmp(key, "mt")) tune.mt_flops = v;
         else if (!strcmp(key, "areg")) tune.a_reg = (int)v;
+        else if (!strcmp(key, "shared")) tune.shared_min = v;
         e += used;
         if (*e == ',') e++;
     }
@@ -218,97 +220,189 @@ static void set_masks(kg_gemm_args *g, int lanes, int nv, int64_t cols) {
 
 static float *align64(float *x) { return (float *)(((uintptr_t)x + 63) & ~(uintptr_t)63); }
 
-static void run_chunk_buf(const run_ctx *x, int64_t idx, float *buf) {
+/* g's fields for k block kb of nkb: its offset and size in k, alpha, beta
+ * and whether the post stage runs. */
+static void block_args(const gemm_plan *p, kg_gemm_args *g, int64_t kb, int64_t nkb,
+                       int64_t *pc, int64_t *kcur) {
+    *pc = kb * p->kc;
+    *kcur = min64(p->kc, p->k - *pc);
+    int first = kb == 0, last = kb == nkb - 1;
+    /* k == 0: the kernel runs with kc = 0 and alpha = 0 (C = beta*C,
+     * without alpha*0 turning an infinite alpha into NaN). */
+    g->kc = *kcur;
+    g->alpha = *kcur ? p->alpha : 0.0f;
+    g->beta = first ? p->beta : 1.0f;
+    g->beta_zero = first && p->beta == 0.0f;
+    g->post = last && p->has_post;
+    g->ldc = p->ldc * 4;
+    g->c_tile = p->mr * p->ldc * 4;
+}
+
+/* Rows [i0, i1) of C's columns [jc, jc + ncur) for the k block at pc:
+ * packs (or reads in place) A, then one kernel call per B panel. bufb
+ * holds the packed B panels (or, with B in place, the padded tail panel). */
+static void block_rows(const run_ctx *x, kg_gemm_args *gp, float *bufa, const float *bufb,
+                       int64_t i0, int64_t i1, int64_t jc, int64_t ncur, int64_t pc,
+                       int64_t kcur) {
     const gemm_plan *p = x->p;
     kg_gemm_fn fn = (kg_gemm_fn)rt_kernel_fn(p->kern);
-    int64_t i0 = idx / x->cn * x->mstep, j0 = idx % x->cn * x->nstep;
-    int64_t i1 = min64(p->m, i0 + x->mstep), j1 = min64(p->n, j0 + x->nstep);
-    const int64_t mr = p->mr, nr = p->nr;
+    const int64_t mr = p->mr, nr = p->nr, npan = cdiv(ncur, nr);
     const int x512 = p->cfg.isa == FJ_ISA_AVX512;
-    float *bufa = buf;
-    float *bufb = align64(buf + (p->direct_a ? mr * p->kc : p->mc * p->kc) + GEMM_PACK_SLACK);
-    int64_t nkb = p->k ? cdiv(p->k, p->kc) : 1;
-    kg_gemm_args g;
-    memset(&g, 0, sizeof g);
-    g.ldc = p->ldc * 4;
-    g.c_tile = mr * p->ldc * 4;
-
-    for (int64_t jc = j0; jc < j1; jc += p->nc) {
-        int64_t ncur = min64(p->nc, j1 - jc);
-        for (int64_t kb = 0; kb < nkb; kb++) {
-            int64_t pc = kb * p->kc, kcur = min64(p->kc, p->k - pc);
-            int first = kb == 0, last = kb == nkb - 1;
-            /* k == 0: the kernel runs with kc = 0 and alpha = 0 (C = beta*C,
-             * without alpha*0 turning an infinite alpha into NaN). */
-            g.kc = kcur;
-            g.alpha = kcur ? p->alpha : 0.0f;
-            g.beta = first ? p->beta : 1.0f;
-            g.beta_zero = first && p->beta == 0.0f;
-            g.post = last && p->has_post;
-            if (!p->direct_b && kcur)
-                gemm_pack_b(bufb, p->tb ? x->b + jc * p->ldb + pc : x->b + pc * p->ldb + jc,
-                            p->ldb, p->tb, kcur, ncur, (int)nr, x512);
-            int64_t npan = cdiv(ncur, nr);
-            /* In-place B: the tail panel is copied into a padded buffer. */
-            if (p->direct_b && kcur && ncur % nr)
-                gemm_pack_b(bufb, x->b + pc * p->ldb + jc + (npan - 1) * nr, p->ldb, 0, kcur,
-                            ncur % nr, (int)nr, x512);
-            for (int64_t ic = i0; ic < i1; ic += p->mc) {
-                int64_t mcur = min64(p->mc, i1 - ic);
-                int64_t full = mcur / mr, rem = mcur % mr;
-                const float *a_ip = p->ta ? x->a + pc * p->lda + ic : x->a + ic * p->lda + pc;
-                if (!p->direct_a && kcur)
-                    gemm_pack_a(bufa, a_ip, p->lda, p->ta, mcur, kcur, (int)mr, x512);
-                if (p->direct_a && kcur && rem) {
-                    const float *t = p->ta ? a_ip + full * mr : a_ip + full * mr * p->lda;
-                    if (p->ta) gemm_pack_a(bufa, t, p->lda, 1, rem, kcur, (int)mr, x512);
-                    else gemm_copy_rows(bufa, t, p->lda, rem, kcur, (int)mr);
-                }
-                for (int64_t pn = 0; pn < npan; pn++) {
-                    int64_t cols = min64(nr, ncur - pn * nr), j = jc + pn * nr;
-                    set_masks(&g, p->lanes, p->nv, cols);
-                    g.c = x->c + ic * p->ldc + j;
-                    g.bias = x->bias ? x->bias + j : NULL;
-                    if (!p->direct_b) {
-                        g.b = bufb + pn * nr * kcur;
-                    } else if (cols == nr) {
-                        g.b = x->b + pc * p->ldb + j;
-                        g.ldb = p->ldb * 4;
-                    } else {
-                        g.b = bufb;
-                        g.ldb = nr * 4;
-                    }
-                    if (!p->direct_a) {
-                        g.a = bufa;
-                        g.ntiles = cdiv(mcur, mr);
-                        g.last_rows = mcur - (g.ntiles - 1) * mr;
-                        g.a_tile = mr * kcur * 4;
-                        fn(&g);
-                        continue;
-                    }
-                    if (full) {
-                        g.a = a_ip;
-                        g.ntiles = full;
-                        g.last_rows = mr;
-                        g.lda = p->lda * 4;
-                        g.a_tile = p->ta ? mr * 4 : mr * p->lda * 4;
-                        fn(&g);
-                    }
-                    if (rem) {
-                        /* The row tail reads the padded copy. */
-                        g.a = bufa;
-                        g.ntiles = 1;
-                        g.last_rows = rem;
-                        g.lda = p->ta ? mr * 4 : kcur * 4;
-                        g.c = x->c + (ic + full * mr) * p->ldc + j;
-                        fn(&g);
-                    }
-                }
+    kg_gemm_args g = *gp;
+    for (int64_t ic = i0; ic < i1; ic += p->mc) {
+        int64_t mcur = min64(p->mc, i1 - ic);
+        int64_t full = mcur / mr, rem = mcur % mr;
+        const float *a_ip = p->ta ? x->a + pc * p->lda + ic : x->a + ic * p->lda + pc;
+        if (!p->direct_a && kcur)
+            gemm_pack_a(bufa, a_ip, p->lda, p->ta, mcur, kcur, (int)mr, x512);
+        if (p->direct_a && kcur && rem) {
+            const float *t = p->ta ? a_ip + full * mr : a_ip + full * mr * p->lda;
+            if (p->ta) gemm_pack_a(bufa, t, p->lda, 1, rem, kcur, (int)mr, x512);
+            else gemm_copy_rows(bufa, t, p->lda, rem, kcur, (int)mr);
+        }
+        for (int64_t pn = 0; pn < npan; pn++) {
+            int64_t cols = min64(nr, ncur - pn * nr), j = jc + pn * nr;
+            set_masks(&g, p->lanes, p->nv, cols);
+            g.c = x->c + ic * p->ldc + j;
+            g.bias = x->bias ? x->bias + j : NULL;
+            if (!p->direct_b) {
+                g.b = bufb + pn * nr * kcur;
+            } else if (cols == nr) {
+                g.b = x->b + pc * p->ldb + j;
+                g.ldb = p->ldb * 4;
+            } else {
+                g.b = bufb;
+                g.ldb = nr * 4;
+            }
+            if (!p->direct_a) {
+                g.a = bufa;
+                g.ntiles = cdiv(mcur, mr);
+                g.last_rows = mcur - (g.ntiles - 1) * mr;
+                g.a_tile = mr * kcur * 4;
+                fn(&g);
+                continue;
+            }
+            if (full) {
+                g.a = a_ip;
+                g.ntiles = full;
+                g.last_rows = mr;
+                g.lda = p->lda * 4;
+                g.a_tile = p->ta ? mr * 4 : mr * p->lda * 4;
+                fn(&g);
+            }
+            if (rem) {
+                /* The row tail reads the padded copy. */
+                g.a = bufa;
+                g.ntiles = 1;
+                g.last_rows = rem;
+                g.lda = p->ta ? mr * 4 : kcur * 4;
+                g.c = x->c + (ic + full * mr) * p->ldc + j;
+                fn(&g);
             }
         }
     }
     /* Keeps the kernel calls above from becoming tail calls. */
     __asm__ volatile("" ::: "memory");
+}
+
+/* The packed-B part of a chunk's scratch. */
+static float *scratch_b(const gemm_plan *p, float *buf) {
+    return align64(buf + (p->direct_a ? p->mr * p->kc : p->mc * p->kc) + GEMM_PACK_SLACK);
+}
+
+/* Columns [jc, jc + ncur) of B for the k block at pc into panels. */
+static void pack_b_cols(const gemm_plan *p, const float *b, float *dst, int64_t jc,
+                        int64_t ncur, int64_t pc, int64_t kcur) {
+    gemm_pack_b(dst, p->tb ? b + jc * p->ldb + pc : b + pc * p->ldb + jc, p->ldb, p->tb, kcur,
+                ncur, p->nr, p->cfg.isa == FJ_ISA_AVX512);
+}
+
+static void run_chunk_buf(const run_ctx *x, int64_t idx, float *buf) {
+    const gemm_plan *p = x->p;
+    int64_t i0 = idx / x->cn * x->mstep, j0 = idx % x->cn * x->nstep;
+    int64_t i1 = min64(p->m, i0 + x->mstep), j1 = min64(p->n, j0 + x->nstep);
+    const int64_t nr = p->nr;
+    float *bufb = scratch_b(p, buf);
+    int64_t nkb = p->k ? cdiv(p->k, p->kc) : 1;
+    kg_gemm_args g;
+    memset(&g, 0, sizeof g);
+    for (int64_t jc = j0; jc < j1; jc += p->nc) {
+        int64_t ncur = min64(p->nc, j1 - jc);
+        for (int64_t kb = 0; kb < nkb; kb++) {
+            int64_t pc, kcur;
+            block_args(p, &g, kb, nkb, &pc, &kcur);
+            if (!p->direct_b && kcur) pack_b_cols(p, x->b, bufb, jc, ncur, pc, kcur);
+            /* In-place B: the tail panel is copied into a padded buffer. */
+            if (p->direct_b && kcur && ncur % nr)
+                gemm_pack_b(bufb, x->b + pc * p->ldb + jc + ncur / nr * nr, p->ldb, 0, kcur,
+                            ncur % nr, (int)nr, p->cfg.isa == FJ_ISA_AVX512);
+            block_rows(x, &g, buf, bufb, i0, i1, jc, ncur, pc, kcur);
+        }
+    }
+}
+
+/* ---- large problems on several threads: B packed once, shared ---------- */
+
+/* Per (jc, pc) block: the threads pack B's panels together into the
+ * caller's buffer, then each computes its rows against them. Splitting
+ * rows with per-chunk packing would pack (and read from memory) all of B
+ * once per thread. */
+typedef struct shared_ctx {
+    const run_ctx *x;
+    kg_gemm_args g;
+    float *bufb;
+    int64_t jc, ncur, pc, kcur;
+    int64_t pan_per, rows_per;
+    _Atomic unsigned char failed[MAX_CHUNKS];
+} shared_ctx;
+
+static void shared_pack(void *ctx, int64_t i) {
+    shared_ctx *s = ctx;
+    const gemm_plan *p = s->x->p;
+    int64_t c0 = i * s->pan_per * p->nr, cols = min64(s->ncur - c0, s->pan_per * p->nr);
+    if (cols > 0)
+        pack_b_cols(p, s->x->b, s->bufb + c0 * s->kcur, s->jc + c0, cols, s->pc, s->kcur);
+}
+
+static void shared_rows_buf(shared_ctx *s, int64_t i, float *buf) {
+    const gemm_plan *p = s->x->p;
+    int64_t i0 = i * s->rows_per, i1 = min64(p->m, i0 + s->rows_per);
+    /* buf's A part only: on the caller, its B part is the shared panels. */
+    block_rows(s->x, &s->g, buf, s->bufb, i0, i1, s->jc, s->ncur, s->pc, s->kcur);
+}
+
+static void shared_rows(void *ctx, int64_t i) {
+    shared_ctx *s = ctx;
+    float *buf = gemm_scratch(s->x->p->scratch);
+    if (!buf) {
+        atomic_store(&s->failed[i], 1); /* the caller runs it */
+        return;
+    }
+    shared_rows_buf(s, i, buf);
+}
+
+static void run_shared(const run_ctx *x, float *buf, int threads) {
+    const gemm_plan *p = x->p;
+    shared_ctx *s = &(shared_ctx){.x = x};
+    s->bufb = scratch_b(p, buf);
+    int64_t nkb = p->k ? cdiv(p->k, p->kc) : 1;
+    int64_t tiles = cdiv(p->m, p->mr), nrows = cdiv(tiles, threads);
+    s->rows_per = nrows * p->mr;
+    int64_t nchunks = cdiv(p->m, s->rows_per);
+    for (int64_t jc = 0; jc < p->n; jc += p->nc) {
+        s->jc = jc;
+        s->ncur = min64(p->nc, p->n - jc);
+        int64_t npan = cdiv(s->ncur, p->nr);
+        s->pan_per = cdiv(npan, threads);
+        for (int64_t kb = 0; kb < nkb; kb++) {
+            block_args(p, &s->g, kb, nkb, &s->pc, &s->kcur);
+            if (s->kcur) rt_parallel(p->rt, cdiv(npan, s->pan_per), threads, shared_pack, s);
+            for (int64_t i = 0; i < nchunks; i++) atomic_store(&s->failed[i], 0);
+            rt_parallel(p->rt, nchunks, threads, shared_rows, s);
+            for (int64_t i = 0; i < nchunks; i++)
+                if (atomic_load(&s->failed[i])) shared_rows_buf(s, i, buf);
+        }
+    }
 }
 
 static void run_chunk(void *ctx, int64_t idx) {
@@ -356,6 +450,11 @@ fj_status gemm_run(const gemm_plan *p, const float *a, const float *b, const flo
             x->cn = cdiv(p->n, x->nstep);
             nchunks = x->cn;
         }
+    }
+    if (threads > 1 && x->cn == 1 && !p->direct_b &&
+        (double)p->m * (double)p->n * (double)p->k >= (double)tune.shared_min) {
+        run_shared(x, buf, threads);
+        return FJ_OK;
     }
     if (nchunks == 1) run_chunk_buf(x, 0, buf);
     else rt_parallel(p->rt, nchunks, threads, run_chunk, x);

@@ -204,9 +204,10 @@ static void kc_evict_free(void *ctx, void *detached) {
 }
 
 void rt_kcache_init(fj_runtime *rt) {
-    /* .retire stays NULL until unwind info is registered per arena; then
-     * it is where that registration is destroyed (invariant 4). */
-    cc_hooks h = {.ctx = rt, .evict_detach = kc_evict_detach, .evict_free = kc_evict_free};
+    /* .retire destroys the arena's unwind registration before its memory
+     * goes back (invariant 4). */
+    cc_hooks h = {.ctx = rt, .evict_detach = kc_evict_detach, .evict_free = kc_evict_free,
+                  .retire = rt_arena_retire};
     cc_set_hooks(rt->cache, &h);
 }
 

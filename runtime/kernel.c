@@ -3,6 +3,7 @@
  * need the runtime. */
 #include "runtime/rt.h"
 
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 
@@ -39,6 +40,28 @@ static double now_us(void) {
     return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
 }
 
+/* Unwind info is registered per code arena, not per kernel: with
+ * thousands of kernels, per-kernel objects make every unwind in the
+ * process slow (libgcc searches them linearly) and gdb slower still.
+ * Called with place_lock held, so kernels arrive in address order. */
+static fj_status arena_register(fj_runtime *rt, cc_entry *e, const uw_func *f) {
+    if (!rt->uw_backends) return FJ_OK;
+    uw_arena *ua = cc_arena_user(e);
+    if (!ua) {
+        char name[48];
+        snprintf(name, sizeof name, "framejit-arena-%llu", (unsigned long long)e->arena_id);
+        fj_status s = uw_arena_create(rt->uw_backends, e->arena_lo, e->arena_hi, name, &ua);
+        if (s != FJ_OK) return s;
+        cc_arena_set_user(e, ua);
+    }
+    return uw_arena_add(ua, f);
+}
+
+void rt_arena_retire(void *ctx, const cc_arena_info *a) {
+    (void)ctx;
+    uw_arena_destroy(a->user);
+}
+
 fj_status rt_finish(fj_runtime *rt, fj_builder *b, fj_kernel **out) {
     double t0 = fj_verbose() ? now_us() : 0;
     kb_code code;
@@ -51,10 +74,16 @@ fj_status rt_finish(fj_runtime *rt, fj_builder *b, fj_kernel **out) {
     k = fj_calloc(1, sizeof *k);
     if (!k) { s = fj_fail(FJ_ERR_NO_MEMORY, "kernel %s: out of memory", kb_name(b)); goto fail; }
     k->rt = rt;
-    if ((s = cc_place(rt->cache, code.bytes, code.len, kb_name(b), &k->entry)) != FJ_OK) goto fail;
-    uw_func f = {k->entry->name, k->entry->start, code.code_len, code.recs, code.nrecs};
-    /* Registered before the entry is returned (invariant 4). */
-    if ((s = uw_register(&f, 1, rt->uw_backends, &k->uw)) != FJ_OK) goto fail;
+    pthread_mutex_lock(&rt->place_lock);
+    s = cc_place(rt->cache, code.bytes, code.len, kb_name(b), &k->entry);
+    uw_func f = {0};
+    if (s == FJ_OK) {
+        f = (uw_func){k->entry->name, k->entry->start, code.code_len, code.recs, code.nrecs};
+        /* Registered before the entry is returned (invariant 4). */
+        s = arena_register(rt, k->entry, &f);
+    }
+    pthread_mutex_unlock(&rt->place_lock);
+    if (s != FJ_OK) goto fail;
     if (rt->dump_dir)
         (void)uw_dump(rt->dump_dir, &f, code.bytes, atomic_fetch_add(&rt->dump_seq, 1));
     /* [profiling] the arena file's ELF image; opt-in perf map / jitdump. */
@@ -106,8 +135,8 @@ void rt_kernel_free(fj_kernel *k) {
     for (int i = 0; i < KG_ELT__N; i++)
         if (atomic_load(&rt->elt[i]) == k) atomic_store(&rt->elt[i], NULL);
     pthread_mutex_unlock(&rt->lock);
-    /* Deregister before the memory can be reused (invariant 4). */
-    uw_deregister(k->uw);
+    /* The arena's unwind registration goes in the retire hook, before its
+     * memory is given back (invariant 4). */
     cc_remove(rt->cache, k->entry);
     fj_free(k);
 }

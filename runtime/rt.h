@@ -12,7 +12,6 @@
 struct fj_kernel {
     fj_runtime *rt;
     cc_entry *entry;
-    uw_object *uw;
     void *fn;
     size_t code_size;
     struct fj_kernel *prev, *next;   /* the runtime's list of live kernels */
@@ -32,6 +31,10 @@ struct fj_runtime {
     atomic_uint dump_seq;
     cc_cache *cache;
     pthread_mutex_t lock;    /* kernel list and the eltwise slots */
+    /* Held across cc_place + uw_arena_add: kernels reach their arena's
+     * unwind registration in address order. The code cache's hooks never
+     * take it. */
+    pthread_mutex_t place_lock;
     struct fj_kernel *kernels;
     /* Generated element-wise kernels, published with release stores so the
      * hot path reads them without the lock. */
@@ -49,8 +52,12 @@ struct fj_runtime {
     rt_pool *pool;
 };
 
-/* Frees a kernel: deregisters its unwind info, then its code. */
+/* Frees a kernel: unpublishes its code. Its unwind info stays registered
+ * with its arena until the arena is retired (addresses are never reused,
+ * so it can describe nothing else meanwhile). */
 FJ_INTERNAL void rt_kernel_free(fj_kernel *k);
+/* The code cache's retire hook: destroys the arena's unwind registration. */
+FJ_INTERNAL void rt_arena_retire(void *ctx, const cc_arena_info *a);
 
 /* Assembles b, verifies, places, registers unwind info; frees b. */
 FJ_INTERNAL fj_status rt_finish(fj_runtime *rt, fj_builder *b, fj_kernel **out);

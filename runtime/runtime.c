@@ -96,6 +96,7 @@ fj_status fj_runtime_create(const fj_options *opts, fj_runtime **out) {
     }
     rt_kcache_init(rt); /* [cache] eviction hooks */
     pthread_mutex_init(&rt->lock, NULL);
+    pthread_mutex_init(&rt->place_lock, NULL);
     pthread_mutex_init(&rt->kc_lock, NULL);
     pthread_cond_init(&rt->kc_cond, NULL);
     pthread_mutex_init(&rt->pool_lock, NULL);
@@ -119,6 +120,7 @@ void fj_runtime_destroy(fj_runtime *rt) {
     while (rt->kernels) rt_kernel_free(rt->kernels);
     cc_destroy(rt->cache);
     pthread_mutex_destroy(&rt->lock);
+    pthread_mutex_destroy(&rt->place_lock);
     pthread_mutex_destroy(&rt->kc_lock);
     pthread_cond_destroy(&rt->kc_cond);
     pthread_mutex_destroy(&rt->pool_lock);

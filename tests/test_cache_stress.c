@@ -31,6 +31,19 @@
 #define sigev_notify_thread_id _sigev_un._tid
 #endif
 
+/* ThreadSanitizer delivers signals late (at its next safe point), so the
+ * interrupted context no longer matches what the thread is doing: there
+ * the handler only counts, and the kernels are short so that eviction
+ * still happens a lot in the time given. All-arenas-held can then occur
+ * with the smaller cache and is tolerated. */
+#if defined(__SANITIZE_THREAD__)
+#define STRESS_TSAN 1
+enum { LOOPS = 100, CACHE_BYTES = 96 << 10 };
+#else
+#define STRESS_TSAN 0
+enum { LOOPS = 100000, CACHE_BYTES = 256 << 10 }; /* 16 KiB arenas, ~4000 kernels */
+#endif
+
 /* ---- the kernels: key -> val * loops ---- */
 
 typedef struct skey {
@@ -99,7 +112,7 @@ static void on_prof(int sig, siginfo_t *si, void *uc_) {
     /* Only pcs inside a kernel are unwound: there the thread holds no
      * unwinder or allocator lock of its own. */
     const char *name = fj_symbolize((const void *)pc, NULL);
-    if (!name) goto out;
+    if (!name || STRESS_TSAN) goto out;
     atomic_fetch_add_explicit(&my->kernel_samples, 1, memory_order_relaxed);
     const char *want = cur_name;
     if (!want || strcmp(name, want) != 0) {
@@ -141,7 +154,7 @@ static void *worker(void *arg) {
     char name[48];
     while (!atomic_load_explicit(&stop, memory_order_relaxed)) {
         uint32_t key = (uint32_t)rand_r(&seed) % NKEYS;
-        skey k = {key * 2654435761u % 1000003u + 1, 100000 + key % 100000};
+        skey k = {key * 2654435761u % 1000003u + 1, LOOPS + key % LOOPS};
         skey_name(&k, name, sizeof name);
         fj_kernel *kern;
         fj_status st = fj_test_kernel_get(g_rt, &k, sizeof k, name, 0, skey_gen, &k, &kern);
@@ -197,7 +210,7 @@ START_TEST(test_stress) {
     fj_options o;
     fj_options_init(&o);
     o.threads = 1;
-    o.cache_bytes = 256 << 10; /* 16 KiB arenas, ~4000 kernels; the keys need 1.5x that */
+    o.cache_bytes = CACHE_BYTES; /* the keys need more */
     ck_assert_int_eq(fj_runtime_create(&o, &g_rt), FJ_OK);
 
     struct sigaction sa;
@@ -233,15 +246,15 @@ START_TEST(test_stress) {
     fprintf(stderr,
             "stress %ds: %ld runs, %llu hits, %llu misses, %llu evictions, %llu live kernels, "
             "%zu bytes reserved; %ld samples, %ld in kernels (libunwind bad %ld, libgcc bad "
-            "%ld, name bad %ld); %ld maps scans\n",
+            "%ld, name bad %ld); %ld maps scans; %ld cache full\n",
             secs, runs, (unsigned long long)cs.hits, (unsigned long long)cs.misses,
             (unsigned long long)cs.evictions, (unsigned long long)cs.live_kernels,
-            cs.bytes_reserved, samples, ksamples, lu, gcc, nb, (long)atomic_load(&wx_scans));
+            cs.bytes_reserved, samples, ksamples, lu, gcc, nb, (long)atomic_load(&wx_scans), full);
     for (int i = 0; i < NTHREADS; i++)
         if (ts[i].has_bad) fprintf(stderr, "thread %d: %s\n", i, ts[i].first_bad);
     ck_assert_int_eq(wrong, 0);
     ck_assert_int_eq(errors, 0);
-    ck_assert_int_eq(full, 0);
+    if (!STRESS_TSAN) ck_assert_int_eq(full, 0);
     ck_assert_int_eq(lu + gcc + nb, 0);
     ck_assert_msg(atomic_load(&wx_found) == 0, "W+X mapping: %s", wx_detail);
     ck_assert_int_gt(runs, 0);
