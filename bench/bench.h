@@ -33,6 +33,8 @@ void bench_peak(const bench_ctx *c);
 void bench_gemm(const bench_ctx *c);
 void bench_unwind(const bench_ctx *c);
 void bench_profiling(const bench_ctx *c);
+void bench_cache(const bench_ctx *c);
+void bench_reduce(const bench_ctx *c);
 /* Measured FMA peak (GFLOP/s) of `threads` threads, zmm or ymm (peak.c). */
 double bench_fma_peak(int zmm, int threads);
 

@@ -54,6 +54,8 @@ static const section sections[] = {
     {"gemm", bench_gemm},
     {"unwind", bench_unwind},
     {"profiling", bench_profiling},
+    {"cache", bench_cache},
+    {"reduce", bench_reduce},
 };
 
 int main(int argc, char **argv) {

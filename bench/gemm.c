@@ -1,7 +1,7 @@
 /* gemm.c (bench): f32 GEMM vs oneDNN dnnl_sgemm and OpenBLAS, 1 and 2 threads.
  *
- * Also the kernel generation time of a new shape. FJ_BENCH_GEMM_SHAPES="256,1024"
- * limits the run to those M=N=K cubes. */
+ * Also the kernel generation time of a new shape. FJ_BENCH_GEMM_SHAPES="256,64x64x1024"
+ * limits the run to those shapes (N alone: NxNxN). */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -93,6 +93,22 @@ static void set_threads(int t) {
 #endif
 }
 
+/* list: comma-separated "MxNxK" or "N" (for NxNxN). */
+static int shape_listed(const char *list, shape s) {
+    char want[48], cube[16];
+    snprintf(want, sizeof want, "%dx%dx%d", s.m, s.n, s.k);
+    snprintf(cube, sizeof cube, "%d", s.m);
+    int is_cube = s.m == s.n && s.n == s.k;
+    for (const char *p = list; *p;) {
+        size_t n = strcspn(p, ",");
+        if ((n == strlen(want) && !strncmp(p, want, n)) ||
+            (is_cube && n == strlen(cube) && !strncmp(p, cube, n)))
+            return 1;
+        p += n + (p[n] == ',');
+    }
+    return 0;
+}
+
 static float *rand_buf(size_t n) {
     float *p = aligned_alloc(64, (n * sizeof(float) + 63) & ~(size_t)63);
     if (!p) return NULL;
@@ -127,15 +143,17 @@ static void one_shape(const bench_ctx *c, fj_runtime *rt, int threads, shape s, 
         calls[v] = (long)(2e7 / (one > 1 ? one : 1)) + 1;
     }
     /* Interleaved: each repetition runs every variant once, so noise from
-     * the shared machine hits all of them alike. A short pause before each
-     * block lets the previous library's worker threads stop spinning
-     * (libgomp and OpenBLAS spin-wait after a call) instead of competing
-     * with the next variant for the cores. */
+     * the shared machine hits all of them alike. With 2 threads a short
+     * pause before each block lets the previous library's worker threads
+     * stop spinning (libgomp and OpenBLAS spin-wait after a call) instead
+     * of competing with the next variant for the cores. */
     for (int r = 0; r < reps; r++)
-        for (int v = 0; v < V_N; v++) {
+        for (int i = 0; i < V_N; i++) {
+            /* Rotated order: no variant always runs first after the pause. */
+            int v = (r + i) % V_N;
             if (!variant_present(v)) continue;
-            struct timespec pause = {0, threads > 1 ? 5000000 : 1000000};
-            nanosleep(&pause, NULL);
+            struct timespec pause = {0, threads > 1 ? 5000000 : 0};
+            if (threads > 1) nanosleep(&pause, NULL);
             double t0 = bench_now_ns(), c0 = thread_cpu_ns();
             for (long i = 0; i < calls[v]; i++) run_variant(v, rt, &g);
             t[v][r] = (bench_now_ns() - t0) / (double)calls[v];
@@ -231,11 +249,7 @@ void bench_gemm(const bench_ctx *c) {
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
             shape s = shapes[i];
             if (c->quick && (s.m > 1024 || s.m == 16)) continue;
-            if (only) {
-                char key[16];
-                snprintf(key, sizeof key, "%d", s.m);
-                if (!strstr(only, key) || s.m != s.n || s.n != s.k) continue;
-            }
+            if (only && !shape_listed(only, s)) continue;
             one_shape(c, rt[t], t, s, peak);
         }
     }

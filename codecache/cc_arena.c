@@ -228,14 +228,12 @@ fj_status cc_arena_new(int kind, size_t span, size_t min_code, int huge, cc_aren
     if (min_code > SIZE_MAX / 4) return fj_fail(FJ_ERR_INVALID_ARG, "codecache: kernel too large");
     span = round_up(min_code > span ? min_code : span, unit);
     cc_arena *a = fj_calloc(1, sizeof *a);
-    cc_vec *v = fj_malloc(sizeof *v + CC_VEC_INITIAL * sizeof v->items[0]);
+    cc_vec *v = cc_vec_new(CC_VEC_INITIAL);
     if (!a || !v) {
         fj_free(a);
         fj_free(v);
         return fj_fail(FJ_ERR_NO_MEMORY, "codecache: arena descriptor");
     }
-    v->cap = CC_VEC_INITIAL;
-    v->older = NULL;
     atomic_init(&a->vec, v);
     atomic_init(&a->count, 0);
     atomic_init(&a->last_use, 0);

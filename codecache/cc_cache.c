@@ -45,6 +45,10 @@ struct cc_cache {
  * ---------------------------------------------------------------------- */
 
 static _Atomic(cc_arena *) g_slots[CC_MAX_ARENAS];
+/* Each slot's span, next to each other so that the scan reads a few
+ * contiguous lines; confirmed against the arena itself on a match (a slot
+ * may be reused while a lookup reads it). */
+static _Atomic uintptr_t g_lo[CC_MAX_ARENAS], g_hi[CC_MAX_ARENAS];
 static atomic_int g_nslots;            /* high-water mark of used slots */
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER; /* slot writes, grace */
 static atomic_uint g_epoch;
@@ -82,6 +86,8 @@ static fj_status publish(cc_arena *a) {
                        CC_MAX_ARENAS);
     }
     a->slot = i;
+    atomic_store_explicit(&g_lo[i], a->lo, memory_order_relaxed);
+    atomic_store_explicit(&g_hi[i], a->hi, memory_order_relaxed);
     atomic_store_explicit(&g_slots[i], a, memory_order_release);
     if (i == n) atomic_store_explicit(&g_nslots, n + 1, memory_order_release);
     pthread_mutex_unlock(&g_lock);
@@ -336,11 +342,11 @@ static fj_status vec_room(cc_arena *a) {
     size_t n = atomic_load_explicit(&a->count, memory_order_relaxed);
     if (n < v->cap) return FJ_OK;
     size_t cap = v->cap * 2;
-    cc_vec *nv = fj_malloc(sizeof *nv + cap * sizeof nv->items[0]);
+    cc_vec *nv = cc_vec_new(cap);
     if (!nv) return fj_fail(FJ_ERR_NO_MEMORY, "codecache: entry table of %zu", cap);
-    nv->cap = cap;
     nv->older = v;
     memcpy(nv->items, v->items, n * sizeof v->items[0]);
+    memcpy(nv->starts, v->starts, n * sizeof v->starts[0]);
     atomic_store_explicit(&a->vec, nv, memory_order_release);
     return FJ_OK;
 }
@@ -506,6 +512,7 @@ fj_status cc_place(cc_cache *c, const uint8_t *code, size_t len, const char *nam
     cc_vec *v = atomic_load_explicit(&t.a->vec, memory_order_relaxed);
     size_t n = atomic_load_explicit(&t.a->count, memory_order_relaxed);
     v->items[n] = r;
+    v->starts[n] = r->e.start;
     atomic_store_explicit(&t.a->count, n + 1, memory_order_release);
     c->live_bytes += len;
     c->nlive++;
@@ -595,15 +602,18 @@ static const cc_entry *arena_find(cc_arena *a, uintptr_t pc) {
     cc_vec *v = atomic_load_explicit(&a->vec, memory_order_acquire);
     if (n > v->cap) n = v->cap;
     /* Placement is monotonic, so items are sorted by start: find the last
-     * one starting at or before pc. */
-    size_t lo = 0, hi = n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (v->items[mid]->e.start <= pc) lo = mid + 1;
-        else hi = mid;
+     * one starting at or before pc. Branch-free halving (a conditional
+     * move per step): samples hit random kernels, and mispredicted
+     * branches were most of a lookup's time. */
+    if (n == 0 || v->starts[0] > pc) return NULL;
+    const uintptr_t *s = v->starts;
+    size_t lo = 0, len = n;
+    while (len > 1) {
+        size_t half = len / 2;
+        lo = s[lo + half] <= pc ? lo + half : lo;
+        len -= half;
     }
-    if (lo == 0) return NULL;
-    cc_rec *r = v->items[lo - 1];
+    cc_rec *r = v->items[lo];
     if (pc - r->e.start >= r->e.size) return NULL;
     if (atomic_load_explicit(&r->dead, memory_order_acquire)) return NULL;
     return &r->e;
@@ -614,6 +624,9 @@ const cc_entry *cc_lookup(uintptr_t pc) {
     unsigned e = grace_enter();
     int n = atomic_load_explicit(&g_nslots, memory_order_acquire);
     for (int i = 0; i < n; i++) {
+        if (pc < atomic_load_explicit(&g_lo[i], memory_order_relaxed) ||
+            pc >= atomic_load_explicit(&g_hi[i], memory_order_relaxed))
+            continue;
         cc_arena *a = atomic_load_explicit(&g_slots[i], memory_order_acquire);
         if (a && pc >= a->lo && pc < a->hi) {
             found = arena_find(a, pc);

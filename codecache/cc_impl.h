@@ -47,12 +47,25 @@ typedef struct cc_rec {
 } cc_rec;
 
 /* Append-only array of entries sorted by start. When it grows, the old
- * array is kept (chained) until the arena dies: a lookup may still read it. */
+ * array is kept (chained) until the arena dies: a lookup may still read it.
+ * starts[i] == items[i]->e.start, contiguous so that a lookup's binary
+ * search touches a few cache lines instead of one record per step. */
 typedef struct cc_vec {
     size_t cap;
     struct cc_vec *older;
+    uintptr_t *starts;   /* [cap], right after items[] in the same block */
     cc_rec *items[];
 } cc_vec;
+
+static inline cc_vec *cc_vec_new(size_t cap) {
+    cc_vec *v = fj_malloc(sizeof *v + cap * (sizeof v->items[0] + sizeof v->starts[0]));
+    if (v) {
+        v->cap = cap;
+        v->older = NULL;
+        v->starts = (uintptr_t *)(void *)(v->items + cap);
+    }
+    return v;
+}
 
 /* Arena life: OPEN (takes placements while it is the cache's current one)
  * -> CLOSED (takes no more; still runs its kernels) -> RETIRING (every

@@ -78,12 +78,28 @@ fj_opnd elt_cr(kg_elt_state *s, uint32_t key) {
 
 fj_reg elt_t(kg_elt_state *s, int i) {
     if (s->planning && i >= s->nt) s->nt = i + 1;
-    return i < ELT_MAXT ? s->t[i] : (fj_reg){0};
+    return i < ELT_MAXT ? s->t[s->lane][i] : (fj_reg){0};
 }
 
 fj_reg elt_k(kg_elt_state *s, int i) {
     if (s->planning && i >= s->nk) s->nk = i + 1;
-    return i < ELT_MAXK ? s->k[i] : (fj_reg){0};
+    return i < ELT_MAXK ? s->k[s->lane][i] : (fj_reg){0};
+}
+
+void elt_emitv(kg_elt_state *s, fj_op op, const fj_opnd *ops, int n) {
+    elt_rec *r = s->rec;
+    if (!r) {
+        fj_emitv(s->b, op, ops, n);
+        return;
+    }
+    if (r->n >= ELT_MAXREC || n > 4) {
+        r->n = ELT_MAXREC + 1; /* caught by kg_elt_apply_n */
+        return;
+    }
+    elt_ins *in = &r->ins[r->n++];
+    in->op = op;
+    in->n = n;
+    for (int i = 0; i < n; i++) in->o[i] = ops[i];
 }
 
 void elt_load(kg_elt_state *s, fj_reg dst, uint32_t key) {
@@ -92,13 +108,13 @@ void elt_load(kg_elt_state *s, fj_reg dst, uint32_t key) {
     elt_const *c = find_const(s, key);
     if (!c) { poison(b); return; }
     if (c->r.id) {
-        fj_emit(b, FJ_VMOVAPS, elt_v(s, dst), elt_v(s, c->r));
+        elt_emit(s, FJ_VMOVAPS, elt_v(s, dst), elt_v(s, c->r));
     } else if (s->avx512) {
         fj_opnd m = c->m;
         m.bcst = 0;
-        fj_emit(b, FJ_VBROADCASTSS, elt_v(s, dst), m);
+        elt_emit(s, FJ_VBROADCASTSS, elt_v(s, dst), m);
     } else {
-        fj_emit(b, FJ_VMOVUPS, elt_v(s, dst), c->m);
+        elt_emit(s, FJ_VMOVUPS, elt_v(s, dst), c->m);
     }
 }
 
@@ -143,53 +159,52 @@ static int is_plain_relu(const kg_elt_state *s) {
 /* x := op(x) for the simple ops. min/max put x second: vminps/vmaxps return
  * the second source when either is NaN, so NaN inputs stay NaN. */
 static void emit_op(kg_elt_state *s, fj_reg x) {
-    fj_builder *b = s->b;
     const fj_opnd X = elt_v(s, x);
     switch (s->op) {
     case FJ_ELT_RELU:
     case FJ_ELT_LEAKY_RELU:
         if (is_plain_relu(s)) {
-            fj_emit(b, FJ_VMAXPS, X, elt_crf(s, 0.0f), X);
+            elt_emit(s, FJ_VMAXPS, X, elt_crf(s, 0.0f), X);
         } else if (s->avx512) {
             /* k = !(x > 0) (NaN included: alpha * NaN is NaN); x{k} *= alpha */
             fj_reg k = elt_k(s, 0);
-            fj_emit(b, FJ_VCMPPS, fj_k(k), X, elt_cf(s, 0.0f), fj_imm(ELT_CMP_NGT_UQ));
-            fj_emit(b, FJ_VMULPS, fj_masked(X, k, 0), X, elt_c(s, s->alpha));
+            elt_emit(s, FJ_VCMPPS, fj_k(k), X, elt_cf(s, 0.0f), fj_imm(ELT_CMP_NGT_UQ));
+            elt_emit(s, FJ_VMULPS, fj_masked(X, k, 0), X, elt_c(s, s->alpha));
         } else {
             fj_opnd T = elt_v(s, elt_t(s, 0)), M = elt_v(s, elt_t(s, 1));
-            fj_emit(b, FJ_VMULPS, T, X, elt_c(s, s->alpha));
-            fj_emit(b, FJ_VCMPPS, M, X, elt_cf(s, 0.0f), fj_imm(ELT_CMP_GT_OQ));
-            fj_emit(b, FJ_VBLENDVPS, X, T, X, M);
+            elt_emit(s, FJ_VMULPS, T, X, elt_c(s, s->alpha));
+            elt_emit(s, FJ_VCMPPS, M, X, elt_cf(s, 0.0f), fj_imm(ELT_CMP_GT_OQ));
+            elt_emit(s, FJ_VBLENDVPS, X, T, X, M);
         }
         break;
     case FJ_ELT_CLIP:
-        fj_emit(b, FJ_VMAXPS, X, elt_cr(s, s->alpha), X);
-        fj_emit(b, FJ_VMINPS, X, elt_cr(s, s->beta), X);
+        elt_emit(s, FJ_VMAXPS, X, elt_cr(s, s->alpha), X);
+        elt_emit(s, FJ_VMINPS, X, elt_cr(s, s->beta), X);
         break;
     case FJ_ELT_LINEAR:
         /* one rounding: fl(alpha * x + beta) */
-        fj_emit(b, FJ_VFMADD213PS, X, elt_cr(s, s->alpha), elt_c(s, s->beta));
+        elt_emit(s, FJ_VFMADD213PS, X, elt_cr(s, s->alpha), elt_c(s, s->beta));
         break;
     case FJ_ELT_ABS:
-        fj_emit(b, FJ_VANDPS, X, X, elt_c(s, 0x7fffffffu));
+        elt_emit(s, FJ_VANDPS, X, X, elt_c(s, 0x7fffffffu));
         break;
     case FJ_ELT_SQUARE:
-        fj_emit(b, FJ_VMULPS, X, X, X);
+        elt_emit(s, FJ_VMULPS, X, X, X);
         break;
     case FJ_ELT_SQRT:
-        fj_emit(b, FJ_VSQRTPS, X, X); /* correctly rounded, as sqrtf */
+        elt_emit(s, FJ_VSQRTPS, X, X); /* correctly rounded, as sqrtf */
         break;
     case FJ_ELT_HARDSWISH: {
         /* x * (min(max(x + 3, 0), 6) * (1/6)) (the factor first: x * 6 could
          * overflow), with x first clamped to -FLT_MAX so that -inf gives -0
          * (the limit) rather than -inf * 0. */
         fj_opnd T = elt_v(s, elt_t(s, 0));
-        fj_emit(b, FJ_VMAXPS, X, elt_crf(s, -FLT_MAX), X);
-        fj_emit(b, FJ_VADDPS, T, X, elt_cf(s, 3.0f));
-        fj_emit(b, FJ_VMAXPS, T, elt_crf(s, 0.0f), T);
-        fj_emit(b, FJ_VMINPS, T, elt_crf(s, 6.0f), T);
-        fj_emit(b, FJ_VMULPS, T, T, elt_cf(s, 1.0f / 6.0f));
-        fj_emit(b, FJ_VMULPS, X, X, T);
+        elt_emit(s, FJ_VMAXPS, X, elt_crf(s, -FLT_MAX), X);
+        elt_emit(s, FJ_VADDPS, T, X, elt_cf(s, 3.0f));
+        elt_emit(s, FJ_VMAXPS, T, elt_crf(s, 0.0f), T);
+        elt_emit(s, FJ_VMINPS, T, elt_crf(s, 6.0f), T);
+        elt_emit(s, FJ_VMULPS, T, T, elt_cf(s, 1.0f / 6.0f));
+        elt_emit(s, FJ_VMULPS, X, X, T);
         break;
     }
     default:
@@ -221,7 +236,7 @@ static void plan(kg_elt_state *s) {
     s->b = b;
 }
 
-static int planned(fj_isa isa, fj_eltwise_op op, float alpha, int *kregs) {
+static int planned(fj_isa isa, fj_eltwise_op op, float alpha, int *kregs, int *scratch) {
     if ((unsigned)op - 1u >= (unsigned)FJ_ELT__COUNT - 1u) return 0;
     kg_elt_state s;
     init_state(&s, NULL, isa, op, elt_bits(alpha), elt_bits(1.0f));
@@ -229,14 +244,17 @@ static int planned(fj_isa isa, fj_eltwise_op op, float alpha, int *kregs) {
     int n = s.nt;
     for (int i = 0; i < s.nc && i < ELT_MAXC; i++) n += s.c[i].must_reg;
     if (kregs) *kregs = s.nk;
+    if (scratch) *scratch = s.nt;
     return n;
 }
 
-int kg_elt_vregs(fj_isa isa, fj_eltwise_op op, float alpha) { return planned(isa, op, alpha, NULL); }
+int kg_elt_vregs(fj_isa isa, fj_eltwise_op op, float alpha) {
+    return planned(isa, op, alpha, NULL, NULL);
+}
 
 int kg_elt_kregs(fj_isa isa, fj_eltwise_op op, float alpha) {
     int k = 0;
-    planned(isa, op, alpha, &k);
+    planned(isa, op, alpha, &k, NULL);
     return k;
 }
 
@@ -262,8 +280,11 @@ kg_elt_state *kg_elt_prepare_cfg(fj_builder *b, fj_eltwise_op op, float alpha, f
     }
     pool_used[slot] = 1;
     int ok = 1;
-    for (int i = 0; i < s->nt; i++) ok &= (s->t[i] = fj_vreg(b)).id != 0;
-    for (int i = 0; i < s->nk; i++) ok &= (s->k[i] = fj_kreg(b)).id != 0;
+    s->lanes = cfg && cfg->lanes > 1 ? (cfg->lanes < ELT_LANES ? cfg->lanes : ELT_LANES) : 1;
+    for (int l = 0; l < s->lanes; l++) {
+        for (int i = 0; i < s->nt; i++) ok &= (s->t[l][i] = fj_vreg(b)).id != 0;
+        for (int i = 0; i < s->nk; i++) ok &= (s->k[l][i] = fj_kreg(b)).id != 0;
+    }
     int budget = cfg ? cfg->const_regs : 0;
     /* Required registers first, then optional ones in first-use order. */
     for (int i = 0; i < s->nc && ok; i++)
@@ -292,10 +313,37 @@ void kg_elt_apply(kg_elt_state *s, fj_reg x) {
     if (s) emit_op(s, x);
 }
 
+void kg_elt_apply_n(kg_elt_state *s, const fj_reg *x, int n) {
+    if (!s) return;
+    if (s->lanes < 2 || n < 2) {
+        for (int i = 0; i < n; i++) emit_op(s, x[i]);
+        return;
+    }
+    for (int at = 0; at < n; at += s->lanes) {
+        int m = n - at < s->lanes ? n - at : s->lanes;
+        elt_rec rec[ELT_LANES];
+        int ok = 1;
+        for (int l = 0; l < m; l++) {
+            rec[l].n = 0;
+            s->rec = &rec[l];
+            s->lane = l;
+            emit_op(s, x[at + l]);
+            ok &= rec[l].n <= ELT_MAXREC && rec[l].n == rec[0].n;
+        }
+        s->rec = NULL;
+        s->lane = 0;
+        if (!ok) { poison(s->b); return; } /* cannot happen: same op, same length */
+        for (int k = 0; k < rec[0].n; k++)
+            for (int l = 0; l < m; l++) fj_emitv(s->b, rec[l].ins[k].op, rec[l].ins[k].o, rec[l].ins[k].n);
+    }
+}
+
 void kg_elt_finish(kg_elt_state *s) {
     if (!s) return;
-    for (int i = 0; i < s->nt; i++) fj_release(s->b, s->t[i]);
-    for (int i = 0; i < s->nk; i++) fj_release(s->b, s->k[i]);
+    for (int l = 0; l < s->lanes; l++) {
+        for (int i = 0; i < s->nt; i++) fj_release(s->b, s->t[l][i]);
+        for (int i = 0; i < s->nk; i++) fj_release(s->b, s->k[l][i]);
+    }
     for (int i = 0; i < s->nc; i++)
         if (s->c[i].r.id) fj_release(s->b, s->c[i].r);
     pool_used[s->slot] = 0;
@@ -309,33 +357,67 @@ static int cheap(fj_eltwise_op op) {
            op == FJ_ELT_HARDSWISH;
 }
 
+/* x := op(m) straight from memory, when the op's first instruction takes
+ * its source as the (last) memory operand: saves the load instruction.
+ * Returns 0 (nothing emitted) for the other ops. */
+static int emit_op_mem(kg_elt_state *s, fj_reg x, fj_opnd m, int dry) {
+    fj_builder *b = s->b;
+    const fj_opnd X = elt_v(s, x);
+    switch (s->op) {
+    case FJ_ELT_RELU:
+        if (!is_plain_relu(s)) return 0;
+        if (!dry) fj_emit(b, FJ_VMAXPS, X, elt_crf(s, 0.0f), m);
+        return 1;
+    case FJ_ELT_CLIP:
+        if (!dry) {
+            fj_emit(b, FJ_VMAXPS, X, elt_cr(s, s->alpha), m);
+            fj_emit(b, FJ_VMINPS, X, elt_cr(s, s->beta), X);
+        }
+        return 1;
+    case FJ_ELT_SQRT:
+        if (!dry) fj_emit(b, FJ_VSQRTPS, X, m);
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 void kg_eltwise(fj_builder *b, kg_elt v) {
     if ((unsigned)v >= KG_ELT__NELT) { poison(b); return; }
     const fj_eltwise_op op = kg_elt_op(v);
-    const int avx512 = fj_builder_isa(b) == FJ_ISA_AVX512;
+    const fj_isa isa = fj_builder_isa(b);
+    const int avx512 = isa == FJ_ISA_AVX512;
     const int lanes = fj_builder_vbits(b) / 32, vbytes = lanes * 4;
-    /* Cheap ops are load/store bound: a longer unroll halves the loop
-     * overhead per vector. Math ops have long dependency chains; four
-     * independent vectors per iteration are enough for the out-of-order
-     * core to overlap them. */
+    /* Cheap ops are load/store bound: a long unroll (4 KiB in four
+     * iterations on AVX-512) makes the loop overhead vanish. Math ops have
+     * long dependency chains: four vectors per iteration, their
+     * instructions interleaved (kg_elt_apply_n) when there are registers
+     * for a scratch set per vector, so that the chains overlap. */
     const int uses_params = v == KG_ELT_LEAKY_RELU || v == KG_ELT_CLIP || v == KG_ELT_LINEAR ||
                             v == KG_ELT_SWISH;
+    const int nvec = avx512 ? 32 : 16, nmask = avx512 ? 6 : 0;
     /* Registers the op needs (parameters count: they live in registers). */
-    const int nvec = avx512 ? 32 : 16;
-    const int need = kg_elt_vregs(fj_builder_isa(b), op, 1.0f) + 2 * uses_params + !avx512;
+    int nt = 0, nk = 0; /* scratch vectors and masks of one set */
+    const int need = planned(isa, op, 1.0f, &nk, &nt) + 2 * uses_params + !avx512;
+    const int umax = cheap(op) ? (avx512 ? 16 : 8) : (avx512 ? 8 : 4);
     int U = nvec - need;
-    if (U > (cheap(op) ? 8 : 4)) U = cheap(op) ? 8 : 4;
+    if (U > umax) U = umax;
     if (U < 1) U = 1;
+    int L = 1;
+    if (!cheap(op))
+        for (L = U < ELT_LANES ? U : ELT_LANES; L > 1; L--)
+            if (U + need + (L - 1) * nt <= nvec && L * nk <= nmask) break;
     fj_reg src = fj_arg(b, 0), dst = fj_arg(b, 1), n = fj_arg(b, 2), prm = fj_arg(b, 3);
-    fj_reg x[8], km = {0}, vm = {0};
+    fj_reg x[16], km = {0}, vm = {0};
     for (int i = 0; i < U; i++) x[i] = fj_vreg(b);
     if (avx512) km = fj_kreg(b);
     else vm = fj_vreg(b);
-    int budget = nvec - U - need;
-    kg_elt_cfg cfg = {budget > 0 ? budget : 0, uses_params ? prm : (fj_reg){0}};
+    int budget = nvec - U - need - (L - 1) * nt;
+    kg_elt_cfg cfg = {budget > 0 ? budget : 0, uses_params ? prm : (fj_reg){0}, L};
     kg_elt_state *s = kg_elt_prepare_cfg(b, op, 0.0f, 0.0f, &cfg);
     fj_release(b, prm);
     if (!s) return;
+    const int fold = emit_op_mem(s, x[0], fj_none(), 1);
 
     fj_label l_loop = fj_label_new(b), l_rest = fj_label_new(b), l_one = fj_label_new(b),
              l_tail = fj_label_new(b), l_done = fj_label_new(b);
@@ -344,8 +426,13 @@ void kg_eltwise(fj_builder *b, kg_elt v) {
     fj_emit(b, FJ_SUB, fj_r64(n), fj_imm(U * lanes));
     fj_emit(b, FJ_JB, fj_lbl(l_rest));
     fj_label_bind(b, l_loop);
-    for (int i = 0; i < U; i++) fj_emit(b, FJ_VMOVUPS, elt_v(s, x[i]), fj_mem(0, src, i * vbytes));
-    for (int i = 0; i < U; i++) kg_elt_apply(s, x[i]);
+    if (fold) {
+        for (int i = 0; i < U; i++) emit_op_mem(s, x[i], fj_mem(0, src, i * vbytes), 0);
+    } else {
+        for (int i = 0; i < U; i++)
+            fj_emit(b, FJ_VMOVUPS, elt_v(s, x[i]), fj_mem(0, src, i * vbytes));
+        kg_elt_apply_n(s, x, U);
+    }
     for (int i = 0; i < U; i++) fj_emit(b, FJ_VMOVUPS, fj_mem(0, dst, i * vbytes), elt_v(s, x[i]));
     fj_emit(b, FJ_ADD, fj_r64(src), fj_imm(U * vbytes));
     fj_emit(b, FJ_ADD, fj_r64(dst), fj_imm(U * vbytes));
@@ -358,8 +445,10 @@ void kg_eltwise(fj_builder *b, kg_elt v) {
     fj_emit(b, FJ_CMP, fj_r64(n), fj_imm(lanes));
     fj_emit(b, FJ_JB, fj_lbl(l_tail));
     fj_label_bind(b, l_one);
-    fj_emit(b, FJ_VMOVUPS, elt_v(s, x[0]), fj_mem(0, src, 0));
-    kg_elt_apply(s, x[0]);
+    if (!fold || !emit_op_mem(s, x[0], fj_mem(0, src, 0), 0)) {
+        fj_emit(b, FJ_VMOVUPS, elt_v(s, x[0]), fj_mem(0, src, 0));
+        kg_elt_apply(s, x[0]);
+    }
     fj_emit(b, FJ_VMOVUPS, fj_mem(0, dst, 0), elt_v(s, x[0]));
     fj_emit(b, FJ_ADD, fj_r64(src), fj_imm(vbytes));
     fj_emit(b, FJ_ADD, fj_r64(dst), fj_imm(vbytes));

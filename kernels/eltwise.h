@@ -24,6 +24,10 @@ typedef struct kg_elt_state kg_elt_state;
 /* alpha/beta as in fj_eltwise_f32 (ignored by ops without parameters). */
 FJ_INTERNAL kg_elt_state *kg_elt_prepare(fj_builder *b, fj_eltwise_op op, float alpha, float beta);
 FJ_INTERNAL void kg_elt_apply(kg_elt_state *s, fj_reg x);
+/* x[i] := op(x[i]) for i < n, the instructions of up to cfg.lanes vectors
+ * interleaved (independent chains side by side: better for the scheduler
+ * than one long chain after the other). Same results as kg_elt_apply. */
+FJ_INTERNAL void kg_elt_apply_n(kg_elt_state *s, const fj_reg *x, int n);
 FJ_INTERNAL void kg_elt_finish(kg_elt_state *s);
 
 /* Options for kg_elt_prepare_cfg. */
@@ -34,6 +38,8 @@ typedef struct kg_elt_cfg {
     fj_reg params;     /* if set: a GPR pointing to float {alpha, beta} at run
                           time (read once, by prepare); alpha/beta are then
                           not baked into the code */
+    int lanes;         /* scratch sets for kg_elt_apply_n (0 or 1: one; at
+                          most 4): that many times the scratch registers */
 } kg_elt_cfg;
 FJ_INTERNAL kg_elt_state *kg_elt_prepare_cfg(fj_builder *b, fj_eltwise_op op, float alpha,
                                              float beta, const kg_elt_cfg *cfg);

@@ -15,6 +15,22 @@
 #define ELT_KEY_BETA 0x7fbe7abeu
 
 enum { ELT_MAXC = 32, ELT_MAXT = 6, ELT_MAXK = 2 };
+/* Interleaving (kg_elt_apply_n): up to ELT_LANES vectors, each with its
+ * own scratch, their instructions recorded (at most ELT_MAXREC per op)
+ * and emitted round-robin, so that the independent chains sit next to each
+ * other in the instruction stream. */
+enum { ELT_LANES = 4, ELT_MAXREC = 48 };
+
+typedef struct elt_ins {
+    fj_op op;
+    int n;
+    fj_opnd o[4];
+} elt_ins;
+
+typedef struct elt_rec {
+    int n;
+    elt_ins ins[ELT_MAXREC];
+} elt_rec;
 
 typedef struct elt_const {
     uint32_t key;          /* float bits, or ELT_KEY_ALPHA/BETA */
@@ -30,10 +46,12 @@ struct kg_elt_state {
     uint32_t alpha, beta;  /* bits (baked), or the ELT_KEY_* (run time) */
     elt_const c[ELT_MAXC];
     int nc;
-    fj_reg t[ELT_MAXT];    /* scratch vectors */
+    fj_reg t[ELT_LANES][ELT_MAXT]; /* scratch vectors, per lane */
     int nt;
-    fj_reg k[ELT_MAXK];    /* scratch masks (AVX-512) */
+    fj_reg k[ELT_LANES][ELT_MAXK]; /* scratch masks (AVX-512), per lane */
     int nk;
+    int lanes, lane;       /* scratch sets; the one in use */
+    elt_rec *rec;          /* recording (kg_elt_apply_n), or NULL: emit */
     int slot;              /* index in the thread's state pool */
     int planning;          /* dry run (b == NULL): record constants/scratch */
 };
@@ -64,6 +82,12 @@ FJ_INTERNAL void elt_load(kg_elt_state *s, fj_reg dst, uint32_t key);
 FJ_INTERNAL fj_reg elt_creg(kg_elt_state *s, uint32_t key, fj_reg scratch);
 
 static inline fj_opnd elt_v(const kg_elt_state *s, fj_reg r) { return fj_vec(s->b, r); }
+
+/* The emitters' fj_emit: emits, or records while interleaving. */
+FJ_INTERNAL void elt_emitv(kg_elt_state *s, fj_op op, const fj_opnd *ops, int n);
+#define elt_emit(s, op, ...)                                 \
+    elt_emitv((s), (op), (const fj_opnd[]){__VA_ARGS__},     \
+              (int)(sizeof((fj_opnd[]){__VA_ARGS__}) / sizeof(fj_opnd)))
 
 /* The transcendental ops (eltwise_math.c): x := op(x). */
 FJ_INTERNAL void elt_math_emit(kg_elt_state *s, fj_reg x);

@@ -17,7 +17,9 @@
  * - Clamps put the argument second in vminps/vmaxps so NaN passes through,
  *   and keep infinities out of the reduction (inf - inf would be NaN).
  * - 1/d: vrcp14ps (2^-14) and one Newton step (2^-28) on AVX-512; AVX2's
- *   vrcpps (2^-11.5) would need two steps, so it divides (vdivps). */
+ *   vrcpps (2^-11.5) would need two steps, so it divides (vdivps).
+ * - n = round(y) on AVX-512 through the magic constant 1.5 * 2^23 (one FMA
+ *   and one subtraction; vrndscaleps is two uops and twice the latency). */
 #include "kernels/eltwise_int.h"
 
 #include <float.h>
@@ -63,8 +65,8 @@ static const float as_a[5] = {0.5f * 1.061405429f, 0.5f * -1.453152027f, 0.5f * 
 /* acc := polynomial c[0] r^(n-1) + ... + c[n-1] (Horner, one FMA a term). */
 static void horner(kg_elt_state *s, fj_reg acc, fj_reg r, const float *c, int n) {
     elt_load(s, acc, elt_bits(c[1]));
-    fj_emit(B, FJ_VFMADD231PS, V(acc), V(r), C(c[0]));
-    for (int i = 2; i < n; i++) fj_emit(B, FJ_VFMADD213PS, V(acc), V(r), C(c[i]));
+    elt_emit(s, FJ_VFMADD231PS, V(acc), V(r), C(c[0]));
+    for (int i = 2; i < n; i++) elt_emit(s, FJ_VFMADD213PS, V(acc), V(r), C(c[i]));
 }
 
 /* The e^r polynomial: 1 + r + r^2 Q(r), Q of degree qdeg (3 or 4). If neg,
@@ -101,49 +103,52 @@ static void exp_core(kg_elt_state *s, fj_reg x, int neg, int qdeg, int split, in
      * r' = y + n ln2 = -r. */
     const fj_op red = neg ? FJ_VFMADD231PS : FJ_VFNMADD231PS;
     if (s->avx512) {
-        fj_emit(B, FJ_VMULPS, V(T0), V(x), C(l2e));
-        fj_emit(B, FJ_VRNDSCALEPS, V(T0), V(T0), fj_imm(0x08)); /* nearest, quiet */
-        fj_emit(B, red, V(x), V(T0), C(split ? LN2_HI : LN2));
-        if (split) fj_emit(B, red, V(x), V(T0), C(LN2_LO));
+        /* n = round(x log2e) through the magic constant (one FMA and a
+         * subtraction: cheaper than vrndscaleps, same nearest-even n) */
+        elt_load(s, T0, elt_bits(MAGIC_127));
+        elt_emit(s, FJ_VFMADD231PS, V(T0), V(x), C(l2e));
+        elt_emit(s, FJ_VSUBPS, V(T0), V(T0), C(MAGIC_127));
+        elt_emit(s, red, V(x), V(T0), C(split ? LN2_HI : LN2));
+        if (split) elt_emit(s, red, V(x), V(T0), C(LN2_LO));
         exp_poly(s, T1, x, qdeg, neg);
-        fj_emit(B, FJ_VSCALEFPS, V(x), V(T1), V(T0));
+        elt_emit(s, FJ_VSCALEFPS, V(x), V(T1), V(T0));
         return;
     }
     fj_reg T2 = elt_t(s, t + 2);
     const float magic = wide ? MAGIC_254 : MAGIC_127;
     elt_load(s, T0, elt_bits(magic));
-    fj_emit(B, FJ_VFMADD231PS, V(T0), V(x), C(l2e)); /* rounds x log2e to an integer */
-    fj_emit(B, FJ_VSUBPS, V(T1), V(T0), C(magic));   /* n */
-    fj_emit(B, red, V(x), V(T1), C(split ? LN2_HI : LN2));
-    if (split) fj_emit(B, red, V(x), V(T1), C(LN2_LO));
+    elt_emit(s, FJ_VFMADD231PS, V(T0), V(x), C(l2e)); /* rounds x log2e to an integer */
+    elt_emit(s, FJ_VSUBPS, V(T1), V(T0), C(magic));   /* n */
+    elt_emit(s, red, V(x), V(T1), C(split ? LN2_HI : LN2));
+    if (split) elt_emit(s, red, V(x), V(T1), C(LN2_LO));
     exp_poly(s, T1, x, qdeg, neg);
     if (wide) {
         /* low 9 bits of T0: n + 254; (T0 >> 1): floor(n/2) + 127, and
          * T0 - (T0 >> 1): ceil(n/2) + 127 (the magic's upper bits shift out) */
-        fj_emit(B, FJ_VPSRLD, V(T2), V(T0), fj_imm(1));
-        fj_emit(B, FJ_VPSUBD, V(T0), V(T0), V(T2));
-        fj_emit(B, FJ_VPSLLD, V(T2), V(T2), fj_imm(23));
-        fj_emit(B, FJ_VPSLLD, V(T0), V(T0), fj_imm(23));
-        fj_emit(B, FJ_VMULPS, V(x), V(T1), V(T2));
-        fj_emit(B, FJ_VMULPS, V(x), V(x), V(T0));
+        elt_emit(s, FJ_VPSRLD, V(T2), V(T0), fj_imm(1));
+        elt_emit(s, FJ_VPSUBD, V(T0), V(T0), V(T2));
+        elt_emit(s, FJ_VPSLLD, V(T2), V(T2), fj_imm(23));
+        elt_emit(s, FJ_VPSLLD, V(T0), V(T0), fj_imm(23));
+        elt_emit(s, FJ_VMULPS, V(x), V(T1), V(T2));
+        elt_emit(s, FJ_VMULPS, V(x), V(x), V(T0));
     } else {
-        fj_emit(B, FJ_VPSLLD, V(T0), V(T0), fj_imm(23));
-        fj_emit(B, FJ_VMULPS, V(x), V(T1), V(T0));
+        elt_emit(s, FJ_VPSLLD, V(T0), V(T0), fj_imm(23));
+        elt_emit(s, FJ_VMULPS, V(x), V(T1), V(T0));
     }
 }
 
 /* q := 1 / d to ~2^-28 (AVX-512 only; d is clobbered). */
 static void recip(kg_elt_state *s, fj_reg q, fj_reg d) {
-    fj_emit(B, FJ_VRCP14PS, V(q), V(d));
-    fj_emit(B, FJ_VFMADD213PS, V(d), V(q), C(-1.0f)); /* d q - 1 */
-    fj_emit(B, FJ_VFNMADD231PS, V(q), V(q), V(d));    /* q - q (d q - 1) */
+    elt_emit(s, FJ_VRCP14PS, V(q), V(d));
+    elt_emit(s, FJ_VFMADD213PS, V(d), V(q), C(-1.0f)); /* d q - 1 */
+    elt_emit(s, FJ_VFNMADD231PS, V(q), V(q), V(d));    /* q - q (d q - 1) */
 }
 
 /* ---- exp, log ------------------------------------------------------------- */
 
 static void emit_exp(kg_elt_state *s, fj_reg x) {
-    fj_emit(B, FJ_VMINPS, V(x), CR(EXP_HI), V(x));
-    fj_emit(B, FJ_VMAXPS, V(x), CR(EXP_LO), V(x));
+    elt_emit(s, FJ_VMINPS, V(x), CR(EXP_HI), V(x));
+    elt_emit(s, FJ_VMAXPS, V(x), CR(EXP_LO), V(x));
     exp_core(s, x, 0, 4, 1, 1, 0);
 }
 
@@ -157,54 +162,54 @@ static void emit_log(kg_elt_state *s, fj_reg x) {
         fj_reg K = elt_k(s, 0);
         /* imm 0x0b: interval [0.75, 1.5), NaN for a negative sign. Both
          * instructions take denormals as they are (no DAZ). */
-        fj_emit(B, FJ_VGETMANTPS, V(T0), V(x), fj_imm(0x0b));
-        fj_emit(B, FJ_VGETEXPPS, V(T1), V(x));
-        fj_emit(B, FJ_VCMPPS, fj_k(K), V(T0), C(1.0f), fj_imm(ELT_CMP_LT_OQ));
-        fj_emit(B, FJ_VADDPS, fj_masked(V(T1), K, 0), V(T1), C(1.0f)); /* m < 1: x = m 2^(e+1) */
-        fj_emit(B, FJ_VSUBPS, V(T0), V(T0), C(1.0f));
+        elt_emit(s, FJ_VGETMANTPS, V(T0), V(x), fj_imm(0x0b));
+        elt_emit(s, FJ_VGETEXPPS, V(T1), V(x));
+        elt_emit(s, FJ_VCMPPS, fj_k(K), V(T0), C(1.0f), fj_imm(ELT_CMP_LT_OQ));
+        elt_emit(s, FJ_VADDPS, fj_masked(V(T1), K, 0), V(T1), C(1.0f)); /* m < 1: x = m 2^(e+1) */
+        elt_emit(s, FJ_VSUBPS, V(T0), V(T0), C(1.0f));
         horner(s, x, T0, log_p, 9);
-        fj_emit(B, FJ_VMULPS, V(T2), V(T0), V(T0));
-        fj_emit(B, FJ_VMULPS, V(x), V(x), V(T2));
-        fj_emit(B, FJ_VFMADD231PS, V(x), V(T1), C(LN2_LO));
-        fj_emit(B, FJ_VFMADD231PS, V(T0), V(T1), C(LN2_HI));
+        elt_emit(s, FJ_VMULPS, V(T2), V(T0), V(T0));
+        elt_emit(s, FJ_VMULPS, V(x), V(x), V(T2));
+        elt_emit(s, FJ_VFMADD231PS, V(x), V(T1), C(LN2_LO));
+        elt_emit(s, FJ_VFMADD231PS, V(T0), V(T1), C(LN2_HI));
         /* +-0: getexp -inf, getmant +-1: -inf; +inf: inf + 0: inf */
-        fj_emit(B, FJ_VADDPS, V(x), V(T0), V(x));
+        elt_emit(s, FJ_VADDPS, V(x), V(T0), V(x));
         return;
     }
     fj_reg T3 = elt_t(s, 3);
     /* Denormal inputs: scale by 2^23 first, subtract 23 from k. */
-    fj_emit(B, FJ_VCMPPS, V(T0), V(x), C(FLT_MIN), fj_imm(ELT_CMP_LT_OQ));
-    fj_emit(B, FJ_VMULPS, V(T1), V(x), C(8388608.0f));
-    fj_emit(B, FJ_VBLENDVPS, V(T2), V(x), V(T1), V(T0));
-    fj_emit(B, FJ_VANDPS, V(T0), V(T0), C(23.0f));
+    elt_emit(s, FJ_VCMPPS, V(T0), V(x), C(FLT_MIN), fj_imm(ELT_CMP_LT_OQ));
+    elt_emit(s, FJ_VMULPS, V(T1), V(x), C(8388608.0f));
+    elt_emit(s, FJ_VBLENDVPS, V(T2), V(x), V(T1), V(T0));
+    elt_emit(s, FJ_VANDPS, V(T0), V(T0), C(23.0f));
     /* u = bits - bits(0.75) + 2^31: the sign flip lets a logical shift give
      * k + 256; the low 23 bits are the mantissa relative to [0.75, 1.5). */
-    fj_emit(B, FJ_VPADDD, V(T1), V(T2), CB(0x40c00000u));
-    fj_emit(B, FJ_VANDPS, V(T2), V(T1), CB(0x007fffffu));
-    fj_emit(B, FJ_VPADDD, V(T2), V(T2), CB(0x3f400000u));
-    fj_emit(B, FJ_VPSRLD, V(T1), V(T1), fj_imm(23));
-    fj_emit(B, FJ_VCVTDQ2PS, V(T1), V(T1));
-    fj_emit(B, FJ_VADDPS, V(T0), V(T0), C(256.0f));
-    fj_emit(B, FJ_VSUBPS, V(T1), V(T1), V(T0)); /* k */
-    fj_emit(B, FJ_VSUBPS, V(T2), V(T2), C(1.0f)); /* f */
+    elt_emit(s, FJ_VPADDD, V(T1), V(T2), CB(0x40c00000u));
+    elt_emit(s, FJ_VANDPS, V(T2), V(T1), CB(0x007fffffu));
+    elt_emit(s, FJ_VPADDD, V(T2), V(T2), CB(0x3f400000u));
+    elt_emit(s, FJ_VPSRLD, V(T1), V(T1), fj_imm(23));
+    elt_emit(s, FJ_VCVTDQ2PS, V(T1), V(T1));
+    elt_emit(s, FJ_VADDPS, V(T0), V(T0), C(256.0f));
+    elt_emit(s, FJ_VSUBPS, V(T1), V(T1), V(T0)); /* k */
+    elt_emit(s, FJ_VSUBPS, V(T2), V(T2), C(1.0f)); /* f */
     horner(s, T0, T2, log_p, 9);
-    fj_emit(B, FJ_VMULPS, V(T3), V(T2), V(T2));
-    fj_emit(B, FJ_VMULPS, V(T0), V(T0), V(T3));
-    fj_emit(B, FJ_VFMADD231PS, V(T0), V(T1), C(LN2_LO));
-    fj_emit(B, FJ_VFMADD231PS, V(T2), V(T1), C(LN2_HI));
-    fj_emit(B, FJ_VADDPS, V(T0), V(T2), V(T0));
+    elt_emit(s, FJ_VMULPS, V(T3), V(T2), V(T2));
+    elt_emit(s, FJ_VMULPS, V(T0), V(T0), V(T3));
+    elt_emit(s, FJ_VFMADD231PS, V(T0), V(T1), C(LN2_LO));
+    elt_emit(s, FJ_VFMADD231PS, V(T2), V(T1), C(LN2_HI));
+    elt_emit(s, FJ_VADDPS, V(T0), V(T2), V(T0));
     /* Specials: x < 0 or NaN -> NaN, +-0 -> -inf, +inf -> +inf. */
-    fj_emit(B, FJ_VCMPPS, V(T1), V(x), C(0.0f), fj_imm(ELT_CMP_NGT_UQ));
-    fj_emit(B, FJ_VBLENDVPS, V(T0), V(T0), C(NAN), V(T1));
-    fj_emit(B, FJ_VCMPPS, V(T1), V(x), C(0.0f), fj_imm(ELT_CMP_EQ_OQ));
-    fj_emit(B, FJ_VBLENDVPS, V(T0), V(T0), C(-INFINITY), V(T1));
-    fj_emit(B, FJ_VCMPPS, V(T1), V(x), C(INFINITY), fj_imm(ELT_CMP_EQ_OQ));
-    fj_emit(B, FJ_VBLENDVPS, V(x), V(T0), C(INFINITY), V(T1));
+    elt_emit(s, FJ_VCMPPS, V(T1), V(x), C(0.0f), fj_imm(ELT_CMP_NGT_UQ));
+    elt_emit(s, FJ_VBLENDVPS, V(T0), V(T0), C(NAN), V(T1));
+    elt_emit(s, FJ_VCMPPS, V(T1), V(x), C(0.0f), fj_imm(ELT_CMP_EQ_OQ));
+    elt_emit(s, FJ_VBLENDVPS, V(T0), V(T0), C(-INFINITY), V(T1));
+    elt_emit(s, FJ_VCMPPS, V(T1), V(x), C(INFINITY), fj_imm(ELT_CMP_EQ_OQ));
+    elt_emit(s, FJ_VBLENDVPS, V(x), V(T0), C(INFINITY), V(T1));
 }
 
 /* ---- tanh ------------------------------------------------------------------- */
 
-/* tanh x = g / (g + 1), g = expm1(2x) / 2: no cancellation near 0 (expm1
+/* AVX2: tanh x = g / (g + 1), g = expm1(2x) / 2: no cancellation near 0 (expm1
  * keeps its relative accuracy) and no blend between formulas. x is clamped
  * to +-10 (tanh rounds to +-1 from 9.01 on), so 2^n stays in [2^-29, 2^29].
  * With r = 2x - n ln2 and h = r/2 = x - n ln2/2:
@@ -212,50 +217,92 @@ static void emit_log(kg_elt_state *s, fj_reg x) {
  * (the factors of 2 folded into Q''). The rounding of d = g + 1 would cost
  * up to 1 ulp (d sits in a coarser binade than the result), so its error
  * d_lo = g - (d - 1) (exact: Fast2Sum, g > -1/2) goes into one Newton
- * correction of the quotient: q = q0 + (g - q0 d - q0 d_lo) / d. */
+ * correction of the quotient: q = q0 + (g - q0 d - q0 d_lo) / d.
+ *
+ * AVX-512: tanh x = sign(x) (-y), y = tanh z = em / (em + 2) for
+ * z = -min(|x|, 10) <= 0, em = e^(2z) - 1 in (-1, 0]:
+ *     n = round(2z log2e), t = z - n ln2/2 (one-part ln2: the error of
+ *     n ln2 is scaled by e^(2z) <= 2^-n on the way to the result),
+ *     e^(2t) - 1 = t P(t), P of degree 5 (2^-26 relative on |t| <= ln2/4),
+ *     em = 2^n t P(t) + (2^n - 1)   (2^n - 1 exact, one rounding).
+ * The quotient: q0 = em r (r = vrcp14ps(em + 2)), then one correction
+ * with the residual em - q0 (em + 2) computed without rounding em + 2:
+ * em - 2 q0 is exact (Sterbenz: 2 q0 / em is in [1, 2)), then - q0 em.
+ * Max error 1.85 ulp (every float checked against double tanh). */
+static const float tanh_p[6] = {8.884808421e-02f, 2.677284777e-01f, 6.666752100e-01f,
+                                1.333323479e+00f, 1.999999881e+00f, 2.0f};
+
+static void emit_tanh512(kg_elt_state *s, fj_reg x) {
+    fj_reg T0 = elt_t(s, 0), T1 = elt_t(s, 1), T2 = elt_t(s, 2), T3 = elt_t(s, 3);
+    elt_emit(s, FJ_VORPS, V(T0), V(x), CB(SIGN));
+    elt_emit(s, FJ_VMAXPS, V(T0), CR(-10.0f), V(T0));              /* z (NaN stays) */
+    elt_load(s, T1, elt_bits(MAGIC_127));
+    elt_emit(s, FJ_VFMADD231PS, V(T1), V(T0), C(2.0f * LOG2E));
+    elt_emit(s, FJ_VPSLLD, V(T2), V(T1), fj_imm(23));               /* 2^n */
+    elt_emit(s, FJ_VSUBPS, V(T1), V(T1), C(MAGIC_127));             /* n */
+    elt_emit(s, FJ_VFMADD231PS, V(T0), V(T1), C(-0.5f * LN2));      /* t */
+    horner(s, T1, T0, tanh_p, 6);                                   /* P(t) */
+    elt_emit(s, FJ_VMULPS, V(T0), V(T0), V(T2));                    /* 2^n t */
+    elt_emit(s, FJ_VSUBPS, V(T2), V(T2), C(1.0f));                  /* 2^n - 1 */
+    elt_emit(s, FJ_VFMADD213PS, V(T1), V(T0), V(T2));               /* em */
+    elt_emit(s, FJ_VADDPS, V(T0), V(T1), C(2.0f));
+    elt_emit(s, FJ_VRCP14PS, V(T2), V(T0));                         /* r */
+    elt_emit(s, FJ_VMULPS, V(T0), V(T1), V(T2));                    /* q0 */
+    elt_emit(s, FJ_VMOVAPS, V(T3), V(T1));
+    elt_emit(s, FJ_VFNMADD231PS, V(T3), V(T0), C(2.0f));            /* em - 2 q0, exact */
+    elt_emit(s, FJ_VFNMADD231PS, V(T3), V(T0), V(T1));              /* residual */
+    elt_emit(s, FJ_VFMADD213PS, V(T3), V(T2), V(T0));               /* y */
+    elt_emit(s, FJ_VANDNPS, V(T0), V(x), CB(SIGN));                 /* sign bit: x >= 0 */
+    elt_emit(s, FJ_VXORPS, V(x), V(T3), V(T0));
+}
+
 static void emit_tanh(kg_elt_state *s, fj_reg x) {
+    if (s->avx512) {
+        emit_tanh512(s, x);
+        return;
+    }
     fj_reg T0 = elt_t(s, 0), T1 = elt_t(s, 1), T2 = elt_t(s, 2), T3 = elt_t(s, 3);
     float c[5];
     /* Q''(h) = Q'(h)/2 = sum 2 2^i q_i h^i */
     for (int i = 0; i < 5; i++) c[i] = exp_q4[i] * (float)(2 << (4 - i));
-    fj_emit(B, FJ_VMINPS, V(x), CR(10.0f), V(x));
-    fj_emit(B, FJ_VMAXPS, V(x), CR(-10.0f), V(x));
+    elt_emit(s, FJ_VMINPS, V(x), CR(10.0f), V(x));
+    elt_emit(s, FJ_VMAXPS, V(x), CR(-10.0f), V(x));
     if (s->avx512) {
-        fj_emit(B, FJ_VMULPS, V(T0), V(x), C(2.0f * LOG2E));
-        fj_emit(B, FJ_VRNDSCALEPS, V(T0), V(T0), fj_imm(0x08));
+        elt_emit(s, FJ_VMULPS, V(T0), V(x), C(2.0f * LOG2E));
+        elt_emit(s, FJ_VRNDSCALEPS, V(T0), V(T0), fj_imm(0x08));
     } else {
         elt_load(s, T3, elt_bits(MAGIC_127));
-        fj_emit(B, FJ_VFMADD231PS, V(T3), V(x), C(2.0f * LOG2E));
-        fj_emit(B, FJ_VSUBPS, V(T0), V(T3), C(MAGIC_127));
+        elt_emit(s, FJ_VFMADD231PS, V(T3), V(x), C(2.0f * LOG2E));
+        elt_emit(s, FJ_VSUBPS, V(T0), V(T3), C(MAGIC_127));
     }
-    fj_emit(B, FJ_VFNMADD231PS, V(x), V(T0), C(0.5f * LN2_HI));
-    fj_emit(B, FJ_VFNMADD231PS, V(x), V(T0), C(0.5f * LN2_LO)); /* h */
-    fj_emit(B, FJ_VMULPS, V(T2), V(x), V(x));
+    elt_emit(s, FJ_VFNMADD231PS, V(x), V(T0), C(0.5f * LN2_HI));
+    elt_emit(s, FJ_VFNMADD231PS, V(x), V(T0), C(0.5f * LN2_LO)); /* h */
+    elt_emit(s, FJ_VMULPS, V(T2), V(x), V(x));
     horner(s, T1, x, c, 5);
-    fj_emit(B, FJ_VFMADD213PS, V(T1), V(T2), V(x));  /* qh */
+    elt_emit(s, FJ_VFMADD213PS, V(T1), V(T2), V(x));  /* qh */
     if (s->avx512) {
         elt_load(s, x, elt_bits(1.0f));
-        fj_emit(B, FJ_VSCALEFPS, V(x), V(x), V(T0)); /* 2^n */
+        elt_emit(s, FJ_VSCALEFPS, V(x), V(x), V(T0)); /* 2^n */
     } else {
-        fj_emit(B, FJ_VPSLLD, V(x), V(T3), fj_imm(23));
+        elt_emit(s, FJ_VPSLLD, V(x), V(T3), fj_imm(23));
     }
     elt_load(s, T0, elt_bits(-0.5f));
-    fj_emit(B, FJ_VFMADD231PS, V(T0), V(x), C(0.5f)); /* (2^n - 1)/2, exact */
-    fj_emit(B, FJ_VFMADD231PS, V(T0), V(x), V(T1));   /* g */
-    fj_emit(B, FJ_VADDPS, V(x), V(T0), C(1.0f));      /* d */
-    fj_emit(B, FJ_VSUBPS, V(T1), V(x), C(1.0f));
-    fj_emit(B, FJ_VSUBPS, V(T1), V(T0), V(T1));       /* d_lo */
+    elt_emit(s, FJ_VFMADD231PS, V(T0), V(x), C(0.5f)); /* (2^n - 1)/2, exact */
+    elt_emit(s, FJ_VFMADD231PS, V(T0), V(x), V(T1));   /* g */
+    elt_emit(s, FJ_VADDPS, V(x), V(T0), C(1.0f));      /* d */
+    elt_emit(s, FJ_VSUBPS, V(T1), V(x), C(1.0f));
+    elt_emit(s, FJ_VSUBPS, V(T1), V(T0), V(T1));       /* d_lo */
     if (s->avx512) {
-        fj_emit(B, FJ_VRCP14PS, V(T2), V(x));
-        fj_emit(B, FJ_VMULPS, V(T3), V(T0), V(T2));   /* q0 */
+        elt_emit(s, FJ_VRCP14PS, V(T2), V(x));
+        elt_emit(s, FJ_VMULPS, V(T3), V(T0), V(T2));   /* q0 */
     } else {
-        fj_emit(B, FJ_VDIVPS, V(T3), V(T0), V(x));
-        fj_emit(B, FJ_VRCPPS, V(T2), V(x));           /* enough for the tiny correction */
+        elt_emit(s, FJ_VDIVPS, V(T3), V(T0), V(x));
+        elt_emit(s, FJ_VRCPPS, V(T2), V(x));           /* enough for the tiny correction */
     }
-    fj_emit(B, FJ_VFNMADD231PS, V(T0), V(T3), V(x));
-    fj_emit(B, FJ_VFNMADD231PS, V(T0), V(T3), V(T1));
-    fj_emit(B, FJ_VFMADD213PS, V(T0), V(T2), V(T3));
-    fj_emit(B, FJ_VMOVAPS, V(x), V(T0));
+    elt_emit(s, FJ_VFNMADD231PS, V(T0), V(T3), V(x));
+    elt_emit(s, FJ_VFNMADD231PS, V(T0), V(T3), V(T1));
+    elt_emit(s, FJ_VFMADD213PS, V(T0), V(T2), V(T3));
+    elt_emit(s, FJ_VMOVAPS, V(x), V(T0));
 }
 
 /* ---- sigmoid, swish, gelu ----------------------------------------------------- */
@@ -264,10 +311,10 @@ static void emit_tanh(kg_elt_state *s, fj_reg x) {
  * nothing overflows; sigmoid(z) = 1/d for z >= 0, e/d for z < 0 (no
  * cancellation on either side). z is left untouched. Scratch from t. */
 static void sig_core(kg_elt_state *s, fj_reg z, fj_reg e, fj_reg d, int t) {
-    fj_emit(B, FJ_VORPS, V(e), V(z), CB(SIGN));
-    fj_emit(B, FJ_VMAXPS, V(e), CR(EXP_LO), V(e));
+    elt_emit(s, FJ_VORPS, V(e), V(z), CB(SIGN));
+    elt_emit(s, FJ_VMAXPS, V(e), CR(EXP_LO), V(e));
     exp_core(s, e, 0, 4, 1, 1, t);
-    fj_emit(B, FJ_VADDPS, V(d), V(e), C(1.0f));
+    elt_emit(s, FJ_VADDPS, V(d), V(e), C(1.0f));
 }
 
 /* The quotient num / d, d = 1 + e rounded, d_lo = e - (d - 1) its exact
@@ -276,18 +323,29 @@ static void sig_core(kg_elt_state *s, fj_reg z, fj_reg e, fj_reg d, int t) {
  * Scratch: t, t+1. */
 static void div_1pe(kg_elt_state *s, fj_reg num, fj_reg e, fj_reg d, int t) {
     fj_reg R = elt_t(s, t), Q = elt_t(s, t + 1);
-    fj_emit(B, FJ_VSUBPS, V(R), V(d), C(1.0f));
-    fj_emit(B, FJ_VSUBPS, V(e), V(e), V(R)); /* d_lo */
     if (s->avx512) {
-        fj_emit(B, FJ_VRCP14PS, V(R), V(d));
-        fj_emit(B, FJ_VMULPS, V(Q), V(num), V(R));
-    } else {
-        fj_emit(B, FJ_VDIVPS, V(Q), V(num), V(d));
-        fj_emit(B, FJ_VRCPPS, V(R), V(d));
+        /* The residual num - q0 (1 + e) without rounding 1 + e: num - q0
+         * is exact (Sterbenz: q0 / num = 1 / (1 + e) is in [1/2, 1]), then
+         * - q0 e. */
+        elt_emit(s, FJ_VRCP14PS, V(R), V(d));
+        elt_emit(s, FJ_VMULPS, V(Q), V(num), V(R));
+        elt_emit(s, FJ_VSUBPS, V(num), V(num), V(Q));
+        elt_emit(s, FJ_VFNMADD231PS, V(num), V(Q), V(e));
+        elt_emit(s, FJ_VFMADD213PS, V(num), V(R), V(Q));
+        return;
     }
-    fj_emit(B, FJ_VFNMADD231PS, V(num), V(Q), V(d));
-    fj_emit(B, FJ_VFNMADD231PS, V(num), V(Q), V(e));
-    fj_emit(B, FJ_VFMADD213PS, V(num), V(R), V(Q));
+    elt_emit(s, FJ_VSUBPS, V(R), V(d), C(1.0f));
+    elt_emit(s, FJ_VSUBPS, V(e), V(e), V(R)); /* d_lo */
+    if (s->avx512) {
+        elt_emit(s, FJ_VRCP14PS, V(R), V(d));
+        elt_emit(s, FJ_VMULPS, V(Q), V(num), V(R));
+    } else {
+        elt_emit(s, FJ_VDIVPS, V(Q), V(num), V(d));
+        elt_emit(s, FJ_VRCPPS, V(R), V(d));
+    }
+    elt_emit(s, FJ_VFNMADD231PS, V(num), V(Q), V(d));
+    elt_emit(s, FJ_VFNMADD231PS, V(num), V(Q), V(e));
+    elt_emit(s, FJ_VFMADD213PS, V(num), V(R), V(Q));
 }
 
 static void emit_sigmoid(kg_elt_state *s, fj_reg x) {
@@ -295,11 +353,11 @@ static void emit_sigmoid(kg_elt_state *s, fj_reg x) {
     sig_core(s, x, E, D, 2);
     if (s->avx512) {
         fj_reg K = elt_k(s, 0);
-        fj_emit(B, FJ_VCMPPS, fj_k(K), V(x), C(0.0f), fj_imm(ELT_CMP_GE_OQ));
-        fj_emit(B, FJ_VBLENDMPS, fj_masked(V(x), K, 0), V(E), C(1.0f)); /* numerator */
+        elt_emit(s, FJ_VCMPPS, fj_k(K), V(x), C(0.0f), fj_imm(ELT_CMP_GE_OQ));
+        elt_emit(s, FJ_VBLENDMPS, fj_masked(V(x), K, 0), V(E), C(1.0f)); /* numerator */
     } else {
-        fj_emit(B, FJ_VCMPPS, V(T), V(x), C(0.0f), fj_imm(ELT_CMP_GE_OQ));
-        fj_emit(B, FJ_VBLENDVPS, V(x), V(E), C(1.0f), V(T));
+        elt_emit(s, FJ_VCMPPS, V(T), V(x), C(0.0f), fj_imm(ELT_CMP_GE_OQ));
+        elt_emit(s, FJ_VBLENDVPS, V(x), V(E), C(1.0f), V(T));
     }
     div_1pe(s, x, E, D, 2);
 }
@@ -311,26 +369,26 @@ static void emit_sigmoid(kg_elt_state *s, fj_reg x) {
  * itself is the caller's (it shifts e^-z by up to |z| 2^-24). */
 static void emit_swish(kg_elt_state *s, fj_reg x) {
     fj_reg Z = elt_t(s, 0), E = elt_t(s, 1), D = elt_t(s, 2), T = elt_t(s, 3);
-    fj_emit(B, FJ_VMAXPS, V(D), CR(-FLT_MAX), V(x));
-    fj_emit(B, FJ_VMINPS, V(D), CR(FLT_MAX), V(D));
-    fj_emit(B, FJ_VMULPS, V(Z), V(D), elt_c(s, s->alpha));
+    elt_emit(s, FJ_VMAXPS, V(D), CR(-FLT_MAX), V(x));
+    elt_emit(s, FJ_VMINPS, V(D), CR(FLT_MAX), V(D));
+    elt_emit(s, FJ_VMULPS, V(Z), V(D), elt_c(s, s->alpha));
     sig_core(s, Z, E, D, 3);
     if (s->avx512) {
         fj_reg K = elt_k(s, 0);
-        fj_emit(B, FJ_VCMPPS, fj_k(K), V(Z), C(0.0f), fj_imm(ELT_CMP_LT_OQ));
+        elt_emit(s, FJ_VCMPPS, fj_k(K), V(Z), C(0.0f), fj_imm(ELT_CMP_LT_OQ));
         recip(s, Z, D);
-        fj_emit(B, FJ_VMAXPS, V(D), CR(-FLT_MAX), V(x));
-        fj_emit(B, FJ_VMINPS, V(D), CR(FLT_MAX), V(D));
-        fj_emit(B, FJ_VMULPS, V(D), V(D), V(E));
-        fj_emit(B, FJ_VBLENDMPS, fj_masked(V(x), K, 0), V(x), V(D));
-        fj_emit(B, FJ_VMULPS, V(x), V(x), V(Z));
+        elt_emit(s, FJ_VMAXPS, V(D), CR(-FLT_MAX), V(x));
+        elt_emit(s, FJ_VMINPS, V(D), CR(FLT_MAX), V(D));
+        elt_emit(s, FJ_VMULPS, V(D), V(D), V(E));
+        elt_emit(s, FJ_VBLENDMPS, fj_masked(V(x), K, 0), V(x), V(D));
+        elt_emit(s, FJ_VMULPS, V(x), V(x), V(Z));
     } else {
-        fj_emit(B, FJ_VCMPPS, V(Z), V(Z), C(0.0f), fj_imm(ELT_CMP_LT_OQ));
-        fj_emit(B, FJ_VMAXPS, V(T), CR(-FLT_MAX), V(x));
-        fj_emit(B, FJ_VMINPS, V(T), CR(FLT_MAX), V(T));
-        fj_emit(B, FJ_VMULPS, V(T), V(T), V(E));
-        fj_emit(B, FJ_VBLENDVPS, V(x), V(x), V(T), V(Z));
-        fj_emit(B, FJ_VDIVPS, V(x), V(x), V(D));
+        elt_emit(s, FJ_VCMPPS, V(Z), V(Z), C(0.0f), fj_imm(ELT_CMP_LT_OQ));
+        elt_emit(s, FJ_VMAXPS, V(T), CR(-FLT_MAX), V(x));
+        elt_emit(s, FJ_VMINPS, V(T), CR(FLT_MAX), V(T));
+        elt_emit(s, FJ_VMULPS, V(T), V(T), V(E));
+        elt_emit(s, FJ_VBLENDVPS, V(x), V(x), V(T), V(Z));
+        elt_emit(s, FJ_VDIVPS, V(x), V(x), V(D));
     }
 }
 
@@ -344,18 +402,18 @@ static void emit_swish(kg_elt_state *s, fj_reg x) {
 #define GELU_C2 0.0713548162726008f  /* 2 sqrt(2/pi) 0.044715 */
 static void emit_gelu_tanh(kg_elt_state *s, fj_reg x) {
     fj_reg T0 = elt_t(s, 0), T1 = elt_t(s, 1);
-    fj_emit(B, FJ_VMAXPS, V(x), CR(-10.0f), V(x));
-    fj_emit(B, FJ_VMINPS, V(T0), CR(10.0f), V(x));
-    fj_emit(B, FJ_VMULPS, V(T1), V(T0), V(T0));
-    fj_emit(B, FJ_VFMADD132PS, V(T1), CR(GELU_C1), C(GELU_C2));
-    fj_emit(B, FJ_VMULPS, V(T0), V(T0), V(T1)); /* v */
+    elt_emit(s, FJ_VMAXPS, V(x), CR(-10.0f), V(x));
+    elt_emit(s, FJ_VMINPS, V(T0), CR(10.0f), V(x));
+    elt_emit(s, FJ_VMULPS, V(T1), V(T0), V(T0));
+    elt_emit(s, FJ_VFMADD132PS, V(T1), CR(GELU_C1), C(GELU_C2));
+    elt_emit(s, FJ_VMULPS, V(T0), V(T0), V(T1)); /* v */
     exp_core(s, T0, 1, 3, 0, 0, 1);              /* e^-v */
-    fj_emit(B, FJ_VADDPS, V(T0), V(T0), C(1.0f));
+    elt_emit(s, FJ_VADDPS, V(T0), V(T0), C(1.0f));
     if (s->avx512) {
         recip(s, T1, T0);
-        fj_emit(B, FJ_VMULPS, V(x), V(x), V(T1));
+        elt_emit(s, FJ_VMULPS, V(x), V(x), V(T1));
     } else {
-        fj_emit(B, FJ_VDIVPS, V(x), V(x), V(T0));
+        elt_emit(s, FJ_VDIVPS, V(x), V(x), V(T0));
     }
 }
 
@@ -366,48 +424,49 @@ static void emit_gelu_tanh(kg_elt_state *s, fj_reg x) {
  * -inf gives -10 h(10), a tiny negative number (the limit is -0). */
 static void emit_gelu_erf(kg_elt_state *s, fj_reg x) {
     fj_reg T0 = elt_t(s, 0), T1 = elt_t(s, 1), T2 = elt_t(s, 2), T3 = elt_t(s, 3);
-    fj_emit(B, FJ_VMAXPS, V(T0), CR(-10.0f), V(x));
-    fj_emit(B, FJ_VMINPS, V(T0), CR(10.0f), V(T0));          /* xc */
-    fj_emit(B, FJ_VMULPS, V(T1), V(T0), C(0.707106781186547524f)); /* z */
-    fj_emit(B, FJ_VANDPS, V(T2), V(T1), CB(ABS));
-    fj_emit(B, FJ_VFMADD132PS, V(T2), CR(1.0f), C(AS_P));   /* 1 + p|z| */
+    elt_emit(s, FJ_VMAXPS, V(T0), CR(-10.0f), V(x));
+    elt_emit(s, FJ_VMINPS, V(T0), CR(10.0f), V(T0));          /* xc */
+    elt_emit(s, FJ_VMULPS, V(T1), V(T0), C(0.707106781186547524f)); /* z */
+    elt_emit(s, FJ_VANDPS, V(T2), V(T1), CB(ABS));
+    elt_emit(s, FJ_VFMADD132PS, V(T2), CR(1.0f), C(AS_P));   /* 1 + p|z| */
     if (s->avx512) {
         recip(s, T3, T2);                                     /* t */
     } else {
         elt_load(s, T3, elt_bits(1.0f));
-        fj_emit(B, FJ_VDIVPS, V(T3), V(T3), V(T2));
+        elt_emit(s, FJ_VDIVPS, V(T3), V(T3), V(T2));
     }
     horner(s, T2, T3, as_a, 5);
-    fj_emit(B, FJ_VMULPS, V(T2), V(T2), V(T3));              /* t P(t) / 2 */
-    fj_emit(B, FJ_VMULPS, V(T2), V(T2), V(T0));              /* xc t P / 2 */
-    fj_emit(B, FJ_VMULPS, V(T1), V(T1), V(T1));              /* z^2 <= 50 */
+    elt_emit(s, FJ_VMULPS, V(T2), V(T2), V(T3));              /* t P(t) / 2 */
+    elt_emit(s, FJ_VMULPS, V(T2), V(T2), V(T0));              /* xc t P / 2 */
+    elt_emit(s, FJ_VMULPS, V(T1), V(T1), V(T1));              /* z^2 <= 50 */
     /* e^-z^2; the scratch of exp_core starts at T3 (t is used up) and
      * continues into T0 (xc is used up). */
     if (s->avx512) {
-        fj_emit(B, FJ_VMULPS, V(T3), V(T1), C(-LOG2E));
-        fj_emit(B, FJ_VRNDSCALEPS, V(T3), V(T3), fj_imm(0x08));
-        fj_emit(B, FJ_VFMADD231PS, V(T1), V(T3), C(LN2));
+        elt_load(s, T3, elt_bits(MAGIC_127));
+        elt_emit(s, FJ_VFMADD231PS, V(T3), V(T1), C(-LOG2E));
+        elt_emit(s, FJ_VSUBPS, V(T3), V(T3), C(MAGIC_127));
+        elt_emit(s, FJ_VFMADD231PS, V(T1), V(T3), C(LN2));
         exp_poly(s, T0, T1, 3, 1);
-        fj_emit(B, FJ_VSCALEFPS, V(T1), V(T0), V(T3));
+        elt_emit(s, FJ_VSCALEFPS, V(T1), V(T0), V(T3));
     } else {
         elt_load(s, T3, elt_bits(MAGIC_127));
-        fj_emit(B, FJ_VFMADD231PS, V(T3), V(T1), C(-LOG2E));
-        fj_emit(B, FJ_VSUBPS, V(T0), V(T3), C(MAGIC_127));
-        fj_emit(B, FJ_VFMADD231PS, V(T1), V(T0), C(LN2));
+        elt_emit(s, FJ_VFMADD231PS, V(T3), V(T1), C(-LOG2E));
+        elt_emit(s, FJ_VSUBPS, V(T0), V(T3), C(MAGIC_127));
+        elt_emit(s, FJ_VFMADD231PS, V(T1), V(T0), C(LN2));
         exp_poly(s, T0, T1, 3, 1);
-        fj_emit(B, FJ_VPSLLD, V(T3), V(T3), fj_imm(23));
-        fj_emit(B, FJ_VMULPS, V(T1), V(T0), V(T3));
+        elt_emit(s, FJ_VPSLLD, V(T3), V(T3), fj_imm(23));
+        elt_emit(s, FJ_VMULPS, V(T1), V(T0), V(T3));
     }
-    fj_emit(B, FJ_VMULPS, V(T2), V(T2), V(T1));              /* s */
+    elt_emit(s, FJ_VMULPS, V(T2), V(T2), V(T1));              /* s */
     if (s->avx512) {
         fj_reg K = elt_k(s, 0);
-        fj_emit(B, FJ_VCMPPS, fj_k(K), V(x), C(0.0f), fj_imm(ELT_CMP_GE_OQ));
-        fj_emit(B, FJ_VSUBPS, fj_masked(V(T2), K, 0), V(x), V(T2));
-        fj_emit(B, FJ_VMOVAPS, V(x), V(T2));
+        elt_emit(s, FJ_VCMPPS, fj_k(K), V(x), C(0.0f), fj_imm(ELT_CMP_GE_OQ));
+        elt_emit(s, FJ_VSUBPS, fj_masked(V(T2), K, 0), V(x), V(T2));
+        elt_emit(s, FJ_VMOVAPS, V(x), V(T2));
     } else {
-        fj_emit(B, FJ_VSUBPS, V(T1), V(x), V(T2));
-        fj_emit(B, FJ_VCMPPS, V(T0), V(x), C(0.0f), fj_imm(ELT_CMP_GE_OQ));
-        fj_emit(B, FJ_VBLENDVPS, V(x), V(T2), V(T1), V(T0));
+        elt_emit(s, FJ_VSUBPS, V(T1), V(x), V(T2));
+        elt_emit(s, FJ_VCMPPS, V(T0), V(x), C(0.0f), fj_imm(ELT_CMP_GE_OQ));
+        elt_emit(s, FJ_VBLENDVPS, V(x), V(T2), V(T1), V(T0));
     }
 }
 

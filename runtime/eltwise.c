@@ -7,6 +7,7 @@
 #include "runtime/eltslot.h"
 
 #include <stdio.h>
+#include <string.h>
 
 #include "kernels/reduce.h"
 #include "kernels/softmax.h"
@@ -69,29 +70,33 @@ static void par_chunk(void *p, int64_t i) {
     __asm__ volatile("" ::: "memory"); /* no tail call: keep our frame */
 }
 
-static fj_status bad(const char *what, size_t n) {
-    return fj_fail(FJ_ERR_INVALID_ARG, "fj_eltwise_f32: %s is NULL with n = %zu", what, n);
-}
+/* Largest n: 2n floats of bytes must not wrap (the overlap test below). */
+#define N_MAX (SIZE_MAX / sizeof(float) / 2)
 
-fj_status fj_eltwise_f32(fj_runtime *rt, fj_eltwise_op op, float alpha, float beta,
-                         const float *src, float *dst, size_t n) {
-    if (__builtin_expect(!rt, 0)) return fj_fail(FJ_ERR_INVALID_ARG, "fj_eltwise_f32: runtime is NULL");
-    int v = kg_elt_variant(op, alpha);
-    if (__builtin_expect(v < 0, 0))
+/* The slow half of the argument checks: the fast path only knows that
+ * something is off (or n == 0); this says what, in the documented order. */
+__attribute__((noinline, cold)) static fj_status check_slow(fj_runtime *rt, fj_eltwise_op op,
+                                                            const float *src, float *dst,
+                                                            size_t n) {
+    if (!rt) return fj_fail(FJ_ERR_INVALID_ARG, "fj_eltwise_f32: runtime is NULL");
+    if (kg_elt_variant(op, 0.0f) < 0)
         return fj_fail(FJ_ERR_INVALID_ARG, "fj_eltwise_f32: unknown op %d", (int)op);
     if (n == 0) return FJ_OK;
-    if (__builtin_expect(!src, 0)) return bad("src", n);
-    if (__builtin_expect(!dst, 0)) return bad("dst", n);
-    if (__builtin_expect(n > SIZE_MAX / sizeof(float) / 2, 0))
-        return fj_fail(FJ_ERR_INVALID_ARG, "fj_eltwise_f32: n = %zu is too large", n);
-    uintptr_t s0 = (uintptr_t)src, d0 = (uintptr_t)dst, bytes = n * sizeof(float);
-    /* Unsigned distance test: overlap iff |s0 - d0| < bytes, in place excepted. */
-    if (__builtin_expect(s0 != d0 && (s0 - d0 < bytes || d0 - s0 < bytes), 0))
-        return fj_fail(FJ_ERR_INVALID_ARG, "fj_eltwise_f32: src and dst overlap without being "
-                       "the same array (only in-place is allowed)");
+    if (!src) return fj_fail(FJ_ERR_INVALID_ARG, "fj_eltwise_f32: src is NULL with n = %zu", n);
+    if (!dst) return fj_fail(FJ_ERR_INVALID_ARG, "fj_eltwise_f32: dst is NULL with n = %zu", n);
+    if (n > N_MAX) return fj_fail(FJ_ERR_INVALID_ARG, "fj_eltwise_f32: n = %zu is too large", n);
+    return fj_fail(FJ_ERR_INVALID_ARG, "fj_eltwise_f32: src and dst overlap without being "
+                   "the same array (only in-place is allowed)");
+}
+
+/* First call of a variant (generates it), or an array large enough to be
+ * split over the pool. */
+__attribute__((noinline)) static fj_status run_slow(fj_runtime *rt, kg_elt v, float alpha,
+                                                    float beta, const float *src, float *dst,
+                                                    size_t n) {
     fj_kernel *k;
-    fj_status s = rt_elt_slot(rt, (kg_elt)v, &k);
-    if (__builtin_expect(s != FJ_OK, 0)) return s;
+    fj_status s = rt_elt_slot(rt, v, &k);
+    if (s != FJ_OK) return s;
     const float params[2] = {alpha, beta};
     kg_elt_fn fn = (kg_elt_fn)k->fn;
     if (n >= PAR_MIN && rt->opts.threads > 1) {
@@ -100,8 +105,38 @@ fj_status fj_eltwise_f32(fj_runtime *rt, fj_eltwise_op op, float alpha, float be
     } else {
         fn(src, dst, n, params);
     }
-    /* Keeps this call from becoming a tail call: the caller's frame (and
+    __asm__ volatile("" ::: "memory"); /* no tail call: keep our frame */
+    return FJ_OK;
+}
+
+fj_status fj_eltwise_f32(fj_runtime *rt, fj_eltwise_op op, float alpha, float beta,
+                         const float *src, float *dst, size_t n) {
+    /* The variant without branches: op - 1, plus one for relu with a
+     * nonzero slope (bits other than the sign; NaN included, as alpha == 0
+     * would say). */
+    uint32_t ab;
+    memcpy(&ab, &alpha, sizeof ab);
+    unsigned v = (unsigned)op - 1u + ((op == FJ_ELT_RELU) & ((ab << 1) != 0));
+    uintptr_t s0 = (uintptr_t)src, d0 = (uintptr_t)dst, bytes = n * sizeof(float);
+    /* n - 1 >= N_MAX: n == 0 or too large. Overlap: |s0 - d0| < bytes as
+     * one unsigned compare (bytes <= SIZE_MAX / 2); in place (s0 == d0)
+     * passes below. */
+    if (__builtin_expect(!rt || v >= (unsigned)KG_ELT__NELT || n - 1 >= N_MAX || !src || !dst, 0))
+        return check_slow(rt, op, src, dst, n);
+    if (__builtin_expect(s0 - d0 + (bytes - 1) < 2 * bytes - 1, 0) && s0 != d0)
+        return check_slow(rt, op, src, dst, n);
+    /* Warm and small: one acquire load, the call. */
+    fj_kernel *k = atomic_load_explicit(&rt->elt[v], memory_order_acquire);
+    fj_status s;
+    if (__builtin_expect(k != NULL, 1) && n < PAR_MIN) {
+        const float params[2] = {alpha, beta};
+        ((kg_elt_fn)k->fn)(src, dst, n, params);
+        s = FJ_OK;
+    } else {
+        s = run_slow(rt, (kg_elt)v, alpha, beta, src, dst, n);
+    }
+    /* Keeps these calls from becoming tail calls: the caller's frame (and
      * ours) must stay on the stack for every unwinder. */
     __asm__ volatile("" ::: "memory");
-    return FJ_OK;
+    return s;
 }

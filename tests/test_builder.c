@@ -113,8 +113,10 @@ __attribute__((noinline)) static int64_t clobber(int64_t a, int64_t b2, int64_t 
                      "vpcmpeqd %%ymm15, %%ymm15, %%ymm15"
                      ::: "rax", "rcx", "rdx", "rsi", "rdi", "r8", "r9", "r10", "r11",
                        "xmm0", "xmm1", "xmm7", "xmm15", "memory");
-    /* Order-sensitive, so swapped arguments are caught. */
-    return a * 1 + b2 * 10 + c * 100 + d * 1000 + e * 10000 + f * 100000;
+    /* Order-sensitive, so swapped arguments are caught (unsigned: a is a
+     * pointer, and the sum may wrap). */
+    return (int64_t)((uint64_t)a * 1 + (uint64_t)b2 * 10 + (uint64_t)c * 100 +
+                     (uint64_t)d * 1000 + (uint64_t)e * 10000 + (uint64_t)f * 100000);
 }
 
 /* Live GPRs and vectors survive fj_call; arguments are passed in reverse
@@ -146,10 +148,11 @@ START_TEST(call_preserves_and_passes) {
         int64_t in[6] = {(int64_t)(uintptr_t)out, 1, 2, 3, 4, 5};
         int ok;
         int64_t got = call_checked(fj_kernel_entry(k), in, &ok);
-        int64_t want = in[5] * 1 + in[4] * 10 + in[3] * 100 + in[2] * 1000 + in[1] * 10000 +
-                       in[0] * 100000;
-        for (int i = 0; i < 7; i++) want += 1000 + i;
-        ck_assert_int_eq(got, want);
+        uint64_t want = (uint64_t)in[5] * 1 + (uint64_t)in[4] * 10 + (uint64_t)in[3] * 100 +
+                        (uint64_t)in[2] * 1000 + (uint64_t)in[1] * 10000 +
+                        (uint64_t)in[0] * 100000;
+        for (int i = 0; i < 7; i++) want += 1000 + (uint64_t)i;
+        ck_assert_uint_eq((uint64_t)got, want);
         ck_assert(ok);
         check_traced(k, in);
         int lanes = isas[t] == FJ_ISA_AVX512 ? 16 : 8;

@@ -19,6 +19,7 @@ void uw_put(uw_buf *b, const void *src, size_t n) {
         b->p = p;
         b->cap = cap;
     }
+    if (n == 0) return; /* b->p may still be NULL: memcpy(NULL, ..., 0) is UB */
     if (src)
         memcpy(b->p + b->len, src, n);
     else
