@@ -12,6 +12,11 @@
 
 #ifdef FJ_BENCH_DNNL
 #include <dnnl.h>
+/* oneDNN's OpenMP runtime, when the process has one (weak: optional): one
+ * thread like framejit here (idle OpenMP workers spinning on a loaded
+ * machine would otherwise be measured too). */
+extern void omp_set_num_threads(int n) __attribute__((weak));
+extern int omp_get_max_threads(void) __attribute__((weak));
 #endif
 
 typedef struct elt_case {
@@ -181,6 +186,10 @@ void bench_eltwise(const bench_ctx *c) {
         fprintf(stderr, "bench eltwise: %s\n", fj_last_error());
         return;
     }
+#ifdef FJ_BENCH_DNNL
+    int omp_threads = omp_get_max_threads ? omp_get_max_threads() : 0;
+    if (omp_set_num_threads) omp_set_num_threads(1);
+#endif
     printf("# eltwise: isa %s, 1 thread, median of %d (each the best of 4 blocks); ratio = "
            "other time / framejit time\n",
            fj_runtime_isa(rt) == FJ_ISA_AVX512 ? "avx512" : "avx2", c->reps);
@@ -209,4 +218,7 @@ void bench_eltwise(const bench_ctx *c) {
     }
     for (size_t k = 0; k < 5; k++) gen_time(c, &cases[k]);
     fj_runtime_destroy(rt);
+#ifdef FJ_BENCH_DNNL
+    if (omp_set_num_threads && omp_threads > 0) omp_set_num_threads(omp_threads);
+#endif
 }

@@ -1,7 +1,8 @@
 /* gemm.c (bench): f32 GEMM vs oneDNN dnnl_sgemm and OpenBLAS, 1 and 2 threads.
  *
  * Also the kernel generation time of a new shape. FJ_BENCH_GEMM_SHAPES="256,64x64x1024"
- * limits the run to those shapes (N alone: NxNxN). */
+ * limits the run to those shapes (N alone: NxNxN); FJ_BENCH_GEMM_THREADS=1 skips
+ * the two-thread rows. */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -242,7 +243,10 @@ void bench_gemm(const bench_ctx *c) {
     printf("# gemm: OpenBLAS core %s (OPENBLAS_CORETYPE=%s)\n", openblas_get_corename(),
            getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "unset");
 #endif
-    for (int t = 1; t <= 2; t++) {
+    /* FJ_BENCH_GEMM_THREADS=1: the one-thread rows only. */
+    const char *tl = getenv("FJ_BENCH_GEMM_THREADS");
+    int tmax = tl && atoi(tl) == 1 ? 1 : 2;
+    for (int t = 1; t <= tmax; t++) {
         double peak = bench_fma_peak(avx512, 1) * t;
         bench_row("gemm", t == 1 ? "fma peak 1t" : "fma peak 2t (2 x 1t)", "machine", peak,
                   "GFLOP/s", 0);

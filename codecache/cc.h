@@ -137,8 +137,17 @@ typedef struct cc_stats {
 FJ_INTERNAL void cc_get_stats(cc_cache *c, cc_stats *out);
 
 /* ---- The arena file as an ELF image (cc_image.c) ---------------------------
- * For the self-describing arena files (runtime/image.c): the file, the
- * code's place in it, and writes that never touch the code pages. */
+ * For the self-describing arena files (runtime/image.c). Besides its code
+ * (read+execute at lo), a /dev/shm arena maps the file's header page
+ * read-only at lo - code_off and the metadata area that follows the code
+ * span in the file (meta_room bytes from file offset code_off + (hi - lo))
+ * read-only at hi: the file is laid out in memory as a loader would map an
+ * ELF file whose addresses are its file offsets, and its writable view lies
+ * above all of that. So an unwinder that takes the file's lowest mapping
+ * for its load address (perf --call-graph dwarf) reads .eh_frame_hdr and
+ * .eh_frame where the ELF headers say they are. The image writer writes
+ * through the writable view: the header page and the metadata area only,
+ * never the code pages; the code cache itself never writes there. */
 typedef struct cc_image_info {
     int fd;              /* the backing file (owned by the cache; -1 if none) */
     uint64_t arena_id;
@@ -147,18 +156,32 @@ typedef struct cc_image_info {
     size_t page;
     const char *backing; /* "file", "memfd", "anonymous" */
     const char *path;    /* /dev/shm file, NULL otherwise */
+    uint8_t *hdr;        /* writable header page (file offset 0, page bytes) */
+    uint8_t *meta;       /* writable metadata area (file offset meta_off) */
+    uint64_t meta_off;   /* code_off + (hi - lo) */
+    size_t meta_room;    /* bytes of the area (and of its read-only view at hi) */
+    size_t removed;      /* entries of the arena removed so far (cc_remove) */
 } cc_image_info;
 /* Fills out for e's arena. FJ_ERR_UNSUPPORTED (no message: not an error)
  * when the arena is not a file this process may write (memfd, anonymous,
  * or a file created by the parent of a fork); the id, span and backing
- * are filled anyway. */
+ * are filled anyway. The caller holds a live entry of the arena (so it
+ * cannot be retired under it) and serializes image writes per arena. */
 FJ_INTERNAL fj_status cc_entry_image(const cc_entry *e, cc_image_info *out);
-/* pwrite into e's arena file; [off, off + n) must lie before the code span
- * (the header page) or after it. */
-FJ_INTERNAL fj_status cc_image_write(const cc_entry *e, uint64_t off, const void *p, size_t n);
-/* Frees [off, off + n) of the file (a hole), or with truncate != 0 cuts
- * the file at off. off must be past the code span. */
+/* Allocates the file's pages for [off, off + n) of the metadata area
+ * (offsets relative to it), so that writes there through meta cannot fault
+ * on a full /dev/shm; FJ_ERR_OS if the system cannot (then write nothing
+ * there). */
+FJ_INTERNAL fj_status cc_image_back(const cc_entry *e, uint64_t off, uint64_t n);
+/* Gives [off, off + n) of the metadata area back (a hole), or with
+ * truncate != 0 cuts the file at that offset. */
 FJ_INTERNAL fj_status cc_image_discard(const cc_entry *e, uint64_t off, uint64_t n,
                                        int truncate);
+/* The image writer's state for e's arena, NULL until set. free_fn(state)
+ * runs once, when the arena's memory is given back (retire, cc_destroy). */
+FJ_INTERNAL void *cc_image_state(const cc_entry *e);
+FJ_INTERNAL void cc_image_set_state(const cc_entry *e, void *state, void (*free_fn)(void *));
+/* Whether e was removed (cc_remove). Its arena must still hold memory. */
+FJ_INTERNAL int cc_entry_removed(const cc_entry *e);
 
 #endif

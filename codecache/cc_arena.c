@@ -158,6 +158,10 @@ static int file_extend(int fd, size_t from, size_t to) {
     if (file_fault()) return -1;
     if (os.fallocate(fd, 0, (off_t)from, (off_t)(to - from)) == 0) return 0;
     if (errno != EOPNOTSUPP && errno != ENOSYS) return -1;
+    /* Never shorter: the metadata after the code span may be there. (It
+     * is only written where fallocate works, so this cannot race it.) */
+    struct stat st;
+    if (fstat(fd, &st) == 0 && st.st_size >= (off_t)to) return 0;
     return os.ftruncate(fd, (off_t)to);
 }
 
@@ -186,14 +190,31 @@ static fj_status open_backing(cc_arena *a) {
     return FJ_OK;
 }
 
+/* Metadata room of a file arena: address space for the image writer's
+ * metadata after the span (its view at hi) and file offsets for it. Costs
+ * nothing until written: the file is sparse and the view is never touched
+ * by the process itself. */
+static size_t meta_room_for(size_t span) {
+    size_t r = 4 * span;
+    return r < CC_META_MIN ? CC_META_MIN : r;
+}
+
+/* Maps one view of the file at a fixed address inside the arena's block. */
+static int map_fixed(uintptr_t at, size_t len, int prot, int fd, size_t off) {
+    void *p = sys_mmap((void *)at, len, prot, MAP_SHARED | MAP_FIXED, fd, (off_t)off);
+    return p == MAP_FAILED ? -1 : 0;
+}
+
+/* The views, inside the arena's block (cc_impl.h):
+ *   [blk, lo)        file: the header page read-only (pgoff 0)
+ *   [lo, hi)         the code, read+execute
+ *   [hi, +meta)      file: the metadata area read-only, right after the code
+ *                    as in the file, so an unwinder that computes where
+ *                    .eh_frame_hdr is loaded from the file's lowest mapping
+ *                    (perf --call-graph dwarf) finds it there
+ *   [rw, +rw_len)    the whole file read+write, above all of them
+ * A failed step leaves the block to cc_arena_new, which reserves it again. */
 static fj_status map_views(cc_arena *a, size_t span) {
-    /* The first page(s) of the file are kept for a header (an ELF image's
-     * headers later); code starts at a page-aligned offset after it. For
-     * huge pages the code starts at 2 MiB, so that file offsets and RX
-     * addresses of each 2 MiB chunk line up (a PMD mapping needs both
-     * aligned); the gap after the header page is a hole costing nothing. */
-    a->code_off = a->huge ? CC_HUGE : page_size();
-    a->rw_len = a->code_off + span;
     a->file_len = a->code_off + (span < CC_FILE_GROW ? span : CC_FILE_GROW);
     int bad = a->huge ? file_extend(a->fd, 0, page_size()) != 0 ||
                             file_extend(a->fd, a->code_off, a->file_len) != 0
@@ -201,22 +222,23 @@ static fj_status map_views(cc_arena *a, size_t span) {
     if (bad)
         return fj_fail(FJ_ERR_OS, "codecache: sizing code file to %zu bytes: %s", a->file_len,
                        strerror(errno));
-    void *rw = sys_mmap(NULL, a->rw_len, PROT_READ | PROT_WRITE, MAP_SHARED, a->fd, 0);
-    if (rw == MAP_FAILED)
+    uintptr_t rw = a->hi + a->meta_room;
+    if (map_fixed(rw, a->rw_len, PROT_READ | PROT_WRITE, a->fd, 0) != 0)
         return fj_fail(FJ_ERR_OS, "codecache: mapping RW view (%zu bytes): %s", a->rw_len,
                        strerror(errno));
-    a->rw = rw;
-    /* The RX view replaces our own PROT_NONE reservation in place. It maps
-     * the whole span even past the current end of file: nothing executes
-     * or reads there before the file has grown over it. */
-    void *rx = sys_mmap((void *)a->lo, span, PROT_READ | PROT_EXEC, MAP_SHARED | MAP_FIXED, a->fd,
-                        (off_t)a->code_off);
-    if (rx == MAP_FAILED) {
-        int err = errno;
-        rereserve(a->lo, span); /* a failed MAP_FIXED may have left a hole */
+    a->rw = (uint8_t *)rw;
+    /* The views replace our own PROT_NONE reservation in place. RX maps the
+     * whole span and the metadata view the whole room, even past the
+     * current end of file: nothing executes or reads there before the file
+     * has grown over it. */
+    if (map_fixed(a->lo, span, PROT_READ | PROT_EXEC, a->fd, a->code_off) != 0)
         return fj_fail(FJ_ERR_OS, "codecache: mapping RX view (%zu bytes): %s", span,
-                       strerror(err));
-    }
+                       strerror(errno));
+    if (a->meta_room &&
+        (map_fixed(a->blk, page_size(), PROT_READ, a->fd, 0) != 0 ||
+         map_fixed(a->hi, a->meta_room, PROT_READ, a->fd, a->code_off + span) != 0))
+        return fj_fail(FJ_ERR_OS, "codecache: mapping the read-only views of %s: %s", a->path,
+                       strerror(errno));
     return FJ_OK;
 }
 
@@ -244,11 +266,21 @@ fj_status cc_arena_new(int kind, size_t span, size_t min_code, int huge, cc_aren
     a->slot = -1;
     a->pid = getpid();
 
-    uintptr_t lo = 0;
-    fj_status st = va_carve(span, unit, &lo);
+    /* The first page(s) of a file are kept for a header (the ELF image's
+     * headers); code starts at a page-aligned offset after it. For huge
+     * pages the code starts at 2 MiB, so that file offsets and RX addresses
+     * of each 2 MiB chunk line up (a PMD mapping needs both aligned); the
+     * gap after the header page is a hole costing nothing. */
+    if (kind != CC_ANON) {
+        a->code_off = huge ? CC_HUGE : page_size();
+        a->meta_room = kind == CC_FILE ? meta_room_for(span) : 0;
+        a->rw_len = a->code_off + span + a->meta_room;
+    }
+    a->blk_len = kind == CC_ANON ? span : a->code_off + span + a->meta_room + a->rw_len;
+    fj_status st = va_carve(a->blk_len, unit, &a->blk);
     if (st != FJ_OK) goto fail;
-    a->lo = lo;
-    a->hi = lo + span;
+    a->lo = a->blk + a->code_off;
+    a->hi = a->lo + span;
     if (kind != CC_ANON) {
         st = open_backing(a);
         if (st == FJ_OK) st = map_views(a, span);
@@ -263,7 +295,8 @@ fj_status cc_arena_new(int kind, size_t span, size_t min_code, int huge, cc_aren
     *out = a;
     return FJ_OK;
 fail:
-    if (a->rw) os.munmap(a->rw, a->rw_len);
+    /* A failed MAP_FIXED may have left a hole: the block stays reserved. */
+    if (a->blk) rereserve(a->blk, a->blk_len);
     if (a->fd >= 0) os.close(a->fd);
     if (a->path[0]) os.unlink(a->path);
     fj_free(v);
@@ -277,11 +310,15 @@ void cc_arena_release(cc_arena *a) {
     /* The range stays reserved (PROT_NONE, no memory behind it) for the
      * life of the process; if even that fails the old mapping stays, which
      * wastes memory but still never lets the addresses be reused. */
-    if (a->lo && rereserve(a->lo, a->hi - a->lo) != 0)
+    if (a->blk && rereserve(a->blk, a->blk_len) != 0)
         fj_log(1, "codecache: could not release arena %#lx: %s", (unsigned long)a->lo,
                strerror(errno));
-    if (a->rw) os.munmap(a->rw, a->rw_len);
     a->rw = NULL;
+    /* Nobody writes the image any more: its caller holds a live kernel of
+     * the arena, and there is none left. */
+    if (a->image_free) a->image_free(a->image);
+    a->image = NULL;
+    a->image_free = NULL;
     if (a->fd >= 0) os.close(a->fd);
     a->fd = -1;
     /* A forked child must not delete the file its parent still uses. */
@@ -327,7 +364,7 @@ fj_status cc_arena_reserve(cc_arena *a, size_t len, cc_txn *t, int *fits) {
         size_t need = a->code_off + off + span;
         if (need > a->file_len) {
             size_t nl = round_up(need, CC_FILE_GROW);
-            if (nl > a->rw_len) nl = a->rw_len;
+            if (nl > a->code_off + size) nl = a->code_off + size;
             if (file_extend(a->fd, a->file_len, nl) != 0)
                 return fj_fail(FJ_ERR_OS, "codecache: growing code file to %zu bytes: %s", nl,
                                strerror(errno));

@@ -102,7 +102,8 @@ static void unpublish(cc_arena *a) {
 }
 
 static int all_dead(cc_arena *a) {
-    return a->ndead == atomic_load_explicit(&a->count, memory_order_relaxed);
+    return atomic_load_explicit(&a->ndead, memory_order_relaxed) ==
+           atomic_load_explicit(&a->count, memory_order_relaxed);
 }
 
 static cc_arena_info info_of(cc_arena *a) {
@@ -537,7 +538,7 @@ void cc_remove(cc_cache *c, cc_entry *e) {
     if (a->owner == c && !atomic_exchange(&r->dead, 1)) {
         c->live_bytes -= e->size;
         c->nlive--;
-        a->ndead++;
+        atomic_fetch_add_explicit(&a->ndead, 1, memory_order_relaxed);
         /* (An arena being evicted retires in make_room, which waits for it.) */
         if (a->state == CC_CLOSED && !a->evicting && all_dead(a)) begin_retire(c, a, &work);
     }

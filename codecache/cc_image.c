@@ -1,8 +1,10 @@
 /* cc_image.c: access to an arena's backing file for the ELF image written
- * into it (unwindinfo/ builds the bytes, runtime/image.c decides when):
- * where the code sits in the file and in memory, and writes that can only
- * land outside the code pages. The code cache itself never writes there;
- * the header page is reserved for this since the file's creation. */
+ * into it (unwindinfo/ lays the bytes out, runtime/image.c decides when):
+ * where the code sits in the file and in memory, writable views of the
+ * header page and of the metadata area (never of the code pages), file
+ * space for the metadata, and a slot for the writer's per-arena state. The
+ * code cache itself never writes there; the header page is reserved for
+ * this since the file's creation. */
 #include "codecache/cc_impl.h"
 
 #include <errno.h>
@@ -12,9 +14,10 @@
 
 /* Only the creator process writes, and only while the arena holds memory
  * (its caller holds a live kernel of it, so it cannot be retired under us). */
-static const cc_arena *file_arena(const cc_entry *e) {
-    const cc_arena *a = ((const cc_rec *)e)->arena;
-    if (a->kind != CC_FILE || a->fd < 0 || a->retired || !a->path[0] || a->pid != getpid())
+static cc_arena *file_arena(const cc_entry *e) {
+    cc_arena *a = ((const cc_rec *)e)->arena;
+    if (a->kind != CC_FILE || a->fd < 0 || a->retired || !a->path[0] || !a->meta_room ||
+        a->pid != getpid())
         return NULL;
     return a;
 }
@@ -34,47 +37,46 @@ fj_status cc_entry_image(const cc_entry *e, cc_image_info *out) {
     out->code_off = a->code_off;
     out->page = (size_t)sysconf(_SC_PAGESIZE);
     out->path = a->path;
+    out->hdr = a->rw;
+    out->meta_off = a->code_off + (a->hi - a->lo);
+    out->meta = a->rw + out->meta_off;
+    out->meta_room = a->meta_room;
+    out->removed = atomic_load_explicit(&a->ndead, memory_order_relaxed);
     return FJ_OK;
 }
 
-/* The file range [off, off + n) must not touch the code pages. */
-static fj_status outside_code(const cc_arena *a, uint64_t off, uint64_t n) {
-    uint64_t code_end = a->code_off + (a->hi - a->lo);
-    if (off + n < off || (off < code_end && off + n > a->code_off))
-        return fj_fail(FJ_ERR_INVALID_ARG, "codecache: image write [%#llx, %#llx) overlaps the "
-                       "code pages of %s", (unsigned long long)off,
+static fj_status in_room(const cc_arena *a, uint64_t off, uint64_t n, const char *what) {
+    if (off + n < off || off + n > a->meta_room)
+        return fj_fail(FJ_ERR_INVALID_ARG, "codecache: %s [%#llx, %#llx) is outside the "
+                       "metadata area of %s", what, (unsigned long long)off,
                        (unsigned long long)(off + n), a->path);
     return FJ_OK;
 }
 
-fj_status cc_image_write(const cc_entry *e, uint64_t off, const void *p, size_t n) {
+fj_status cc_image_back(const cc_entry *e, uint64_t off, uint64_t n) {
     const cc_arena *a = e ? file_arena(e) : NULL;
-    if (!a) return fj_fail(FJ_ERR_INVALID_ARG, "cc_image_write: not a live file-backed arena");
-    fj_status st = outside_code(a, off, n);
-    if (st != FJ_OK) return st;
-    const uint8_t *b = p;
-    while (n) {
-        ssize_t w = fj_fault_hit(FJ_FAULT_FILE) ? (errno = EIO, -1)
-                                                : pwrite(a->fd, b, n, (off_t)off);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0)
-            return fj_fail(FJ_ERR_OS, "codecache: writing %zu bytes at %#llx of %s: %s", n,
-                           (unsigned long long)off, a->path, w < 0 ? strerror(errno) : "no room");
-        b += w;
-        n -= (size_t)w;
-        off += (uint64_t)w;
-    }
+    if (!a) return fj_fail(FJ_ERR_INVALID_ARG, "cc_image_back: not a live file-backed arena");
+    fj_status st = in_room(a, off, n, "image space");
+    if (st != FJ_OK || n == 0) return st;
+    off += a->code_off + (a->hi - a->lo);
+    /* fallocate only: a file system that cannot allocate ahead would turn a
+     * full /dev/shm into SIGBUS on a later store through the mapping. */
+    int bad = fj_fault_hit(FJ_FAULT_FILE) ? (errno = EIO, 1)
+                                          : fallocate(a->fd, 0, (off_t)off, (off_t)n) != 0;
+    if (bad)
+        return fj_fail(FJ_ERR_OS, "codecache: allocating %llu bytes at %#llx of %s: %s",
+                       (unsigned long long)n, (unsigned long long)off, a->path, strerror(errno));
     return FJ_OK;
 }
 
 fj_status cc_image_discard(const cc_entry *e, uint64_t off, uint64_t n, int truncate) {
     const cc_arena *a = e ? file_arena(e) : NULL;
     if (!a) return fj_fail(FJ_ERR_INVALID_ARG, "cc_image_discard: not a live file-backed arena");
-    if (off < a->code_off + (a->hi - a->lo))
-        return fj_fail(FJ_ERR_INVALID_ARG, "cc_image_discard: %#llx is not after the code span",
-                       (unsigned long long)off);
+    fj_status st = in_room(a, off, truncate ? 0 : n, "image discard");
+    if (st != FJ_OK) return st;
+    off += a->code_off + (a->hi - a->lo);
     if (truncate) {
-        if (fj_fault_hit(FJ_FAULT_FILE) || ftruncate(a->fd, (off_t)off) != 0)
+        if (fj_fault_hit(FJ_FAULT_FILE) ? (errno = EIO, 1) : ftruncate(a->fd, (off_t)off) != 0)
             return fj_fail(FJ_ERR_OS, "codecache: truncating %s: %s", a->path, strerror(errno));
         return FJ_OK;
     }
@@ -82,4 +84,16 @@ fj_status cc_image_discard(const cc_entry *e, uint64_t off, uint64_t n, int trun
         return fj_fail(FJ_ERR_OS, "codecache: freeing %llu bytes of %s: %s",
                        (unsigned long long)n, a->path, strerror(errno));
     return FJ_OK;
+}
+
+void *cc_image_state(const cc_entry *e) { return ((const cc_rec *)e)->arena->image; }
+
+void cc_image_set_state(const cc_entry *e, void *state, void (*free_fn)(void *)) {
+    cc_arena *a = ((const cc_rec *)e)->arena;
+    a->image = state;
+    a->image_free = free_fn;
+}
+
+int cc_entry_removed(const cc_entry *e) {
+    return atomic_load_explicit(&((const cc_rec *)e)->dead, memory_order_acquire) != 0;
 }

@@ -9,8 +9,13 @@
  *   └──────────┴──────────┴──────────┴───────────────────────── ─ ─
  *     RX view of file/memfd pages (or anonymous pages flipped RW -> RX)
  *
- *   file /dev/shm/framejit-<pid>-<seq>:  [header page(s)][code ...]
- *     RW view: whole file, somewhere else; RX view: code part, in the range.
+ *   file /dev/shm/framejit-<pid>-<seq>:  [header page(s)][code span][metadata]
+ *   one arena's block of the range, as a loaded ELF file would be mapped:
+ *     [header R][code RX][metadata R][RW view of the whole file]
+ *   (memfd: [gap][code RX][RW view of header and code]). The read-only
+ *   views exist for profilers (cc.h, "The arena file as an ELF image"); the
+ *   RW view lies above the others so that the file's lowest mapping is the
+ *   one at its ELF load address. Nothing is ever writable and executable.
  *
  * Arenas are carved from the reservation monotonically and their virtual
  * addresses are never given back for reuse, so a code address names one
@@ -30,6 +35,7 @@ enum { CC_FILE, CC_MEMFD, CC_ANON };
 #define CC_ARENA_BYTES ((size_t)1 << 20) /* largest default code span of an arena */
 #define CC_ARENA_MIN ((size_t)16 << 10)  /* smallest (small capacities) */
 #define CC_HUGE ((size_t)2 << 20)        /* huge page size (x86-64 PMD) */
+#define CC_META_MIN ((size_t)256 << 10)  /* least metadata room of a file arena */
 #define CC_DEFAULT_CAPACITY ((size_t)64 << 20)
 #define CC_MAX_ARENAS 4096              /* live arenas in the whole process */
 
@@ -90,13 +96,18 @@ struct cc_arena {
     int fd;                          /* -1 for CC_ANON or once retired */
     int huge;                        /* collapse full 2 MiB chunks */
     pid_t pid;                       /* creator; a forked child never writes here */
+    uintptr_t blk;                   /* the arena's block: [blk, blk + blk_len) */
+    size_t blk_len;
     uint8_t *rw;                     /* RW view of the whole file (file/memfd) */
     size_t rw_len;
     size_t code_off;                 /* file offset of lo: header page(s) first */
-    size_t file_len;                 /* current file size */
+    size_t file_len;                 /* bytes from file offset 0 backed for code */
+    size_t meta_room;                /* file: metadata bytes after the span (view at hi) */
+    void *image;                     /* the image writer's state (cc_image_set_state) */
+    void (*image_free)(void *);
     size_t cursor;                   /* next free byte, relative to lo */
     size_t collapsed;                /* bytes from lo already offered to MADV_COLLAPSE */
-    size_t ndead;
+    atomic_size_t ndead;             /* removed entries (written under the lock) */
     int slot;                        /* index in the global slot table, -1 if none */
     int retired;                     /* memory given back; records kept */
     int evicting;                    /* an eviction of it is under way */

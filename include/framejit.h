@@ -63,6 +63,9 @@ typedef struct fj_options {
                              FJ_ERR_UNSUPPORTED. */
     int verify;           /* run the rbp/CFI verifier on every kernel
                              (FRAMEJIT_VERIFY=1 turns it on as well) */
+    int huge_pages;       /* back code arenas with huge pages where the
+                             system allows (FRAMEJIT_HUGEPAGES=1 as well);
+                             FRAMEJIT_VERBOSE=1 says what it got */
 } fj_options;
 
 typedef struct fj_runtime fj_runtime;

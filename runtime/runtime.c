@@ -87,7 +87,7 @@ fj_status fj_runtime_create(const fj_options *opts, fj_runtime **out) {
     }
     const char *cf = getenv("FRAMEJIT_CODE_FILE");
     cc_config cfg = {.capacity = o.cache_bytes, .code_file = !(cf && !strcmp(cf, "0")),
-                     .huge_pages = env_flag("FRAMEJIT_HUGEPAGES")}; /* [cache] huge pages */
+                     .huge_pages = o.huge_pages || env_flag("FRAMEJIT_HUGEPAGES")};
     s = cc_create(&cfg, &rt->cache);
     if (s != FJ_OK) {
         fj_free(rt->dump_dir);
