@@ -30,8 +30,8 @@ static fj_kernel *small_kernel(fj_runtime *rt, int i) {
     return fj_builder_finish(b, &k) == FJ_OK ? k : NULL;
 }
 
-/* Bytes of metadata (after the code span) in the arena file holding k, or
- * 0 when it is not a /dev/shm ELF image. */
+/* Bytes of metadata (every section but the code) in the arena file
+ * holding k, or 0 when it is not a /dev/shm ELF image. */
 static size_t meta_bytes(const fj_kernel *k) {
     uintptr_t pc = (uintptr_t)fj_kernel_entry(k);
     FILE *m = fopen("/proc/self/maps", "r");
@@ -48,11 +48,13 @@ static size_t meta_bytes(const fj_kernel *k) {
     int fd = open(path, O_RDONLY);
     if (fd < 0) return 0;
     Elf64_Ehdr eh;
-    Elf64_Phdr ph[8];
+    Elf64_Shdr sh[16];
     size_t r = 0;
-    if (pread(fd, &eh, sizeof eh, 0) == sizeof eh && eh.e_phnum >= 3 && eh.e_phnum <= 8 &&
-        pread(fd, ph, eh.e_phnum * sizeof ph[0], (off_t)eh.e_phoff) > 0)
-        r = (size_t)(eh.e_shoff + (uint64_t)eh.e_shnum * eh.e_shentsize - ph[2].p_offset);
+    if (pread(fd, &eh, sizeof eh, 0) == sizeof eh && eh.e_shnum <= 16 &&
+        pread(fd, sh, eh.e_shnum * sizeof sh[0], (off_t)eh.e_shoff) ==
+            (ssize_t)(eh.e_shnum * sizeof sh[0]))
+        for (int i = 0; i < eh.e_shnum; i++)
+            if (!(sh[i].sh_flags & SHF_EXECINSTR)) r += sh[i].sh_size;
     close(fd);
     return r;
 }
@@ -83,7 +85,7 @@ static double run(const bench_ctx *c, size_t *meta1, size_t *metan) {
             }
             if (rep == 0 && i == 0) *meta1 = meta_bytes(ks[0]);
         }
-        if (rep == 0 && n > 1) *metan = meta_bytes(ks[n - 1]) * 1000 / 1000;
+        if (rep == 0 && n > 1) *metan = meta_bytes(ks[n - 1]);
         if (rep == 0 && n > 1 && *metan) *metan = (*metan - *meta1) / (size_t)(n - 1);
         per[rep] = bench_median(t, n);
         for (int i = 0; i < n; i++) fj_kernel_release(ks[i]);

@@ -2,8 +2,9 @@
  *
  * W^X always: code is written through a writable view and run through a
  * separate read+execute view of the same pages (a file in /dev/shm mapped
- * twice, else a memfd, else anonymous memory whose pages are flipped to RX
- * before any of them runs). Code addresses are never reused for another
+ * twice, plus read-only views of its header and metadata for profilers,
+ * else a memfd, else anonymous memory whose pages are flipped to RX before
+ * any of them runs). Code addresses are never reused for another
  * kernel in the life of the process (libunwind's trace cache cannot be
  * invalidated). The code cache knows nothing about primitives or unwinding.
  *

@@ -17,6 +17,8 @@ typedef struct gemm_plan {
     int has_post;                /* bias and/or activation in the last k block */
     int lanes, mr, nv, nr;       /* register tile: mr x nr = nv*lanes */
     int direct_a, direct_b;      /* read A / B in place instead of packing */
+    int whole;                   /* one k block, both in place, whole tiles and
+                                    panels: one kernel call per B panel */
     int64_t kc, mc, nc;          /* cache blocks */
     int threads;                 /* how many threads the problem is worth */
     size_t scratch;              /* floats of packing buffer per running chunk */

@@ -14,17 +14,19 @@
 /* ---- image.c ---------------------------------------------------------------
  * Called once per kernel, after it is placed (e) and its unwind info is
  * registered, before it is handed out; f describes it (f->size code bytes
- * at code). Rewrites the ELF image of e's arena file so that it lists
- * every live kernel of the arena; appends to /tmp/perf-PID.map with
- * FRAMEJIT_PERFMAP=1 and to the jitdump file with FRAMEJIT_JITDUMP=1.
- * Never fails: problems are logged (FRAMEJIT_VERBOSE=1) and the kernel is
- * unaffected. Thread-safe. */
+ * at code). Adds it to the ELF image of e's arena file (in place: constant
+ * cost; removed kernels are dropped by an occasional compaction, see
+ * image.c); appends to /tmp/perf-PID.map with FRAMEJIT_PERFMAP=1 and to
+ * the jitdump file with FRAMEJIT_JITDUMP=1. Never fails: problems are
+ * logged (FRAMEJIT_VERBOSE=1) and the kernel is unaffected. Thread-safe. */
 FJ_INTERNAL void rt_image_kernel(const cc_entry *e, const uw_func *f, const uint8_t *code);
 
 /* What the image writer did so far in this process (tests, bench). */
 typedef struct rt_image_stats {
-    uint64_t images;        /* image versions written */
-    uint64_t failures;      /* versions that could not be written */
+    uint64_t images;        /* image versions written (kernels added, compactions) */
+    uint64_t failures;      /* kernels that could not be described */
+    uint64_t rewrites;      /* whole-metadata rewrites (room grown, compactions) */
+    uint64_t compactions;   /* rewrites that dropped removed kernels */
     uint64_t meta_bytes;    /* metadata bytes of the newest version written */
     uint64_t kernels;       /* kernels in it */
 } rt_image_stats;

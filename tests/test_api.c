@@ -1,9 +1,6 @@
 /* test_api.c: the public API under bad input (invariant 6: an error code
  * with a message, never a crash, never lost caller data) and relu
  * correctness against a C reference for both ISAs. */
-/* The build defines FJ_TEST for test programs, which would mangle the
- * builder's FJ_TEST enumerator (framejit/builder.h). */
-#undef FJ_TEST
 
 #include <check.h>
 #include <math.h>
@@ -590,9 +587,5 @@ int main(void) {
     /* The suites choose ISAs and threads themselves. */
     unsetenv("FRAMEJIT_ISA");
     unsetenv("FRAMEJIT_THREADS");
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return fjt_run_suite(suite());
 }

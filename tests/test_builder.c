@@ -3,8 +3,10 @@
 #include <check.h>
 #include <framejit.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fjtest.h"
 #include "kernels/builder_int.h"
@@ -250,6 +252,49 @@ START_TEST(verifier_rejects_bad_kernels) {
 }
 END_TEST
 
+/* FRAMEJIT_DUMP=DIR: each finished kernel is also written as an ELF .o
+ * that objdump disassembles; an unwritable DIR never breaks the kernel. */
+START_TEST(dump_dir) {
+    char dir[] = "/tmp/fjdumpXXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    for (int bad = 0; bad < 2; bad++) {
+        char where[96];
+        snprintf(where, sizeof where, "%s%s", dir, bad ? "/missing/sub" : "");
+        setenv("FRAMEJIT_DUMP", where, 1);
+        rt = make_rt(isas[0]);
+        unsetenv("FRAMEJIT_DUMP");
+        fj_builder *b;
+        ck_assert(fj_builder_create(rt, "t_dumped", 0, &b) == FJ_OK);
+        fj_return(b, fj_imm(9));
+        fj_kernel *k = finish(b);
+        ck_assert_int_eq(((int64_t(*)(void))fj_kernel_entry(k))(), 9);
+        fj_runtime_destroy(rt);
+    }
+    char path[160], cmd[256], line[256];
+    snprintf(path, sizeof path, "%s/t_dumped.0.o", dir);
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "no %s", path);
+    unsigned char magic[4] = {0};
+    ck_assert_uint_eq(fread(magic, 1, 4, f), 4);
+    fclose(f);
+    ck_assert(magic[0] == 0x7f && magic[1] == 'E' && magic[2] == 'L' && magic[3] == 'F');
+    snprintf(cmd, sizeof cmd, "objdump -d '%s' 2>/dev/null", path);
+    FILE *p = popen(cmd, "r");
+    int named = 0, pushes = 0;
+    while (p && fgets(line, sizeof line, p)) {
+        named += strstr(line, "<t_dumped>:") != NULL;
+        pushes += strstr(line, "push") && strstr(line, "rbp");
+    }
+    int rc = p ? pclose(p) : -1;
+    if (rc == 0) { /* objdump present: it must see the symbol and the prologue */
+        ck_assert_int_eq(named, 1);
+        ck_assert_int_eq(pushes, 1);
+    }
+    unlink(path);
+    rmdir(dir);
+}
+END_TEST
+
 int main(void) {
     fj_runtime *probe;
     if (fj_runtime_create(NULL, &probe) == FJ_OK) {
@@ -263,10 +308,7 @@ int main(void) {
     tcase_add_test(tc, call_preserves_and_passes);
     tcase_add_test(tc, labels_slots_consts);
     tcase_add_test(tc, verifier_rejects_bad_kernels);
+    tcase_add_test(tc, dump_dir);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return fjt_run_suite(s);
 }

@@ -575,9 +575,5 @@ int main(void) {
     tcase_add_test(tc, fuzz_entry_points);
     tcase_add_test(tc, fuzz_sequences);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return fjt_run_suite(s);
 }

@@ -4,9 +4,6 @@
  * fused-epilogue emitter, and every kernel under the trap-flag unwinding
  * check. FRAMEJIT_FUZZ_ITERS (default 200) and FRAMEJIT_TEST_SEED make the
  * random part longer or different. */
-/* The build defines FJ_TEST for test programs, which would mangle the
- * builder's FJ_TEST enumerator (framejit/builder.h). */
-#undef FJ_TEST
 
 #include <check.h>
 #include <float.h>
@@ -518,9 +515,5 @@ static Suite *suite(void) {
 int main(void) {
     unsetenv("FRAMEJIT_ISA");
     unsetenv("FRAMEJIT_THREADS");
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return fjt_run_suite(suite());
 }

@@ -600,6 +600,56 @@ START_TEST(trace_unwind) {
 }
 END_TEST
 
+/* The same shape again and again (plans are remembered per thread): alpha
+ * and beta change between calls, runtimes of either ISA alternate, and a
+ * runtime is replaced by one of the other ISA (maybe at the same address). */
+START_TEST(repeat_shapes) {
+    seed(8);
+    fj_runtime *rt[2] = {make_rt(FJ_ISA_AVX2, 1), make_rt(FJ_ISA_AVX512, 1)};
+    static const int64_t dims[][3] = {{16, 16, 16}, {32, 32, 32}, {7, 33, 5}, {64, 64, 64}};
+    for (int round = 0; round < 3; round++) {
+        for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++)
+            for (int rep = 0; rep < 6; rep++) {
+                fj_runtime *r = rt[rep & 1] ? rt[rep & 1] : rt[0];
+                gcase t = {.m = dims[d][0], .n = dims[d][1], .k = dims[d][2],
+                           .alpha = rep % 3 ? 1.0f : -0.5f, .beta = rep >= 3 ? 1.0f : 0.0f};
+                t.lda = t.k;
+                t.ldb = t.n;
+                t.ldc = t.n;
+                char what[256];
+                case_str(&t, what, sizeof what);
+                gbufs g;
+                bufs_make(&t, &g);
+                fj_status s = fj_gemm_f32(r, 'N', 'N', t.m, t.n, t.k, t.alpha, g.a, t.lda, g.b,
+                                          t.ldb, t.beta, g.c, t.ldc);
+                ck_assert_msg(s == FJ_OK, "%s: %s", what, fj_last_error());
+                check_result(&t, &g, g.c, NULL, 0, 0, 0, what);
+                bufs_free(&g);
+            }
+        /* Handles of whole-tile shapes (one kernel call per panel) with
+         * bias and an activation. */
+        for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++) {
+            gcase t = {.m = dims[d][0], .n = dims[d][1], .k = dims[d][2], .alpha = 0.75f,
+                       .beta = round == 1 ? 0.5f : 0.0f};
+            t.lda = t.k;
+            t.ldb = t.n;
+            t.ldc = t.n;
+            handle_case(rt[0], NULL, &t, 1, FJ_ELT_RELU, 0.0f, 0.0f);
+            if (rt[1]) handle_case(rt[1], NULL, &t, round != 1, FJ_ELT_TANH, 0.0f, 0.0f);
+        }
+        /* Swap the ISAs: the new runtimes may reuse the old addresses. */
+        int avx2_first = round & 1;
+        fj_runtime_destroy(rt[0]);
+        fj_runtime_destroy(rt[1]);
+        rt[0] = make_rt(avx2_first ? FJ_ISA_AVX2 : FJ_ISA_AVX512, 1);
+        rt[1] = make_rt(avx2_first ? FJ_ISA_AVX512 : FJ_ISA_AVX2, 1);
+        if (!rt[0]) rt[0] = make_rt(FJ_ISA_AVX2, 1);
+    }
+    fj_runtime_destroy(rt[0]);
+    fj_runtime_destroy(rt[1]);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("gemm");
     TCase *tc = tcase_create("gemm");
@@ -608,6 +658,7 @@ static Suite *suite(void) {
     tcase_add_loop_test(tc, edges, 0, 2);
     tcase_add_loop_test(tc, beta_zero_and_k_zero, 0, 2);
     tcase_add_test(tc, threads_bitwise);
+    tcase_add_test(tc, repeat_shapes);
     tcase_add_loop_test(tc, epilogue, 0, 2);
     tcase_add_loop_test(tc, trace_unwind, 0, 2);
     tcase_add_test(tc, fuzz_avx512);

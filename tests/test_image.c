@@ -1,14 +1,19 @@
 /* test_image.c: Check suite for the self-describing arena files: after
  * kernels are placed through the public API, the /dev/shm file is a valid
  * ELF image (checked by our own parsing and by readelf) whose symbols and
- * FDEs match the live kernels, whose build-id changes with its content,
- * and which goes away with the runtime. Also the opt-in perf map, and
- * image-write failures that must not affect kernels. */
+ * FDEs match the kernels described, whose build-id changes with every
+ * version, which keeps removed kernels until a compaction drops them, and
+ * which goes away with the runtime; the process maps it as a loader would
+ * (header, code, metadata), so that an unwinder taking the lowest mapping
+ * as the load address reads the right .eh_frame_hdr. Also the image writer
+ * on its own (out-of-order kernels, many rewrites), the opt-in perf map,
+ * and image-write failures that must not affect kernels. */
 #include <check.h>
 #include <dirent.h>
 #include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +24,8 @@
 #include "framejit.h"
 #include "framejit/builder.h"
 #include "runtime/fj_base.h"
+#include "runtime/image.h"
+#include "unwindinfo/uw.h"
 
 /* ---- helpers ---------------------------------------------------------------- */
 
@@ -42,6 +49,19 @@ static fj_kernel *make_kernel(fj_runtime *rt, const char *name, int v) {
     ck_assert_msg(fj_builder_finish(b, &k) == FJ_OK, "%s: %s", name, fj_last_error());
     ck_assert_int_eq(((long (*)(void))fj_kernel_entry(k))(), v);
     return k;
+}
+
+/* A kernel as the image should describe it. */
+typedef struct kdesc {
+    uintptr_t addr;
+    size_t size;
+    char name[64];
+} kdesc;
+
+static kdesc desc_of(const fj_kernel *k) {
+    kdesc d = {(uintptr_t)fj_kernel_entry(k), fj_kernel_code_size(k), ""};
+    snprintf(d.name, sizeof d.name, "%s", fj_kernel_name(k));
+    return d;
 }
 
 /* The executable mapping of kernel k: its file and the file offset that
@@ -132,9 +152,8 @@ static int32_t rd32(const uint8_t *p) {
 }
 
 /* Checks the image against the kernels ks[0..n) (all in one file), which
- * also holds `others` kernels made elsewhere. */
-static void check_image(const char *path, uintptr_t bias, fj_kernel *const *ks, int n,
-                        int others) {
+ * also holds `others` kernels made elsewhere (or removed). */
+static void check_image(const char *path, uintptr_t bias, const kdesc *ks, int n, int others) {
     elf_file e;
     elf_load(path, &e);
     /* Program headers: headers first at vaddr 0, code R+X at its own file
@@ -150,9 +169,9 @@ static void check_image(const char *path, uintptr_t bias, fj_kernel *const *ks, 
     ck_assert_uint_eq(code->p_vaddr, code->p_offset);
     ck_assert_uint_ge(code->p_offset, 4096);
     for (int i = 0; i < n; i++) {
-        uintptr_t a = (uintptr_t)fj_kernel_entry(ks[i]);
+        uintptr_t a = ks[i].addr;
         ck_assert_uint_ge(a - bias, code->p_offset);
-        ck_assert_uint_le(a - bias + fj_kernel_code_size(ks[i]), code->p_offset + code->p_filesz);
+        ck_assert_uint_le(a - bias + ks[i].size, code->p_offset + code->p_filesz);
     }
     /* The metadata is outside the code pages. */
     const Elf64_Shdr *hdr = section(&e, ".eh_frame_hdr"), *eh = section(&e, ".eh_frame");
@@ -174,14 +193,14 @@ static void check_image(const char *path, uintptr_t bias, fj_kernel *const *ks, 
     for (int i = 0; i < n; i++) {
         int found = 0;
         for (size_t j = 1; j < nsym; j++) {
-            if (strcmp(str + s[j].st_name, fj_kernel_name(ks[i]))) continue;
+            if (s[j].st_value + bias != ks[i].addr) continue;
+            ck_assert_str_eq(str + s[j].st_name, ks[i].name);
             ck_assert_uint_eq(ELF64_ST_TYPE(s[j].st_info), STT_FUNC);
-            ck_assert_uint_eq(s[j].st_value + bias, (uintptr_t)fj_kernel_entry(ks[i]));
-            ck_assert_uint_eq(s[j].st_size, fj_kernel_code_size(ks[i]));
+            ck_assert_uint_eq(s[j].st_size, ks[i].size);
             ck_assert_ptr_eq(&e.sh[s[j].st_shndx], text);
             found++;
         }
-        ck_assert_msg(found == 1, "%s: %d symbols", fj_kernel_name(ks[i]), found);
+        ck_assert_msg(found == 1, "%s: %d symbols", ks[i].name, found);
     }
 
     /* .eh_frame_hdr: n sorted entries, each naming an FDE that covers
@@ -209,9 +228,7 @@ static void check_image(const char *path, uintptr_t bias, fj_kernel *const *ks, 
         ck_assert_int_eq(pc, start);
         int matched = 0;
         for (int k = 0; k < n; k++)
-            if ((uintptr_t)pc + bias == (uintptr_t)fj_kernel_entry(ks[k]) &&
-                range == fj_kernel_code_size(ks[k]))
-                matched++;
+            if ((uintptr_t)pc + bias == ks[k].addr && range == ks[k].size) matched++;
         ck_assert_msg(matched <= 1, "FDE at %#llx matches %d kernels", (long long)pc, matched);
         covered += matched;
     }
@@ -247,26 +264,55 @@ static int count_of(const char *hay, const char *needle) {
 
 /* ---- tests ------------------------------------------------------------------ */
 
+/* readelf -a and --debug-dump=frames find nothing to complain about, and
+ * count FDEs with a frame pointer. Returns 0 when readelf is missing. */
+static int readelf_clean(const char *path, int fdes, const kdesc *ks, int n) {
+    char *out = run_readelf("-a -W", path);
+    if (!out) {
+        fprintf(stderr, "test_image: readelf is not installed: skipped its checks\n");
+        return 0;
+    }
+    ck_assert_msg(strstr(out, "exit=0") && !strstr(out, "Error") && !strstr(out, "Warning"),
+                  "readelf -a: %s", out);
+    for (int i = 0; i < n; i++) ck_assert(strstr(out, ks[i].name) != NULL);
+    ck_assert(strstr(out, "NT_GNU_BUILD_ID") != NULL);
+    ck_assert(strstr(out, "GNU_EH_FRAME") != NULL);
+    free(out);
+    out = run_readelf("--debug-dump=frames", path);
+    ck_assert_msg(strstr(out, "exit=0") && !strstr(out, "Error") && !strstr(out, "Warning"),
+                  "readelf -wf: %s", out);
+    ck_assert_int_eq(count_of(out, " FDE "), fdes);
+    ck_assert_int_eq(count_of(out, "DW_CFA_def_cfa_register: r6 (rbp)"), fdes);
+    free(out);
+    return 1;
+}
+
+static void file_build_id(const char *path, uint8_t id[20]) {
+    elf_file e;
+    elf_load(path, &e);
+    build_id(&e, id);
+    free(e.p);
+}
+
 START_TEST(image_matches_kernels) {
     fj_runtime *rt = make_rt();
     enum { N = 6 };
     fj_kernel *ks[N + 1];
+    kdesc d[N + 2];
     char path[512] = {0}, first[512];
     uintptr_t bias = 0;
-    uint8_t ids[N][20];
+    uint8_t ids[N + 1][20];
     for (int i = 0; i < N; i++) {
         char name[32];
         snprintf(name, sizeof name, "img_test_k%d", i);
         ks[i] = make_kernel(rt, name, 100 + i);
+        d[i] = desc_of(ks[i]);
         ck_assert(kernel_file(ks[i], path, sizeof path, &bias));
         if (i == 0) snprintf(first, sizeof first, "%s", path);
         ck_assert_str_eq(path, first);
         ck_assert_msg(!strncmp(path, "/dev/shm/framejit-", 18), "code not in /dev/shm: %s", path);
-        check_image(path, bias, ks, i + 1, 0);
-        elf_file e;
-        elf_load(path, &e);
-        build_id(&e, ids[i]);
-        free(e.p);
+        check_image(path, bias, d, i + 1, 0);
+        file_build_id(path, ids[i]);
         for (int j = 0; j < i; j++)
             ck_assert_msg(memcmp(ids[i], ids[j], 20) != 0, "build-id did not change at %d", i);
     }
@@ -277,44 +323,20 @@ START_TEST(image_matches_kernels) {
     ck_assert(x[0] == 0.0f && x[39] == 19.0f);
 
     /* readelf agrees: no complaints, every symbol, one FDE per kernel. */
-    char *out = run_readelf("-a -W", path);
-    if (out) {
-        ck_assert_msg(strstr(out, "exit=0") && !strstr(out, "Error") && !strstr(out, "Warning"),
-                      "readelf -a: %s", out);
-        for (int i = 0; i < N; i++) ck_assert(strstr(out, fj_kernel_name(ks[i])) != NULL);
+    if (readelf_clean(path, N + 1, d, N)) {
+        char *out = run_readelf("-s -W", path);
         ck_assert(strstr(out, "fj_eltwise_relu_f32_") != NULL);
-        ck_assert(strstr(out, "NT_GNU_BUILD_ID") != NULL);
-        ck_assert(strstr(out, "GNU_EH_FRAME") != NULL);
         free(out);
-        out = run_readelf("--debug-dump=frames", path);
-        ck_assert_msg(strstr(out, "exit=0") && !strstr(out, "Error") && !strstr(out, "Warning"),
-                      "readelf -wf: %s", out);
-        ck_assert_int_eq(count_of(out, " FDE "), N + 1);
-        ck_assert_int_eq(count_of(out, "DW_CFA_def_cfa_register: r6 (rbp)"), N + 1);
-        free(out);
-    } else {
-        fprintf(stderr, "test_image: readelf is not installed: skipped its checks\n");
     }
 
-    /* A released kernel leaves the image at the arena's next update. */
+    /* A released kernel stays described (its addresses are never reused)
+     * until a compaction; the next kernel is added all the same. */
     fj_kernel_release(ks[0]);
     ks[N] = make_kernel(rt, "img_test_after", 7);
-    /* every live builder kernel, plus the eltwise kernel */
-    elf_file e;
-    elf_load(path, &e);
-    const Elf64_Shdr *sym = section(&e, ".symtab");
-    const Elf64_Sym *s = (const Elf64_Sym *)(e.p + sym->sh_offset);
-    const char *str = (const char *)e.p + e.sh[sym->sh_link].sh_offset;
-    int k0 = 0, after = 0;
-    for (size_t j = 1; j < sym->sh_size / sizeof *s; j++) {
-        k0 += !strcmp(str + s[j].st_name, "img_test_k0");
-        after += !strcmp(str + s[j].st_name, "img_test_after");
-    }
-    ck_assert_int_eq(k0, 0);
-    ck_assert_int_eq(after, 1);
-    ck_assert_uint_eq(sym->sh_size / sizeof *s, (size_t)N + 2); /* null + 5 + relu + after */
-    free(e.p);
-    check_image(path, bias, ks + 1, N, 1);
+    d[N] = desc_of(ks[N]);
+    check_image(path, bias, d, N + 1, 1); /* + relu */
+    file_build_id(path, ids[N]);
+    ck_assert(memcmp(ids[N], ids[N - 1], 20) != 0);
 
     for (int i = 1; i <= N; i++) fj_kernel_release(ks[i]);
     fj_runtime_destroy(rt);
@@ -322,28 +344,329 @@ START_TEST(image_matches_kernels) {
 }
 END_TEST
 
-/* A failing image write is logged, never the kernel's problem; the next
- * kernel writes a complete image again. */
-START_TEST(image_write_failure) {
+/* Once half of the kernels described have been removed (and at least 32),
+ * the next kernel in the arena compacts the image: only live kernels stay,
+ * with a new build-id. */
+START_TEST(image_compaction) {
     fj_runtime *rt = make_rt();
-    fj_kernel *a = make_kernel(rt, "img_fault_a", 1);
+    enum { N = 48, KEEP = 8 };
+    fj_kernel *ks[N];
+    kdesc d[KEEP + 1];
     char path[512];
     uintptr_t bias;
-    ck_assert(kernel_file(a, path, sizeof path, &bias));
-    for (long skip = 0; skip < 3; skip++) {
-        fj_test_fault_inject(FJ_FAULT_FILE, skip);
+    for (int i = 0; i < N; i++) {
         char name[32];
-        snprintf(name, sizeof name, "img_fault_b%ld", skip);
-        fj_kernel *b = make_kernel(rt, name, 2); /* asserts finish and run */
-        fj_test_fault_inject(FJ_FAULT_FILE, -1);
-        fj_kernel_release(b);
+        snprintf(name, sizeof name, "img_compact_k%d", i);
+        ks[i] = make_kernel(rt, name, i);
     }
-    fj_kernel *c = make_kernel(rt, "img_fault_c", 3);
-    fj_kernel *ks[2] = {a, c};
-    check_image(path, bias, ks, 2, 0);
-    fj_kernel_release(a);
-    fj_kernel_release(c);
+    ck_assert(kernel_file(ks[0], path, sizeof path, &bias));
+    for (int i = 0; i < N; i++) {
+        if (i % (N / KEEP) == 0) d[i / (N / KEEP)] = desc_of(ks[i]);
+        else fj_kernel_release(ks[i]);
+    }
+    uint8_t before[20], after[20];
+    file_build_id(path, before);
+    rt_image_stats s0, s1;
+    rt_image_get_stats(&s0);
+    fj_kernel *k = make_kernel(rt, "img_compact_new", 1);
+    rt_image_get_stats(&s1);
+    d[KEEP] = desc_of(k);
+    ck_assert_uint_eq(s1.compactions, s0.compactions + 1);
+    check_image(path, bias, d, KEEP + 1, 0);
+    file_build_id(path, after);
+    ck_assert(memcmp(before, after, 20) != 0);
+    readelf_clean(path, KEEP + 1, d, KEEP + 1);
+    for (int i = 0; i < N; i += N / KEEP) fj_kernel_release(ks[i]);
+    fj_kernel_release(k);
     fj_runtime_destroy(rt);
+}
+END_TEST
+
+/* A failing image write (the file space for a larger version) is logged,
+ * never the kernel's problem: the file keeps its previous version, and the
+ * next kernel writes a complete image again. */
+START_TEST(image_write_failure) {
+    fj_runtime *rt = make_rt();
+    enum { MAX = 300 };
+    fj_kernel *ks[MAX];
+    kdesc d[MAX];
+    int n = 0, failed = -1;
+    ks[n++] = make_kernel(rt, "img_fault_a", 1);
+    char path[512];
+    uintptr_t bias;
+    ck_assert(kernel_file(ks[0], path, sizeof path, &bias));
+    rt_image_stats s0, s1;
+    rt_image_get_stats(&s0);
+    /* The next file call fails: the first one is the image's growth. */
+    fj_test_fault_inject(FJ_FAULT_FILE, 0);
+    while (failed < 0 && n < MAX) {
+        char name[32];
+        snprintf(name, sizeof name, "img_fault_b%d", n);
+        ks[n] = make_kernel(rt, name, n); /* asserts finish and run */
+        rt_image_get_stats(&s1);
+        if (s1.failures != s0.failures) failed = n;
+        n++;
+    }
+    fj_test_fault_inject(FJ_FAULT_FILE, -1);
+    ck_assert_msg(failed > 0, "no image write failed in %d kernels", n);
+    ck_assert_uint_eq(s1.failures, s0.failures + 1);
+    /* The file is the version before the failure. */
+    for (int i = 0; i < failed; i++) d[i] = desc_of(ks[i]);
+    check_image(path, bias, d, failed, 0);
+    ks[n++] = make_kernel(rt, "img_fault_c", 3);
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (i != failed) d[m++] = desc_of(ks[i]);
+    check_image(path, bias, d, m, 0);
+    readelf_clean(path, m, d, 0);
+    for (int i = 0; i < n; i++) fj_kernel_release(ks[i]);
+    fj_runtime_destroy(rt);
+}
+END_TEST
+
+/* Many kernels in one arena: the image grows (rewritten into larger room
+ * a few times) and stays exact. */
+START_TEST(image_many_kernels) {
+    fj_runtime *rt = make_rt();
+    enum { N = 2500 };
+    fj_kernel **ks = malloc(N * sizeof *ks);
+    kdesc *d = malloc(N * sizeof *d);
+    char path[512];
+    uintptr_t bias;
+    rt_image_stats s0, s1;
+    rt_image_get_stats(&s0);
+    for (int i = 0; i < N; i++) {
+        char name[48];
+        snprintf(name, sizeof name, "img_many_kernel_with_a_longer_name_%d", i);
+        ks[i] = make_kernel(rt, name, i);
+        d[i] = desc_of(ks[i]);
+    }
+    rt_image_get_stats(&s1);
+    ck_assert(kernel_file(ks[0], path, sizeof path, &bias));
+    char last[512];
+    uintptr_t bias2;
+    ck_assert(kernel_file(ks[N - 1], last, sizeof last, &bias2));
+    ck_assert_str_eq(path, last); /* one 1 MiB arena */
+    ck_assert_uint_eq(s1.failures, s0.failures);
+    ck_assert_uint_ge(s1.rewrites - s0.rewrites, 3);
+    ck_assert_uint_le(s1.rewrites - s0.rewrites, 20); /* doubling, not one per kernel */
+    check_image(path, bias, d, N, 0);
+    readelf_clean(path, N, d, 0);
+    for (int i = 0; i < N; i++) fj_kernel_release(ks[i]);
+    fj_runtime_destroy(rt);
+    free(ks);
+    free(d);
+}
+END_TEST
+
+/* The process maps the arena file as a loader maps an ELF file: header
+ * (offset 0) first, code, then the metadata right after the code, and the
+ * writable view above them; never writable and executable. An unwinder
+ * that takes the file's lowest mapping for its load address, as perf's
+ * does, reads .eh_frame_hdr and the FDEs in memory where the ELF says, and
+ * finds each kernel. */
+START_TEST(image_views) {
+    fj_runtime *rt = make_rt();
+    enum { N = 40 };
+    fj_kernel *ks[N];
+    for (int i = 0; i < N; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "img_view_k%d", i);
+        ks[i] = make_kernel(rt, name, i);
+    }
+    char path[512];
+    uintptr_t bias;
+    ck_assert(kernel_file(ks[0], path, sizeof path, &bias));
+    FILE *f = fopen("/proc/self/maps", "r");
+    ck_assert_ptr_nonnull(f);
+    char line[1024];
+    unsigned long low = ~0ul, low_off = 0, rx_hi = 0, rx_off = 0, meta_lo = 0, meta_off = 0;
+    unsigned long rw_lo = 0;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long lo, hi, off;
+        char perms[8], p[768] = {0};
+        if (sscanf(line, "%lx-%lx %7s %lx %*s %*s %767[^\n]", &lo, &hi, perms, &off, p) < 5 ||
+            strcmp(p, path) != 0)
+            continue;
+        ck_assert_msg(!(perms[1] == 'w' && perms[2] == 'x'), "W+X: %s", line);
+        if (lo < low) low = lo, low_off = off;
+        if (!strcmp(perms, "r-xs")) rx_hi = hi, rx_off = off;
+        if (!strcmp(perms, "rw-s")) rw_lo = lo;
+        if (!strcmp(perms, "r--s") && off) meta_lo = lo, meta_off = off;
+    }
+    fclose(f);
+    ck_assert_uint_eq(low_off, 0);
+    ck_assert_uint_eq(low, bias); /* the header page, at the load address */
+    ck_assert_uint_eq(meta_lo, rx_hi);
+    ck_assert_uint_eq(meta_off, rx_off + (rx_hi - (rx_off + bias)));
+    ck_assert_uint_gt(rw_lo, meta_lo);
+
+    elf_file e;
+    elf_load(path, &e);
+    const Elf64_Shdr *hs = section(&e, ".eh_frame_hdr");
+    const uint8_t *h = (const uint8_t *)(low - low_off + hs->sh_addr);
+    ck_assert(!memcmp(h, e.p + hs->sh_offset, hs->sh_size));
+    uint32_t count;
+    memcpy(&count, h + 8, 4);
+    ck_assert_uint_eq(count, N);
+    for (int i = 0; i < N; i++) {
+        const uint8_t *start = h + rd32(h + 12 + 8 * i), *fde = h + rd32(h + 16 + 8 * i);
+        ck_assert_ptr_eq(start, fj_kernel_entry(ks[i])); /* placed in address order */
+        ck_assert_ptr_eq(fde + 8 + rd32(fde + 8), start);
+    }
+    free(e.p);
+    for (int i = 0; i < N; i++) fj_kernel_release(ks[i]);
+    fj_runtime_destroy(rt);
+
+    /* Given back: no view of the file is left, and the whole block (header,
+     * code, metadata, writable view) stays reserved, inaccessible. */
+    f = fopen("/proc/self/maps", "r");
+    ck_assert_ptr_nonnull(f);
+    int covered = 0;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        char perms[8];
+        ck_assert_msg(!strstr(line, path), "still mapped: %s", line);
+        if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) == 3 && lo <= low && hi > low) {
+            ck_assert_str_eq(perms, "---p");
+            ck_assert_uint_ge(hi, rw_lo + 1);
+            covered = 1;
+        }
+    }
+    fclose(f);
+    ck_assert(covered);
+}
+END_TEST
+
+/* Threads generating kernels at once: every kernel is described once,
+ * the search table stays sorted (kernels may be described out of address
+ * order), and readelf accepts the result. */
+enum { TH = 4, PER = 120 };
+typedef struct th_arg {
+    fj_runtime *rt;
+    int id;
+    fj_kernel *ks[PER];
+} th_arg;
+
+static void *th_make(void *p) {
+    th_arg *a = p;
+    for (int i = 0; i < PER; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "img_thread%d_k%d", a->id, i);
+        a->ks[i] = make_kernel(a->rt, name, i);
+    }
+    return NULL;
+}
+
+START_TEST(image_threads) {
+    fj_runtime *rt = make_rt();
+    static th_arg a[TH];
+    pthread_t t[TH];
+    for (int i = 0; i < TH; i++) {
+        a[i].rt = rt;
+        a[i].id = i;
+        ck_assert_int_eq(pthread_create(&t[i], NULL, th_make, &a[i]), 0);
+    }
+    for (int i = 0; i < TH; i++) pthread_join(t[i], NULL);
+    static kdesc d[TH * PER];
+    char path[512];
+    uintptr_t bias;
+    ck_assert(kernel_file(a[0].ks[0], path, sizeof path, &bias));
+    for (int i = 0; i < TH; i++)
+        for (int j = 0; j < PER; j++) {
+            char p2[512];
+            uintptr_t b2;
+            ck_assert(kernel_file(a[i].ks[j], p2, sizeof p2, &b2));
+            ck_assert_str_eq(p2, path); /* one arena */
+            d[i * PER + j] = desc_of(a[i].ks[j]);
+        }
+    check_image(path, bias, d, TH * PER, 0);
+    readelf_clean(path, TH * PER, d, 0);
+    for (int i = 0; i < TH; i++)
+        for (int j = 0; j < PER; j++) fj_kernel_release(a[i].ks[j]);
+    fj_runtime_destroy(rt);
+}
+END_TEST
+
+/* ---- the image writer alone, on a file in memory ----------------------------- */
+
+static const uw_rec unit_recs[] = {
+    {.off = 1, .kind = UW_PUSH_FP},
+    {.off = 4, .kind = UW_SET_FP},
+    {.off = 9, .kind = UW_POP_FP},
+};
+
+static fj_status unit_back(void *ctx, uint64_t off, uint64_t n) {
+    (void)ctx;
+    (void)off;
+    (void)n;
+    return FJ_OK;
+}
+
+static void unit_discard(void *ctx, uint64_t off, uint64_t n, int truncate) {
+    (void)ctx;
+    (void)off;
+    (void)n;
+    (void)truncate;
+}
+
+static int unit_live(const void *tag) { return ((uintptr_t)tag & 1) == 0; }
+
+/* Kernels in random address order, some dropped by a compaction: the
+ * image (written out to a file) has every kernel, sorted, and readelf
+ * accepts it. */
+START_TEST(image_writer_out_of_order) {
+    enum { PAGE = 4096, SPAN = 1 << 20, ROOM = 4 << 20, N = 700, STEP = 128 };
+    const uint64_t code_off = PAGE, meta_off = PAGE + SPAN, len = meta_off + ROOM;
+    uint8_t *file = calloc(1, len);
+    ck_assert_ptr_nonnull(file);
+    const uintptr_t lo = 0x7f0000000000ull;
+    uw_image_map m = {.hdr = file, .meta = file + meta_off, .page = PAGE, .code_off = code_off,
+                      .code_span = SPAN, .lo = lo, .meta_off = meta_off, .meta_room = ROOM,
+                      .back = unit_back, .discard = unit_discard};
+    uw_image *im;
+    ck_assert_int_eq(uw_image_new(&m, &im), FJ_OK);
+    int order[N];
+    for (int i = 0; i < N; i++) order[i] = i;
+    srand(7);
+    for (int i = N - 1; i > 0; i--) { /* a few long runs out of order */
+        if (rand() % 8) continue;
+        int j = rand() % (i + 1), t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+    }
+    static kdesc d[N];
+    int nd = 0;
+    for (int i = 0; i < N; i++) {
+        int k = order[i];
+        char name[32];
+        snprintf(name, sizeof name, "unit_k%d", k);
+        uw_func f = {name, lo + (uintptr_t)k * STEP, 10 + k % 50, unit_recs, 3};
+        ck_assert_int_eq(uw_image_add(im, &f, NULL, (const void *)(uintptr_t)k, NULL), FJ_OK);
+        if (i == N / 2) ck_assert_int_eq(uw_image_compact(im, unit_live, NULL), FJ_OK);
+    }
+    for (int i = 0; i < N; i++) {
+        int k = order[i];
+        if (i <= N / 2 && !unit_live((const void *)(uintptr_t)k)) continue;
+        kdesc *x = &d[nd++];
+        x->addr = lo + (uintptr_t)k * STEP;
+        x->size = 10 + (size_t)(k % 50);
+        snprintf(x->name, sizeof x->name, "unit_k%d", k);
+    }
+    uw_image_stats st;
+    uw_image_get_stats(im, &st);
+    ck_assert_uint_eq(st.kernels, (size_t)nd);
+    char path[] = "/tmp/fj-image-unit.XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    const uint64_t flen = st.meta_off + st.meta_reserved;
+    ck_assert_int_eq(write(fd, file, flen), (ssize_t)flen);
+    close(fd);
+    check_image(path, lo - code_off, d, nd, 0);
+    readelf_clean(path, nd, d, 0);
+    unlink(path);
+    uw_image_free(im);
+    free(file);
 }
 END_TEST
 
@@ -418,7 +741,12 @@ static Suite *suite(void) {
     TCase *t = tcase_create("image");
     tcase_set_timeout(t, 120);
     tcase_add_test(t, image_matches_kernels);
+    tcase_add_test(t, image_compaction);
     tcase_add_test(t, image_write_failure);
+    tcase_add_test(t, image_many_kernels);
+    tcase_add_test(t, image_views);
+    tcase_add_test(t, image_threads);
+    tcase_add_test(t, image_writer_out_of_order);
     tcase_add_test(t, no_code_file);
     tcase_add_test(t, perf_map);
     tcase_add_test(t, no_symbol_files_by_default);

@@ -2,7 +2,6 @@
  * shapes (every tail width, primes, ld > cols, unaligned), special values,
  * 1 vs 2 threads bitwise, bad input, and every kernel under the trap-flag
  * unwinding check. FRAMEJIT_FUZZ_ITERS / FRAMEJIT_TEST_SEED as elsewhere. */
-#undef FJ_TEST
 
 #include <check.h>
 #include <float.h>
@@ -189,9 +188,5 @@ int main(void) {
     tcase_add_test(t, empty_and_bad);
     tcase_add_loop_test(t, trace, 0, 2 * (FJ_REDUCE__COUNT - 1));
     suite_add_tcase(s, t);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return fjt_run_suite(s);
 }

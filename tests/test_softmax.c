@@ -1,7 +1,6 @@
 /* test_softmax.c: fj_softmax_f32 (softmax and log_softmax) against a
  * double reference over random shapes, in place, large/negative/-inf
  * inputs, 1 vs 2 threads bitwise, bad input, and the trap-flag check. */
-#undef FJ_TEST
 
 #include <check.h>
 #include <float.h>
@@ -180,9 +179,5 @@ int main(void) {
     tcase_add_test(t, bad_input);
     tcase_add_loop_test(t, trace, 0, 4);
     suite_add_tcase(s, t);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return fjt_run_suite(s);
 }

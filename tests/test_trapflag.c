@@ -5,9 +5,6 @@
  * marker chain and main, and a plain rbp walk must miss the direct caller
  * exactly at offset 0 (push rbp), offset 1 (mov rbp, rsp) and at ret. The
  * machinery is fjt_trace_kernel (tests/support/fjtest.c). */
-/* The build defines FJ_TEST for test programs, which would mangle the
- * builder's FJ_TEST enumerator (framejit/builder.h). */
-#undef FJ_TEST
 
 #include <Zydis/Zydis.h>
 #include <check.h>
@@ -271,9 +268,5 @@ int main(void) {
     /* The suites choose ISAs and threads themselves. */
     unsetenv("FRAMEJIT_ISA");
     unsetenv("FRAMEJIT_THREADS");
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return fjt_run_suite(suite());
 }

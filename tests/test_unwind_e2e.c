@@ -4,9 +4,6 @@
  * interrupt kernels; callee-saved registers recovered for the kernel's
  * caller are the caller's. Every case runs for AVX-512 (when the CPU has
  * it) and AVX2, and for the FRAMEJIT_UNWIND back-end selections. */
-/* The build defines FJ_TEST for test programs, which would mangle the
- * builder's FJ_TEST enumerator (framejit/builder.h). */
-#undef FJ_TEST
 
 #include <check.h>
 #include <pthread.h>
@@ -446,9 +443,5 @@ int main(void) {
     /* The suites choose ISAs and threads themselves. */
     unsetenv("FRAMEJIT_ISA");
     unsetenv("FRAMEJIT_THREADS");
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return fjt_run_suite(suite());
 }

@@ -1,9 +1,6 @@
 /* test_uw.c: unwind info: CFI bytes, ELF objects and dumps, and walks
  * through a hand-assembled JIT frame with libgcc, glibc backtrace(),
  * libunwind and gdb. */
-/* The build defines FJ_TEST for tests, which is also the name of the TEST
- * opcode in framejit/ops.h; this suite uses neither. */
-#undef FJ_TEST
 #define UNW_LOCAL_ONLY
 #include <libunwind.h>
 
@@ -20,6 +17,7 @@
 #include <unwind.h>
 
 #include "unwindinfo/uw.h"
+#include "fjtest.h"
 
 /* The GDB JIT descriptor (uw_gdbjit.c), as gdb sees it. */
 struct jit_code_entry {
@@ -705,9 +703,5 @@ static Suite *uw_suite(void) {
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "--gdb-helper") == 0) return gdb_helper(1);
     if (argc > 1 && strcmp(argv[1], "--gdb-helper-unregistered") == 0) return gdb_helper(0);
-    SRunner *r = srunner_create(uw_suite());
-    srunner_run_all(r, CK_NORMAL);
-    int failed = srunner_ntests_failed(r);
-    srunner_free(r);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return fjt_run_suite(uw_suite());
 }

@@ -3,9 +3,6 @@
  * kernel are walked through with libgcc, glibc backtrace() and libunwind;
  * destroy leaves nothing behind; allocation and mapping failures leave the
  * arena as it was; gdb names a kernel of an arena and reaches main. */
-/* The build defines FJ_TEST for tests, which is also the name of the TEST
- * opcode in framejit/ops.h; this suite uses neither. */
-#undef FJ_TEST
 #define UNW_LOCAL_ONLY
 #include <libunwind.h>
 
@@ -20,6 +17,7 @@
 #include <unwind.h>
 
 #include "unwindinfo/uw.h"
+#include "fjtest.h"
 
 /* The GDB JIT descriptor (uw_gdbjit.c), as gdb sees it. */
 struct jit_code_entry {
@@ -615,9 +613,5 @@ static Suite *arena_suite(void) {
 
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "--arena-gdb-helper") == 0) return gdb_helper();
-    SRunner *r = srunner_create(arena_suite());
-    srunner_run_all(r, CK_NORMAL);
-    int failed = srunner_ntests_failed(r);
-    srunner_free(r);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return fjt_run_suite(arena_suite());
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "kernels/verify.h"
+#include "fjtest.h"
 
 #define CODE(...) (const uint8_t[]){__VA_ARGS__}, sizeof((const uint8_t[]){__VA_ARGS__})
 #define RECS(...) \
@@ -226,9 +227,5 @@ int main(void) {
     tcase_add_test(tc, rejects_every_truncation);
     tcase_add_test(tc, rejects_bad_arguments);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return fjt_run_suite(s);
 }

@@ -3,9 +3,6 @@
  * relu runs, builder kernels made and released, runtimes destroyed) is
  * checked after every step, and a second thread scans /proc/self/maps
  * continuously while it runs. */
-/* The build defines FJ_TEST for test programs, which would mangle the
- * builder's FJ_TEST enumerator (framejit/builder.h). */
-#undef FJ_TEST
 
 #include <check.h>
 #include <pthread.h>
@@ -183,9 +180,5 @@ int main(void) {
     /* The suites choose ISAs and threads themselves. */
     unsetenv("FRAMEJIT_ISA");
     unsetenv("FRAMEJIT_THREADS");
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return fjt_run_suite(suite());
 }

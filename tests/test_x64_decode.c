@@ -10,6 +10,7 @@
 #include <Zydis/Zydis.h>
 
 #include "kernels/x64.h"
+#include "fjtest.h"
 
 #define RBP_BIT (1u << X64_RBP)
 #define RSP_BIT (1u << X64_RSP)
@@ -411,9 +412,5 @@ int main(void) {
     tcase_add_test(tc, frame_flags_and_stores);
     tcase_add_test(tc, differential_vs_zydis);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return fjt_run_suite(s);
 }

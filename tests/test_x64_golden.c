@@ -1,8 +1,5 @@
 /* test_x64_golden.c: x86-64 encoder golden triples (text, operands, bytes) and error cases. */
 
-/* The build defines FJ_TEST for test programs, which would mangle the
- * FJ_TEST enumerator of framejit/builder.h (the TEST mnemonic). */
-#undef FJ_TEST
 
 #include <check.h>
 #include <stdio.h>
@@ -10,6 +7,7 @@
 #include <string.h>
 
 #include "kernels/x64.h"
+#include "fjtest.h"
 
 /* Operand initializers. Registers are physical numbers. */
 #define GPR(b, r) { .kind = X64_K_GPR, .bits = b, .reg = r, .base = X64_NOREG, .index = X64_NOREG }
@@ -457,9 +455,5 @@ int main(void) {
     tcase_add_loop_test(tc, test_errors, 0, (int)(sizeof errors / sizeof errors[0]));
     tcase_add_test(tc, test_names);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return fjt_run_suite(s);
 }

@@ -4,9 +4,6 @@
  * FRAMEJIT_TEST_SEED=N picks another random sequence (default fixed);
  * FRAMEJIT_TEST_ITERS=N changes the number of encodings (default 120000).
  */
-/* The build defines FJ_TEST for test programs, which would mangle the
- * FJ_TEST enumerator of framejit/builder.h (the TEST mnemonic). */
-#undef FJ_TEST
 
 #include <Zydis/Zydis.h>
 #include <check.h>
@@ -17,6 +14,7 @@
 
 #include "kernels/x64.h"
 #include "kernels/x64_table.h"
+#include "fjtest.h"
 
 /* ---- random numbers (xorshift64*) ---------------------------------- */
 
@@ -429,9 +427,5 @@ int main(void) {
     tcase_add_test(tc, test_table_sorted);
     tcase_add_test(tc, test_differential);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return fjt_run_suite(s);
 }

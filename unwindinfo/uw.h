@@ -128,46 +128,52 @@ FJ_INTERNAL fj_status uw_dump(const char *dir, const uw_func *f, const uint8_t *
  * (uw_image.c, uw_perfmap.c, uw_jitdump.c; runtime/image.c drives them.)
  *
  * An arena's backing file as an ELF image perf reads on its own: the
- * header page (ELF header, program headers, build-id note) at file offset
- * 0, the code span at code_off (mapped read+execute at lo), and metadata
- * (.eh_frame_hdr, .eh_frame, .symtab, .strtab, section headers) at
- * meta_off, outside the code pages. ELF addresses equal file offsets. */
-typedef struct uw_image_layout {
-    uint64_t page;       /* page size (0: 4096) */
+ * header page (ELF header, program and section headers, build-id note) at
+ * file offset 0, the code span at code_off (mapped read+execute at lo),
+ * and the metadata (.eh_frame_hdr, .eh_frame, .symtab, .strtab) in the
+ * area that follows the span, outside the code pages. ELF addresses equal
+ * file offsets. The writer stores through writable views of the header
+ * page and of the metadata area; uw_image.c describes the layout. */
+typedef struct uw_image_map {
+    uint8_t *hdr;        /* writable header page (file offset 0, page bytes) */
+    uint8_t *meta;       /* writable metadata area (file offset meta_off) */
+    uint64_t page;       /* page size (>= 1024) */
     uint64_t code_off;   /* file offset of the code span (page aligned, >= page) */
     uint64_t code_span;  /* bytes of the span */
     uintptr_t lo;        /* where the span is mapped */
     uint64_t meta_off;   /* page aligned, >= code_off + code_span */
-} uw_image_layout;
+    uint64_t meta_room;  /* bytes of the metadata area */
+    /* File space, offsets relative to the area, ctx as given to the call:
+     * back() allocates [off, off + n) before anything is stored there;
+     * discard() gives a range back (truncate: cuts the file at off). */
+    fj_status (*back)(void *ctx, uint64_t off, uint64_t n);
+    void (*discard)(void *ctx, uint64_t off, uint64_t n, int truncate);
+} uw_image_map;
 
-typedef struct uw_image_bytes {
-    uint8_t *hdr;              /* for file offset 0 (fits before code_off) */
-    size_t hdr_len;
-    uint8_t *meta;             /* for file offset meta_off */
-    size_t meta_len;
-    uint8_t build_id[20];
-    uint64_t eh_frame_hdr_off; /* file offset of .eh_frame_hdr */
-    uint64_t shoff;            /* file offset of the section headers */
-} uw_image_bytes;
-
-/* The kernels of one arena, with their CFA programs (kept so that each
- * rebuild only lays bytes out). Not thread-safe: the caller serializes. */
+/* The image of one arena. Not thread-safe: the caller serializes. */
 typedef struct uw_image uw_image;
-FJ_INTERNAL fj_status uw_image_new(uw_image **out);
-FJ_INTERNAL void uw_image_free(uw_image *im);  /* NULL ok */
-/* Adds f (name and records copied; code: its f->size bytes, hashed into
- * the build-id; may be NULL). tag is the caller's, handed back to prune. */
+FJ_INTERNAL fj_status uw_image_new(const uw_image_map *m, uw_image **out);
+FJ_INTERNAL void uw_image_free(uw_image *im);  /* NULL ok; the file is left as it is */
+/* Describes f (name and records; code: its f->size bytes, hashed into the
+ * build-id, may be NULL) in the file: appended in place, or the whole
+ * metadata rewritten with more room when a section's room is full (so its
+ * cost is constant, amortized). tag is the caller's, handed to live() by
+ * uw_image_compact. On failure the file still holds the previous version. */
 FJ_INTERNAL fj_status uw_image_add(uw_image *im, const uw_func *f, const uint8_t *code,
-                                   const void *tag);
-/* Drops the kernels for which live() returns 0; returns how many. */
-FJ_INTERNAL size_t uw_image_prune(uw_image *im,
-                                  int (*live)(const void *tag, uintptr_t start, void *ctx),
-                                  void *ctx);
+                                   const void *tag, void *ctx);
+/* Rewrites the metadata without the kernels whose tag live() rejects. */
+FJ_INTERNAL fj_status uw_image_compact(uw_image *im, int (*live)(const void *tag), void *ctx);
 FJ_INTERNAL size_t uw_image_count(const uw_image *im);
-/* Header and metadata bytes for layout l (fj_malloc'ed; uw_image_bytes_free). */
-FJ_INTERNAL fj_status uw_image_build(const uw_image *im, const uw_image_layout *l,
-                                     uw_image_bytes *out);
-FJ_INTERNAL void uw_image_bytes_free(uw_image_bytes *b);
+typedef struct uw_image_stats {
+    size_t kernels;          /* described by the current version */
+    uint64_t meta_bytes;     /* its metadata bytes in use */
+    uint64_t meta_reserved;  /* bytes of the file it spans (room included) */
+    uint64_t meta_off;       /* its file offset */
+    uint64_t versions;       /* versions with a new build-id (adds, compactions) */
+    uint64_t rewrites;       /* whole-metadata rewrites (growth, compaction) */
+    uint8_t build_id[20];
+} uw_image_stats;
+FJ_INTERNAL void uw_image_get_stats(const uw_image *im, uw_image_stats *st);
 
 /* perf jitdump JIT_CODE_UNWINDING_INFO payload for f: .eh_frame then
  * .eh_frame_hdr (*hdr_len bytes at the end), laid out as perf inject --jit

@@ -1,33 +1,56 @@
 /* uw_image.c: the bytes that make a code arena's backing file a
  * self-describing ELF image (perf names kernels and unwinds them in
- * --call-graph dwarf mode from the file alone), and the per-kernel unwind
- * data of perf's jitdump format.
+ * --call-graph dwarf mode from the file alone), written in place as kernels
+ * arrive; and the per-kernel unwind data of perf's jitdump format.
  *
  * Arena file (every address below is a file offset too: vaddr == offset,
  * so the load bias of the file is (RX address of the code) - code_off):
  *
- *   0         header page: ELF header, program headers, build-id note
+ *   0         header page: ELF header, program headers, build-id note,
+ *             section headers, .shstrtab
  *   code_off  the code span, mapped read+execute at lo (the code cache's)
- *   meta_off  metadata, never mapped executable: .eh_frame_hdr, .eh_frame,
- *             .symtab, .strtab, .shstrtab, section headers
+ *   meta_off  the metadata area (right after the span, mapped read-only
+ *             after the code), never executable. The current version lies
+ *             at some page-aligned offset in it:
+ *               .eh_frame_hdr  12 + 8 * ncap bytes reserved
+ *               .eh_frame      the CIE, then one FDE per kernel (no zero
+ *                              terminator: the section size bounds it)
+ *               .symtab        24 * (ncap + 1) reserved
+ *               .strtab        str_cap reserved
  *
  *   PT_LOAD  R    [0, header)          first, so tools see load base 0
  *   PT_LOAD  R+X  [code_off, +span)    the kernels (.text)
- *   PT_LOAD  R    [meta_off, +meta)    .eh_frame_hdr, .eh_frame
+ *   PT_LOAD  R    [.eh_frame_hdr, end of .eh_frame)
  *   PT_NOTE, PT_GNU_EH_FRAME
+ *
+ * Adding a kernel appends in place, in the room reserved: its FDE after
+ * the last one, its symbol and name, its search-table entry (sorted by
+ * address: appended, as kernels arrive in address order almost always),
+ * then the table's count, and last the header page (section and segment
+ * sizes, the build-id). A reader that copies the file meanwhile sees the
+ * previous sizes, which describe the previous version (only the table's
+ * count may already say one more; its entry is complete by then). When a
+ * section's room is full, the whole metadata is written again with every
+ * room at twice what is used, at an offset that does not overlap the
+ * current version; the header page is switched to it, and the old version
+ * is given back to the file system (a hole, or the file is cut after the
+ * new one). So is it when compacting (dropping removed kernels). The cost
+ * of a kernel is thus constant, amortized, whatever the arena holds.
  *
  * FDE addresses are pc-relative (DW_EH_PE_pcrel | sdata4) and the search
  * table data-relative, as linkers write them, so the file describes itself
- * wherever it is mapped. Each kernel's CFA program comes from uw_cfi.c
- * (the FDE it builds for the kernel, re-wrapped with these encodings).
+ * wherever it is mapped, and a version moves by patching two fields per
+ * FDE. Each kernel's CFA program comes from uw_cfi.c (the FDE it builds
+ * for the kernel, re-wrapped with these encodings).
  *
- * The build-id is a hash of what the image says (layout, and for every
- * kernel its address, size, name, CFA program and code bytes), so it
- * changes whenever a kernel is added or dropped: perf files each version
- * under its own build-id. */
+ * The build-id is a chained hash: each added kernel (address, size, name,
+ * CFA program, code bytes) and each compaction is hashed into the previous
+ * one, so it changes with every version and perf files each version under
+ * its own build-id; the same sequence of kernels gives the same build-id. */
 #include "unwindinfo/uw_int.h"
 
 #include <elf.h>
+#include <stdlib.h>
 #include <string.h>
 
 enum {
@@ -41,6 +64,28 @@ enum { DW_CFA_def_cfa = 0x0c, DW_CFA_offset = 0x80 };
 
 /* ---- Hash (not cryptographic: it only has to tell image versions apart) -- */
 
+static uint64_t mix64(uint64_t x) {
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+/* Bytes to 64 bits, eight at a time. */
+static uint64_t hash_bytes(const void *p, size_t n, uint64_t seed) {
+    const uint8_t *b = p;
+    uint64_t h = mix64(seed ^ (n * 0x9e3779b97f4a7c15ull));
+    for (; n >= 8; n -= 8, b += 8) {
+        uint64_t w;
+        memcpy(&w, b, 8);
+        h = (h ^ mix64(w)) * 0x100000001b3ull;
+    }
+    uint64_t w = 0;
+    memcpy(&w, b, n);
+    return mix64(h ^ w);
+}
+
 typedef struct img_hash {
     uint64_t h[3];
 } img_hash;
@@ -51,23 +96,10 @@ static void hash_init(img_hash *s) {
     s->h[2] = 0x9e3779b97f4a7c15ull;
 }
 
-static void hash_put(img_hash *s, const void *p, size_t n) {
-    const uint8_t *b = p;
-    for (size_t i = 0; i < n; i++) {
-        s->h[0] = (s->h[0] ^ b[i]) * 0x100000001b3ull;
-        s->h[1] = (s->h[1] ^ b[i]) * 0x100000001b3ull + 1;
-        s->h[2] = (s->h[2] ^ (b[i] + 0x5bu)) * 0x100000001b3ull;
-    }
-}
-
-static void hash_u64(img_hash *s, uint64_t v) { hash_put(s, &v, sizeof v); }
-
-static uint64_t mix64(uint64_t x) {
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
+static void hash_u64(img_hash *s, uint64_t v) {
+    s->h[0] = mix64(s->h[0] ^ v);
+    s->h[1] = mix64(s->h[1] + v + 0x2545f4914f6cdd1dull);
+    s->h[2] = (s->h[2] << 23 | s->h[2] >> 41) ^ (v * 0xff51afd7ed558ccdull);
 }
 
 static void hash_final(const img_hash *s, uint8_t out[BUILD_ID_LEN]) {
@@ -189,94 +221,37 @@ static void put_eh_frame_hdr(uw_buf *b, uint64_t hdr_vaddr, uint64_t eh_vaddr,
     }
 }
 
-/* ---- The per-arena kernel list --------------------------------------------- */
+/* ---- The image of one arena ----------------------------------------------- */
 
 typedef struct img_fn {
     uintptr_t start;
-    uint32_t size;
-    char *name;
-    uint8_t *prog;
-    size_t prog_len;
-    uint64_t code_hash;
     const void *tag;
+    uint32_t size;
+    uint32_t fde;     /* its FDE: offset in .eh_frame */
+    uint32_t fde_len;
+    uint32_t name;    /* its name: offset in .strtab */
 } img_fn;
 
+/* Where a version lies; offsets relative to the metadata area. */
+typedef struct img_layout {
+    uint64_t at, end; /* the version's bytes, page aligned */
+    uint64_t hdr, eh, sym, str;
+    uint64_t ncap, eh_cap, str_cap;
+} img_layout;
+
 struct uw_image {
-    img_fn *fns; /* sorted by start */
+    uw_image_map m;
+    img_fn *fns;      /* in .symtab order (symbol i + 1) */
     size_t n, cap;
-};
-
-fj_status uw_image_new(uw_image **out) {
-    *out = fj_calloc(1, sizeof **out);
-    return *out ? FJ_OK : fj_fail(FJ_ERR_NO_MEMORY, "arena image: out of memory");
-}
-
-static void fn_free(img_fn *f) {
-    fj_free(f->name);
-    fj_free(f->prog);
-}
-
-void uw_image_free(uw_image *im) {
-    if (!im) return;
-    for (size_t i = 0; i < im->n; i++) fn_free(&im->fns[i]);
-    fj_free(im->fns);
-    fj_free(im);
-}
-
-size_t uw_image_count(const uw_image *im) { return im ? im->n : 0; }
-
-fj_status uw_image_add(uw_image *im, const uw_func *f, const uint8_t *code, const void *tag) {
-    fj_status st = uw_check_func(f);
-    if (st != FJ_OK) return st;
-    for (size_t i = 0; i < im->n; i++) {
-        const img_fn *g = &im->fns[i];
-        if (f->start < g->start + g->size && g->start < f->start + f->size)
-            return fj_fail(FJ_ERR_INVALID_ARG, "arena image: %s overlaps %s", f->name, g->name);
-    }
-    if (im->n == im->cap) {
-        size_t cap = im->cap ? im->cap * 2 : 16;
-        img_fn *v = fj_realloc(im->fns, cap * sizeof *v);
-        if (!v) return fj_fail(FJ_ERR_NO_MEMORY, "arena image: out of memory");
-        im->fns = v;
-        im->cap = cap;
-    }
-    img_fn nf = {.start = f->start, .size = (uint32_t)f->size, .tag = tag};
-    nf.name = fj_strdup(f->name);
-    if (!nf.name) return fj_fail(FJ_ERR_NO_MEMORY, "arena image: out of memory");
-    st = cfa_program(f, &nf.prog, &nf.prog_len);
-    if (st != FJ_OK) {
-        fn_free(&nf);
-        return st;
-    }
+    int written;      /* a version is in the file */
+    img_layout l;     /* the current version */
+    uint64_t eh_len;  /* bytes used in .eh_frame (the CIE and the FDEs) */
+    uint64_t str_len; /* ... in .strtab */
+    int ehdr;         /* the ELF header is written */
     img_hash h;
-    hash_init(&h);
-    if (code) hash_put(&h, code, f->size);
-    nf.code_hash = mix64(h.h[0] ^ mix64(h.h[1]));
-    /* Kernels arrive in address order almost always; insert where it goes. */
-    size_t at = im->n;
-    while (at > 0 && im->fns[at - 1].start > nf.start) at--;
-    memmove(&im->fns[at + 1], &im->fns[at], (im->n - at) * sizeof nf);
-    im->fns[at] = nf;
-    im->n++;
-    return FJ_OK;
-}
-
-size_t uw_image_prune(uw_image *im, int (*live)(const void *tag, uintptr_t start, void *ctx),
-                      void *ctx) {
-    size_t kept = 0, dropped = 0;
-    for (size_t i = 0; i < im->n; i++) {
-        if (live(im->fns[i].tag, im->fns[i].start, ctx)) {
-            im->fns[kept++] = im->fns[i];
-        } else {
-            fn_free(&im->fns[i]);
-            dropped++;
-        }
-    }
-    im->n = kept;
-    return dropped;
-}
-
-/* ---- Layout ------------------------------------------------------------------ */
+    uint64_t versions, rewrites;
+    uint8_t build_id[BUILD_ID_LEN];
+};
 
 enum { S_NULL, S_NOTE, S_TEXT, S_EH_HDR, S_EH, S_SYMTAB, S_STRTAB, S_SHSTRTAB, S__N };
 static const char *const sec_names[S__N] = {
@@ -285,193 +260,409 @@ static const char *const sec_names[S__N] = {
 };
 enum { P_HDR, P_CODE, P_META, P_NOTE, P_EH, P__N };
 
+/* The header page: everything that changes with a version is here, so
+ * that one page is updated last. */
+#define PH_OFF ((uint64_t)sizeof(Elf64_Ehdr))
+#define NOTE_OFF (PH_OFF + P__N * sizeof(Elf64_Phdr))
+#define NOTE_LEN ((uint64_t)12 + 4 + BUILD_ID_LEN)
+#define SH_OFF ((NOTE_OFF + NOTE_LEN + 63) & ~(uint64_t)63)
+#define SHSTR_OFF (SH_OFF + S__N * sizeof(Elf64_Shdr))
+#define HEADER_MAX 1024 /* bytes of the header page used, at most */
+#define SYM ((uint64_t)sizeof(Elf64_Sym))
+
 static uint64_t up(uint64_t v, uint64_t a) { return (v + a - 1) & ~(a - 1); }
 
-fj_status uw_image_build(const uw_image *im, const uw_image_layout *l, uw_image_bytes *out) {
-    memset(out, 0, sizeof *out);
-    if (!im || im->n == 0)
-        return fj_fail(FJ_ERR_INVALID_ARG, "arena image: no kernels");
-    const uint64_t page = l->page ? l->page : 4096;
-    if (l->code_off < page || l->code_off % page || l->meta_off % page ||
-        l->meta_off < l->code_off + l->code_span)
-        return fj_fail(FJ_ERR_INVALID_ARG, "arena image: bad layout (code %#llx+%#llx, meta %#llx)",
-                       (unsigned long long)l->code_off, (unsigned long long)l->code_span,
-                       (unsigned long long)l->meta_off);
-    for (size_t i = 0; i < im->n; i++) {
-        const img_fn *f = &im->fns[i];
-        if (f->start < l->lo || f->start + f->size > l->lo + l->code_span)
-            return fj_fail(FJ_ERR_INVALID_ARG, "arena image: %s outside the arena", f->name);
-    }
-    const size_t n = im->n;
-    uint64_t *starts = fj_malloc(n * sizeof *starts), *fdes = fj_malloc(n * sizeof *fdes);
-    uw_buf eh = {0}, hdr = {0}, sym = {0}, str = {0}, shstr = {0}, meta = {0}, head = {0};
-    fj_status st = FJ_ERR_NO_MEMORY;
-    if (!starts || !fdes) goto done;
+static img_layout layout_at(uint64_t at, uint64_t ncap, uint64_t eh_cap, uint64_t str_cap,
+                            uint64_t page) {
+    img_layout l = {.at = at, .ncap = ncap, .eh_cap = up(eh_cap, 8), .str_cap = str_cap};
+    l.hdr = at;
+    l.eh = l.hdr + up(12 + 8 * ncap, 8);
+    l.sym = l.eh + l.eh_cap;
+    l.str = l.sym + SYM * (ncap + 1);
+    l.end = up(l.str + str_cap, page);
+    return l;
+}
 
-    /* Offsets in the metadata are fixed by sizes alone: .eh_frame_hdr
-     * first (its size is known from n), then .eh_frame. */
-    const uint64_t hdr_vaddr = l->meta_off;
-    const size_t hdr_len = 12 + 8 * n;
-    const uint64_t eh_vaddr = hdr_vaddr + up(hdr_len, 8);
-    img_hash h;
-    hash_init(&h);
-    hash_u64(&h, l->code_off);
-    hash_u64(&h, l->code_span);
+static void wr32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
+static int32_t rd32s(const uint8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+static uint32_t rel32(uint64_t to, uint64_t from) {
+    return (uint32_t)(int32_t)(int64_t)(to - from);
+}
 
-    size_t cie = put_cie(&eh);
-    for (size_t i = 0; i < n; i++) {
-        const img_fn *f = &im->fns[i];
-        starts[i] = l->code_off + (f->start - l->lo);
-        fdes[i] = eh_vaddr + put_fde(&eh, cie, eh_vaddr, starts[i], f->size, f->prog,
-                                     f->prog_len);
-        hash_u64(&h, starts[i]);
-        hash_u64(&h, f->size);
-        hash_put(&h, f->name, strlen(f->name) + 1);
-        hash_put(&h, f->prog, f->prog_len);
-        hash_u64(&h, f->code_hash);
-    }
-    uw_put_u32(&eh, 0); /* terminator */
-    put_eh_frame_hdr(&hdr, hdr_vaddr, eh_vaddr, starts, fdes, n);
-    hash_final(&h, out->build_id);
+/* ELF address (file offset) of a kernel's first byte. */
+static uint64_t fn_vaddr(const uw_image *im, uintptr_t start) {
+    return im->m.code_off + (start - im->m.lo);
+}
 
-    /* Symbols: the null symbol, then one global function per kernel. */
-    uw_put_u8(&str, 0);
-    Elf64_Sym s0 = {0};
-    uw_put(&sym, &s0, sizeof s0);
-    for (size_t i = 0; i < n; i++) {
-        Elf64_Sym s = {
-            .st_name = (uint32_t)str.len,
-            .st_info = ELF64_ST_INFO(STB_GLOBAL, STT_FUNC),
-            .st_other = STV_DEFAULT,
-            .st_shndx = S_TEXT,
-            .st_value = starts[i],
-            .st_size = im->fns[i].size,
-        };
-        uw_put(&str, im->fns[i].name, strlen(im->fns[i].name) + 1);
-        uw_put(&sym, &s, sizeof s);
-    }
-    uint32_t shname[S__N];
-    for (int i = 0; i < S__N; i++) {
-        shname[i] = (uint32_t)shstr.len;
-        uw_put(&shstr, sec_names[i], strlen(sec_names[i]) + 1);
-    }
-
-    /* Header page: ELF header, program headers, the build-id note. */
-    const uint64_t phoff = sizeof(Elf64_Ehdr);
-    const uint64_t note_off = phoff + P__N * sizeof(Elf64_Phdr);
-    const uint64_t note_len = 12 + 4 + BUILD_ID_LEN;
-    const uint64_t head_len = note_off + note_len;
-
-    /* Metadata: .eh_frame_hdr, .eh_frame, .symtab, .strtab, .shstrtab, shdrs. */
-    Elf64_Shdr sh[S__N];
-    memset(sh, 0, sizeof sh);
-    sh[S_EH_HDR] = (Elf64_Shdr){.sh_type = SHT_PROGBITS, .sh_flags = SHF_ALLOC,
-                                .sh_addr = hdr_vaddr, .sh_offset = hdr_vaddr,
-                                .sh_size = hdr.len, .sh_addralign = 4};
-    uw_put(&meta, hdr.p, hdr.len);
-    uw_align(&meta, 8, 0);
-    sh[S_EH] = (Elf64_Shdr){.sh_type = SHT_PROGBITS, .sh_flags = SHF_ALLOC, .sh_addr = eh_vaddr,
-                            .sh_offset = eh_vaddr, .sh_size = eh.len, .sh_addralign = 8};
-    uw_put(&meta, eh.p, eh.len);
-    const uint64_t alloc_end = l->meta_off + meta.len; /* the loadable part ends here */
-    uw_align(&meta, 8, 0);
-    sh[S_SYMTAB] = (Elf64_Shdr){.sh_type = SHT_SYMTAB, .sh_offset = l->meta_off + meta.len,
-                                .sh_size = sym.len, .sh_link = S_STRTAB, .sh_info = 1,
-                                .sh_addralign = 8, .sh_entsize = sizeof(Elf64_Sym)};
-    uw_put(&meta, sym.p, sym.len);
-    sh[S_STRTAB] = (Elf64_Shdr){.sh_type = SHT_STRTAB, .sh_offset = l->meta_off + meta.len,
-                                .sh_size = str.len, .sh_addralign = 1};
-    uw_put(&meta, str.p, str.len);
-    sh[S_SHSTRTAB] = (Elf64_Shdr){.sh_type = SHT_STRTAB, .sh_offset = l->meta_off + meta.len,
-                                  .sh_size = shstr.len, .sh_addralign = 1};
-    uw_put(&meta, shstr.p, shstr.len);
-    sh[S_NOTE] = (Elf64_Shdr){.sh_type = SHT_NOTE, .sh_flags = SHF_ALLOC, .sh_addr = note_off,
-                              .sh_offset = note_off, .sh_size = note_len, .sh_addralign = 4};
-    sh[S_TEXT] = (Elf64_Shdr){.sh_type = SHT_PROGBITS, .sh_flags = SHF_ALLOC | SHF_EXECINSTR,
-                              .sh_addr = l->code_off, .sh_offset = l->code_off,
-                              .sh_size = l->code_span, .sh_addralign = 64};
-    for (int i = 0; i < S__N; i++) sh[i].sh_name = shname[i];
-    uw_align(&meta, 8, 0);
-    const uint64_t shoff = l->meta_off + meta.len;
-    uw_put(&meta, sh, sizeof sh);
-
-    Elf64_Ehdr eh_hdr = {
-        .e_type = ET_DYN,
-        .e_machine = EM_X86_64,
-        .e_version = EV_CURRENT,
-        .e_phoff = phoff,
-        .e_shoff = shoff,
-        .e_ehsize = sizeof(Elf64_Ehdr),
-        .e_phentsize = sizeof(Elf64_Phdr),
-        .e_phnum = P__N,
-        .e_shentsize = sizeof(Elf64_Shdr),
-        .e_shnum = S__N,
-        .e_shstrndx = S_SHSTRTAB,
-    };
-    memcpy(eh_hdr.e_ident, ELFMAG, SELFMAG);
-    eh_hdr.e_ident[EI_CLASS] = ELFCLASS64;
-    eh_hdr.e_ident[EI_DATA] = ELFDATA2LSB;
-    eh_hdr.e_ident[EI_VERSION] = EV_CURRENT;
-    eh_hdr.e_ident[EI_OSABI] = ELFOSABI_NONE;
-    Elf64_Phdr ph[P__N] = {
-        [P_HDR] = {.p_type = PT_LOAD, .p_flags = PF_R, .p_offset = 0, .p_vaddr = 0, .p_paddr = 0,
-                   .p_filesz = head_len, .p_memsz = head_len, .p_align = page},
-        [P_CODE] = {.p_type = PT_LOAD, .p_flags = PF_R | PF_X, .p_offset = l->code_off,
-                    .p_vaddr = l->code_off, .p_paddr = l->code_off, .p_filesz = l->code_span,
-                    .p_memsz = l->code_span, .p_align = page},
-        [P_META] = {.p_type = PT_LOAD, .p_flags = PF_R, .p_offset = l->meta_off,
-                    .p_vaddr = l->meta_off, .p_paddr = l->meta_off,
-                    .p_filesz = alloc_end - l->meta_off, .p_memsz = alloc_end - l->meta_off,
-                    .p_align = page},
-        [P_NOTE] = {.p_type = PT_NOTE, .p_flags = PF_R, .p_offset = note_off, .p_vaddr = note_off,
-                    .p_paddr = note_off, .p_filesz = note_len, .p_memsz = note_len,
-                    .p_align = 4},
-        [P_EH] = {.p_type = PT_GNU_EH_FRAME, .p_flags = PF_R, .p_offset = hdr_vaddr,
-                  .p_vaddr = hdr_vaddr, .p_paddr = hdr_vaddr, .p_filesz = hdr.len,
-                  .p_memsz = hdr.len, .p_align = 4},
-    };
-    uw_put(&head, &eh_hdr, sizeof eh_hdr);
-    uw_put(&head, ph, sizeof ph);
-    uint32_t nh[3] = {4, BUILD_ID_LEN, NT_GNU_BUILD_ID};
-    uw_put(&head, nh, sizeof nh);
-    uw_put(&head, "GNU", 4);
-    uw_put(&head, out->build_id, BUILD_ID_LEN);
-    if (head.len != head_len || head_len > l->code_off) head.oom = 1;
-
-    int oom = eh.oom || hdr.oom || sym.oom || str.oom || shstr.oom || meta.oom || head.oom;
-    if (!oom && uw_buf_take(&meta, &out->meta, &out->meta_len) == FJ_OK) {
-        if (uw_buf_take(&head, &out->hdr, &out->hdr_len) == FJ_OK) {
-            out->eh_frame_hdr_off = hdr_vaddr;
-            out->shoff = shoff;
-            st = FJ_OK;
-        } else {
-            fj_free(out->meta);
-            out->meta = NULL;
-        }
-    }
-done:
-    fj_free(starts);
-    fj_free(fdes);
-    fj_free(eh.p);
-    fj_free(hdr.p);
-    fj_free(sym.p);
-    fj_free(str.p);
-    fj_free(shstr.p);
-    fj_free(meta.p);
-    fj_free(head.p);
-    if (st != FJ_OK) {
-        uw_image_bytes_free(out);
-        return fj_fail(FJ_ERR_NO_MEMORY, "arena image: out of memory (%zu kernels)", n);
-    }
+fj_status uw_image_new(const uw_image_map *m, uw_image **out) {
+    *out = NULL;
+    const uint64_t page = m->page;
+    if (!m->hdr || !m->meta || page < HEADER_MAX || (page & (page - 1)) || m->code_off < page ||
+        m->code_off % page || m->meta_off % page || m->meta_off < m->code_off + m->code_span ||
+        m->meta_off + m->meta_room > (uint64_t)INT32_MAX)
+        return fj_fail(FJ_ERR_INVALID_ARG, "arena image: bad layout (code %#llx+%#llx, "
+                       "metadata %#llx+%#llx)", (unsigned long long)m->code_off,
+                       (unsigned long long)m->code_span, (unsigned long long)m->meta_off,
+                       (unsigned long long)m->meta_room);
+    uw_image *im = fj_calloc(1, sizeof *im);
+    if (!im) return fj_fail(FJ_ERR_NO_MEMORY, "arena image: out of memory");
+    im->m = *m;
+    hash_init(&im->h);
+    hash_u64(&im->h, m->code_off);
+    hash_u64(&im->h, m->code_span);
+    hash_u64(&im->h, m->meta_off);
+    *out = im;
     return FJ_OK;
 }
 
-void uw_image_bytes_free(uw_image_bytes *b) {
-    if (!b) return;
-    fj_free(b->hdr);
-    fj_free(b->meta);
-    b->hdr = b->meta = NULL;
-    b->hdr_len = b->meta_len = 0;
+void uw_image_free(uw_image *im) {
+    if (!im) return;
+    fj_free(im->fns);
+    fj_free(im);
+}
+
+size_t uw_image_count(const uw_image *im) { return im ? im->n : 0; }
+
+/* ---- The header page ------------------------------------------------------- */
+
+static void write_header(uw_image *im) {
+    const uw_image_map *m = &im->m;
+    const img_layout *l = &im->l;
+    const uint64_t n = im->n;
+    const uint64_t hdr_v = m->meta_off + l->hdr, eh_v = m->meta_off + l->eh;
+    const uint64_t hdr_len = 12 + 8 * n, load_len = eh_v + im->eh_len - hdr_v;
+    uint8_t *h = m->hdr;
+
+    uint32_t shname[S__N], nm = 0;
+    char shstr[96];
+    for (int i = 0; i < S__N; i++) {
+        shname[i] = nm;
+        size_t k = strlen(sec_names[i]) + 1;
+        memcpy(shstr + nm, sec_names[i], k);
+        nm += (uint32_t)k;
+    }
+    Elf64_Shdr sh[S__N] = {
+        [S_NOTE] = {.sh_type = SHT_NOTE, .sh_flags = SHF_ALLOC, .sh_addr = NOTE_OFF,
+                    .sh_offset = NOTE_OFF, .sh_size = NOTE_LEN, .sh_addralign = 4},
+        [S_TEXT] = {.sh_type = SHT_PROGBITS, .sh_flags = SHF_ALLOC | SHF_EXECINSTR,
+                    .sh_addr = m->code_off, .sh_offset = m->code_off, .sh_size = m->code_span,
+                    .sh_addralign = 64},
+        [S_EH_HDR] = {.sh_type = SHT_PROGBITS, .sh_flags = SHF_ALLOC, .sh_addr = hdr_v,
+                      .sh_offset = hdr_v, .sh_size = hdr_len, .sh_addralign = 4},
+        [S_EH] = {.sh_type = SHT_PROGBITS, .sh_flags = SHF_ALLOC, .sh_addr = eh_v,
+                  .sh_offset = eh_v, .sh_size = im->eh_len, .sh_addralign = 8},
+        [S_SYMTAB] = {.sh_type = SHT_SYMTAB, .sh_offset = m->meta_off + l->sym,
+                      .sh_size = SYM * (n + 1), .sh_link = S_STRTAB, .sh_info = 1,
+                      .sh_addralign = 8, .sh_entsize = SYM},
+        [S_STRTAB] = {.sh_type = SHT_STRTAB, .sh_offset = m->meta_off + l->str,
+                      .sh_size = im->str_len, .sh_addralign = 1},
+        [S_SHSTRTAB] = {.sh_type = SHT_STRTAB, .sh_offset = SHSTR_OFF, .sh_size = nm,
+                        .sh_addralign = 1},
+    };
+    for (int i = 0; i < S__N; i++) sh[i].sh_name = shname[i];
+    const uint64_t head_len = NOTE_OFF + NOTE_LEN;
+    Elf64_Phdr ph[P__N] = {
+        [P_HDR] = {.p_type = PT_LOAD, .p_flags = PF_R, .p_filesz = head_len,
+                   .p_memsz = head_len, .p_align = m->page},
+        [P_CODE] = {.p_type = PT_LOAD, .p_flags = PF_R | PF_X, .p_offset = m->code_off,
+                    .p_vaddr = m->code_off, .p_paddr = m->code_off, .p_filesz = m->code_span,
+                    .p_memsz = m->code_span, .p_align = m->page},
+        [P_META] = {.p_type = PT_LOAD, .p_flags = PF_R, .p_offset = hdr_v, .p_vaddr = hdr_v,
+                    .p_paddr = hdr_v, .p_filesz = load_len, .p_memsz = load_len,
+                    .p_align = m->page},
+        [P_NOTE] = {.p_type = PT_NOTE, .p_flags = PF_R, .p_offset = NOTE_OFF,
+                    .p_vaddr = NOTE_OFF, .p_paddr = NOTE_OFF, .p_filesz = NOTE_LEN,
+                    .p_memsz = NOTE_LEN, .p_align = 4},
+        [P_EH] = {.p_type = PT_GNU_EH_FRAME, .p_flags = PF_R, .p_offset = hdr_v,
+                  .p_vaddr = hdr_v, .p_paddr = hdr_v, .p_filesz = hdr_len, .p_memsz = hdr_len,
+                  .p_align = 4},
+    };
+    uint8_t note[NOTE_LEN];
+    uint32_t nh[3] = {4, BUILD_ID_LEN, NT_GNU_BUILD_ID};
+    memcpy(note, nh, sizeof nh);
+    memcpy(note + 12, "GNU", 4);
+    memcpy(note + 16, im->build_id, BUILD_ID_LEN);
+
+    memcpy(h + SHSTR_OFF, shstr, nm);
+    memcpy(h + SH_OFF, sh, sizeof sh);
+    memcpy(h + PH_OFF, ph, sizeof ph);
+    memcpy(h + NOTE_OFF, note, sizeof note);
+    if (!im->ehdr) {
+        /* The ELF header never changes: written once, last, so that the
+         * file is not an ELF file before it is a complete one. */
+        Elf64_Ehdr e = {
+            .e_type = ET_DYN,
+            .e_machine = EM_X86_64,
+            .e_version = EV_CURRENT,
+            .e_phoff = PH_OFF,
+            .e_shoff = SH_OFF,
+            .e_ehsize = sizeof(Elf64_Ehdr),
+            .e_phentsize = sizeof(Elf64_Phdr),
+            .e_phnum = P__N,
+            .e_shentsize = sizeof(Elf64_Shdr),
+            .e_shnum = S__N,
+            .e_shstrndx = S_SHSTRTAB,
+        };
+        memcpy(e.e_ident, ELFMAG, SELFMAG);
+        e.e_ident[EI_CLASS] = ELFCLASS64;
+        e.e_ident[EI_DATA] = ELFDATA2LSB;
+        e.e_ident[EI_VERSION] = EV_CURRENT;
+        e.e_ident[EI_OSABI] = ELFOSABI_NONE;
+        memcpy(h, &e, sizeof e);
+        im->ehdr = 1;
+    }
+}
+
+/* ---- Rewriting the whole metadata -------------------------------------------- */
+
+/* Writes an FDE of len bytes at .eh_frame offset pos: the bytes of src
+ * (an FDE of ours, or NULL: a new one from prog) with its CIE pointer and
+ * pc-relative address made right for pos. */
+static void put_fde_at(uint8_t *dst, uint64_t pos, uint64_t eh_v, uint64_t pc_v, uint32_t size,
+                       const uint8_t *src, const uint8_t *prog, size_t prog_len, uint32_t len) {
+    if (src) {
+        memcpy(dst, src, len);
+    } else {
+        wr32(dst, len - 4);
+        wr32(dst + 12, size);
+        dst[16] = 0; /* no augmentation data */
+        memcpy(dst + 17, prog, prog_len);
+        memset(dst + 17 + prog_len, 0, len - 17 - prog_len); /* DW_CFA_nop */
+    }
+    wr32(dst + 4, (uint32_t)(pos + 4)); /* back to the CIE at offset 0 */
+    wr32(dst + 8, rel32(pc_v, eh_v + pos + 8));
+}
+
+typedef struct tbl_ent {
+    uint64_t start; /* ELF address of the kernel */
+    uint64_t fde;   /* of its FDE */
+} tbl_ent;
+
+static int tbl_cmp(const void *a, const void *b) {
+    const tbl_ent *x = a, *y = b;
+    return (x->start > y->start) - (x->start < y->start);
+}
+
+/* Rooms for a version holding n kernels with eh and str bytes used:
+ * twice that (tight: an eighth more), and where it goes: at the start of
+ * the area if it fits before the current version, else right after it. */
+static int plan(const uw_image *im, uint64_t n, uint64_t eh, uint64_t str, int tight,
+                img_layout *out) {
+    uint64_t ncap = tight ? n + n / 8 + 4 : (n < 16 ? 32 : 2 * n);
+    uint64_t eh_cap = tight ? eh + eh / 8 + 256 : (eh < 1024 ? 2048 : 2 * eh);
+    uint64_t str_cap = tight ? str + str / 8 + 256 : (str < 512 ? 1024 : 2 * str);
+    img_layout l = layout_at(0, ncap, eh_cap, str_cap, im->m.page);
+    uint64_t at = !im->written || l.end <= im->l.at ? 0 : im->l.end;
+    if (at + l.end > im->m.meta_room) return 0;
+    *out = layout_at(at, ncap, eh_cap, str_cap, im->m.page);
+    return 1;
+}
+
+/* Writes a new version with the kernels live() keeps (all if live is
+ * NULL) and room for one more needing eh_more and str_more bytes
+ * (eh_more == 0: none), switches the header page to it and gives the old
+ * one back. Nothing changes in the file when it fails. */
+static fj_status rewrite(uw_image *im, int (*live)(const void *tag), uint64_t eh_more,
+                         uint64_t str_more, void *ctx) {
+    const uw_image_map *m = &im->m;
+    uint8_t *keep = fj_malloc(im->n + 1);
+    tbl_ent *tbl = fj_malloc((im->n + 1) * sizeof *tbl);
+    uw_buf cie = {0};
+    fj_status st = FJ_OK;
+    if (!keep || !tbl) {
+        st = fj_fail(FJ_ERR_NO_MEMORY, "arena image: out of memory");
+        goto out;
+    }
+    put_cie(&cie);
+    if (cie.oom) {
+        st = fj_fail(FJ_ERR_NO_MEMORY, "arena image: out of memory");
+        goto out;
+    }
+    uint64_t n = 0, eh = cie.len, str = 1;
+    for (size_t i = 0; i < im->n; i++) {
+        const img_fn *f = &im->fns[i];
+        keep[i] = !live || live(f->tag);
+        if (!keep[i]) continue;
+        n++;
+        eh += f->fde_len;
+        str += strlen((const char *)m->meta + im->l.str + f->name) + 1;
+    }
+    img_layout nl;
+    uint64_t nn = n + (eh_more != 0);
+    if (!plan(im, nn, eh + eh_more, str + str_more, 0, &nl) &&
+        !plan(im, nn, eh + eh_more, str + str_more, 1, &nl)) {
+        st = fj_fail(FJ_ERR_NO_MEMORY, "arena image: %llu kernels need more than the %llu bytes "
+                     "of metadata room after the arena", (unsigned long long)nn,
+                     (unsigned long long)m->meta_room);
+        goto out;
+    }
+    st = m->back(ctx, nl.at, nl.end - nl.at);
+    if (st != FJ_OK) goto out;
+
+    /* The new version, in bytes nobody reads yet. */
+    uint8_t *mem = m->meta;
+    const uint64_t eh_v = m->meta_off + nl.eh, hdr_v = m->meta_off + nl.hdr;
+    memcpy(mem + nl.eh, cie.p, cie.len);
+    memset(mem + nl.sym, 0, SYM); /* the null symbol */
+    mem[nl.str] = 0;
+    uint64_t pos = cie.len, spos = 1;
+    size_t j = 0;
+    int sorted = 1;
+    for (size_t i = 0; i < im->n; i++) {
+        if (!keep[i]) continue;
+        img_fn f = im->fns[i];
+        const uint64_t pc_v = fn_vaddr(im, f.start);
+        put_fde_at(mem + nl.eh + pos, pos, eh_v, pc_v, f.size, mem + im->l.eh + f.fde, NULL, 0,
+                   f.fde_len);
+        const char *name = (const char *)mem + im->l.str + f.name;
+        size_t k = strlen(name) + 1;
+        memcpy(mem + nl.str + spos, name, k);
+        Elf64_Sym s = {.st_name = (uint32_t)spos,
+                       .st_info = ELF64_ST_INFO(STB_GLOBAL, STT_FUNC),
+                       .st_other = STV_DEFAULT,
+                       .st_shndx = S_TEXT,
+                       .st_value = pc_v,
+                       .st_size = f.size};
+        memcpy(mem + nl.sym + SYM * (j + 1), &s, sizeof s);
+        tbl[j] = (tbl_ent){pc_v, eh_v + pos};
+        if (j && tbl[j].start < tbl[j - 1].start) sorted = 0;
+        f.fde = (uint32_t)pos;
+        f.name = (uint32_t)spos;
+        im->fns[j++] = f; /* j <= i: in place */
+        pos += f.fde_len;
+        spos += k;
+    }
+    if (!sorted) qsort(tbl, j, sizeof *tbl, tbl_cmp);
+    uint8_t *hp = mem + nl.hdr;
+    hp[0] = 1;
+    hp[1] = DW_EH_PE_pcrel | DW_EH_PE_sdata4;   /* eh_frame_ptr */
+    hp[2] = DW_EH_PE_udata4;                    /* fde_count */
+    hp[3] = DW_EH_PE_datarel | DW_EH_PE_sdata4; /* table */
+    wr32(hp + 4, rel32(eh_v, hdr_v + 4));
+    wr32(hp + 8, (uint32_t)j);
+    for (size_t i = 0; i < j; i++) {
+        wr32(hp + 12 + 8 * i, rel32(tbl[i].start, hdr_v));
+        wr32(hp + 16 + 8 * i, rel32(tbl[i].fde, hdr_v));
+    }
+
+    /* Switch to it, then give the old one back. */
+    const img_layout old = im->l;
+    const int had = im->written;
+    if (j != im->n) { /* kernels were dropped: a new version */
+        hash_u64(&im->h, 0x636f6d70616374ull);
+        hash_u64(&im->h, j);
+        hash_final(&im->h, im->build_id);
+        im->versions++;
+    }
+    im->n = j;
+    im->l = nl;
+    im->eh_len = pos;
+    im->str_len = spos;
+    im->written = 1;
+    im->rewrites++;
+    write_header(im);
+    if (had && old.at > nl.at) m->discard(ctx, nl.end, 0, 1);
+    else if (had) m->discard(ctx, old.at, old.end - old.at, 0);
+out:
+    fj_free(keep);
+    fj_free(tbl);
+    fj_free(cie.p);
+    return st;
+}
+
+/* ---- Adding kernels, compacting ---------------------------------------------- */
+
+fj_status uw_image_add(uw_image *im, const uw_func *f, const uint8_t *code, const void *tag,
+                       void *ctx) {
+    fj_status st = uw_check_func(f);
+    if (st != FJ_OK) return st;
+    const uw_image_map *m = &im->m;
+    if (f->start < m->lo || f->start + f->size > m->lo + m->code_span)
+        return fj_fail(FJ_ERR_INVALID_ARG, "arena image: %s outside the arena", f->name);
+    if (im->n == im->cap) {
+        size_t cap = im->cap ? im->cap * 2 : 32;
+        img_fn *v = fj_realloc(im->fns, cap * sizeof *v);
+        if (!v) return fj_fail(FJ_ERR_NO_MEMORY, "arena image: out of memory");
+        im->fns = v;
+        im->cap = cap;
+    }
+    uint8_t *prog;
+    size_t prog_len;
+    st = cfa_program(f, &prog, &prog_len);
+    if (st != FJ_OK) return st;
+    const uint32_t fde_len = (uint32_t)up(17 + prog_len, 8);
+    const size_t name_len = strlen(f->name) + 1;
+    const img_layout *l = &im->l;
+    if (!im->written || im->n + 1 > l->ncap || im->eh_len + fde_len > l->eh_cap ||
+        im->str_len + name_len > l->str_cap) {
+        st = rewrite(im, NULL, fde_len, name_len, ctx);
+        if (st != FJ_OK) {
+            fj_free(prog);
+            return st;
+        }
+    }
+    /* Past what the header page says: invisible until it says more. */
+    uint8_t *mem = m->meta;
+    const uint64_t hdr_v = m->meta_off + l->hdr, eh_v = m->meta_off + l->eh;
+    const uint64_t pc_v = fn_vaddr(im, f->start), pos = im->eh_len;
+    put_fde_at(mem + l->eh + pos, pos, eh_v, pc_v, (uint32_t)f->size, NULL, prog, prog_len,
+               fde_len);
+    memcpy(mem + l->str + im->str_len, f->name, name_len);
+    Elf64_Sym s = {.st_name = (uint32_t)im->str_len,
+                   .st_info = ELF64_ST_INFO(STB_GLOBAL, STT_FUNC),
+                   .st_other = STV_DEFAULT,
+                   .st_shndx = S_TEXT,
+                   .st_value = pc_v,
+                   .st_size = f->size};
+    memcpy(mem + l->sym + SYM * (im->n + 1), &s, sizeof s);
+    /* The search table: after the last entry that starts lower (the end,
+     * unless kernels were described out of address order), then the count. */
+    uint8_t *hp = mem + l->hdr;
+    const int32_t rs = (int32_t)rel32(pc_v, hdr_v);
+    size_t at = im->n;
+    while (at > 0 && rd32s(hp + 12 + 8 * (at - 1)) > rs) at--;
+    memmove(hp + 12 + 8 * (at + 1), hp + 12 + 8 * at, 8 * (im->n - at));
+    wr32(hp + 12 + 8 * at, (uint32_t)rs);
+    wr32(hp + 16 + 8 * at, rel32(eh_v + pos, hdr_v));
+    wr32(hp + 8, (uint32_t)(im->n + 1));
+
+    im->fns[im->n++] = (img_fn){.start = f->start, .tag = tag, .size = (uint32_t)f->size,
+                                .fde = (uint32_t)pos, .fde_len = fde_len,
+                                .name = (uint32_t)im->str_len};
+    im->eh_len += fde_len;
+    im->str_len += name_len;
+    hash_u64(&im->h, pc_v);
+    hash_u64(&im->h, f->size);
+    hash_u64(&im->h, hash_bytes(f->name, name_len, 1));
+    hash_u64(&im->h, hash_bytes(prog, prog_len, 2));
+    hash_u64(&im->h, code ? hash_bytes(code, f->size, 3) : 0);
+    hash_final(&im->h, im->build_id);
+    im->versions++;
+    fj_free(prog);
+    write_header(im); /* last: the new sizes and build-id */
+    return FJ_OK;
+}
+
+fj_status uw_image_compact(uw_image *im, int (*live)(const void *tag), void *ctx) {
+    if (!im->written) return FJ_OK;
+    return rewrite(im, live, 0, 0, ctx);
+}
+
+void uw_image_get_stats(const uw_image *im, uw_image_stats *st) {
+    memset(st, 0, sizeof *st);
+    if (!im) return;
+    st->kernels = im->n;
+    st->versions = im->versions;
+    st->rewrites = im->rewrites;
+    memcpy(st->build_id, im->build_id, BUILD_ID_LEN);
+    if (!im->written) return;
+    st->meta_off = im->m.meta_off + im->l.at;
+    st->meta_bytes = 12 + 8 * im->n + im->eh_len + SYM * (im->n + 1) + im->str_len;
+    st->meta_reserved = im->l.end - im->l.at;
 }
 
 /* ---- jitdump unwind data ------------------------------------------------------

@@ -3,6 +3,9 @@
  * and the trap-flag "every instruction unwinds" harness. */
 #include "fjtest.h"
 
+#include <check.h>
+#include <stdlib.h>
+
 #include <dlfcn.h>
 #include <execinfo.h>
 #include <pthread.h>
@@ -517,4 +520,12 @@ fj_status fjt_build_csr_kernel(fj_runtime *rt, const char *name, const void *cb,
     for (int i = 1; i < FJT_KREGS; i++) fj_emit(b, FJ_OR, fj_r64(g[0]), fj_r64(g[i]));
     fj_return(b, fj_r64(g[0]));
     return fj_builder_finish(b, out);
+}
+
+int fjt_run_suite(Suite *s) {
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

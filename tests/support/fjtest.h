@@ -8,6 +8,11 @@
 
 #include "framejit.h"
 
+/* Runs a Check suite (takes ownership of it) and returns the process exit
+ * status: EXIT_SUCCESS when every test passed. */
+struct Suite;
+int fjt_run_suite(struct Suite *s);
+
 /* Scans /proc/self/maps; returns 1 and describes the first mapping that is
  * both writable and executable, else 0. */
 int fjt_maps_has_wx(char *detail, size_t n);
