@@ -519,7 +519,7 @@ fj_status cc_place(cc_cache *c, const uint8_t *code, size_t len, const char *nam
     c->nlive++;
     pthread_mutex_unlock(&c->lock);
     finish_retire(c, work);
-    fj_log(2, "codecache: placed '%s' (%zu bytes) at %#lx", name, len, (unsigned long)r->e.start);
+    fj_log(3, "codecache: placed '%s' (%zu bytes) at %#lx", name, len, (unsigned long)r->e.start);
     *out = &r->e;
     return FJ_OK;
 fail:

@@ -5,6 +5,7 @@
  * The warm path is a handful of compares, one acquire load of the pinned
  * kernel and the call: no lock, no hash, no allocation. */
 #include "runtime/eltslot.h"
+#include "runtime/image.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -128,6 +129,7 @@ fj_status fj_eltwise_f32(fj_runtime *rt, fj_eltwise_op op, float alpha, float be
     /* Warm and small: one acquire load, the call. */
     fj_kernel *k = atomic_load_explicit(&rt->elt[v], memory_order_acquire);
     fj_status s;
+    uint64_t t0 = rt_exec_begin(); /* FRAMEJIT_VERBOSE=2 only: one load when off */
     if (__builtin_expect(k != NULL, 1) && n < PAR_MIN) {
         const float params[2] = {alpha, beta};
         ((kg_elt_fn)k->fn)(src, dst, n, params);
@@ -135,6 +137,7 @@ fj_status fj_eltwise_f32(fj_runtime *rt, fj_eltwise_op op, float alpha, float be
     } else {
         s = run_slow(rt, (kg_elt)v, alpha, beta, src, dst, n);
     }
+    rt_exec_end(t0, "fj_eltwise_f32", "op=%d n=%zu", (int)op, n);
     /* Keeps these calls from becoming tail calls: the caller's frame (and
      * ours) must stay on the stack for every unwinder. */
     __asm__ volatile("" ::: "memory");

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "runtime/gemm_int.h"
+#include "runtime/image.h"
 #include "runtime/kcache.h"
 #include "runtime/pool.h"
 #include "runtime/rt.h"
@@ -665,7 +666,10 @@ fj_status fj_gemm_f32(fj_runtime *rt, char transa, char transb, int64_t m, int64
     if (s != FJ_OK || m == 0 || n == 0) return s;
     gemm_plan p;
     s = gemm_plan_init(rt, &p, ta, tb, m, n, k, lda, ldb, ldc, alpha, beta, 0, 0, 0, 0);
+    uint64_t t0 = rt_exec_begin();
     if (s == FJ_OK) s = gemm_run(&p, a, b, NULL, c, rt_threads(rt));
+    rt_exec_end(t0, "fj_gemm_f32", "m=%lld n=%lld k=%lld", (long long)m, (long long)n,
+                (long long)k);
     gemm_plan_release(&p);
     return s;
 }
@@ -710,7 +714,11 @@ fj_status fj_gemm_execute(const fj_gemm *g, const float *a, const float *b, cons
     if (g->has_bias && p->m && p->n && !bias)
         return fj_fail(FJ_ERR_INVALID_ARG, "fj_gemm_execute: bias is NULL but the descriptor "
                        "has has_bias");
-    return gemm_run(p, a, b, g->has_bias ? bias : NULL, c, rt_threads(p->rt));
+    uint64_t t0 = rt_exec_begin();
+    s = gemm_run(p, a, b, g->has_bias ? bias : NULL, c, rt_threads(p->rt));
+    rt_exec_end(t0, "fj_gemm_execute", "m=%lld n=%lld k=%lld", (long long)p->m,
+                (long long)p->n, (long long)p->k);
+    return s;
 }
 
 void fj_gemm_destroy(fj_gemm *g) {

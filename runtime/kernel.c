@@ -97,9 +97,8 @@ fj_status rt_finish(fj_runtime *rt, fj_builder *b, fj_kernel **out) {
     rt->kernels = k;
     pthread_mutex_unlock(&rt->lock);
     if (fj_verbose())
-        fj_log(1, "kernel,%s,%s,%zu,%.1f,%s", k->entry->name,
-               rt->isa == FJ_ISA_AVX512 ? "avx512" : "avx2", code.code_len, now_us() - t0,
-               cc_backing(rt->cache));
+        rt_verbose_kernel(k->entry, rt->isa == FJ_ISA_AVX512 ? "avx512" : "avx2", code.code_len,
+                          now_us() - t0);
     kb_code_free(&code);
     kb_free(b);
     *out = k;

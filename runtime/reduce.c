@@ -2,6 +2,7 @@
  * the thread pool in fixed chunks (each row reduced by one kernel call in
  * one fixed order, so the thread count never changes a result). */
 #include "runtime/eltslot.h"
+#include "runtime/image.h"
 
 #include <math.h>
 #include <string.h>
@@ -80,6 +81,7 @@ fj_status fj_reduce_f32(fj_runtime *rt, fj_reduce_op op, int64_t rows, int64_t c
     float fc = (float)cols;
     memcpy(&shape[2], &fc, sizeof fc);
     kg_reduce_fn fn = (kg_reduce_fn)k->fn;
+    uint64_t t0 = rt_exec_begin();
     int64_t per = RED_CHUNK / cols + 1;
     if (rt->opts.threads > 1 && rows > 1 && rows * cols >= RED_PAR_MIN && rows > per) {
         red_ctx c = {fn, src, dst, rows, per, ld, shape};
@@ -87,6 +89,7 @@ fj_status fj_reduce_f32(fj_runtime *rt, fj_reduce_op op, int64_t rows, int64_t c
     } else {
         fn(src, dst, rows, shape);
     }
+    rt_exec_end(t0, k->entry->name, "rows=%lld cols=%lld", (long long)rows, (long long)cols);
     __asm__ volatile("" ::: "memory");
     return FJ_OK;
 }

@@ -2,6 +2,7 @@
  * over the thread pool in fixed chunks (a row's result never depends on
  * the thread count). */
 #include "runtime/eltslot.h"
+#include "runtime/image.h"
 
 #include "kernels/softmax.h"
 #include "runtime/pool.h"
@@ -53,6 +54,7 @@ fj_status fj_softmax_f32(fj_runtime *rt, int log, int64_t rows, int64_t cols, co
     if (s != FJ_OK) return s;
     const int64_t shape[3] = {cols, ld_src, ld_dst};
     kg_softmax_fn fn = (kg_softmax_fn)k->fn;
+    uint64_t t0 = rt_exec_begin();
     int64_t per = SM_CHUNK / cols + 1;
     if (rt->opts.threads > 1 && rows > per && rows * cols >= SM_PAR_MIN) {
         sm_ctx c = {fn, src, dst, rows, per, shape};
@@ -60,6 +62,7 @@ fj_status fj_softmax_f32(fj_runtime *rt, int log, int64_t rows, int64_t cols, co
     } else {
         fn(src, dst, rows, shape);
     }
+    rt_exec_end(t0, k->entry->name, "rows=%lld cols=%lld", (long long)rows, (long long)cols);
     __asm__ volatile("" ::: "memory");
     return FJ_OK;
 }

@@ -145,7 +145,7 @@ fj_status uw_register(const uw_func *fns, size_t n, unsigned backends, uw_object
         if (st != FJ_OK) goto fail;
         o->done |= UW_GDB;
     }
-    fj_log(2, "unwind: registered %zu kernel(s) at %#lx..%#lx (%s%s%s)", n, (unsigned long)lo,
+    fj_log(3, "unwind: registered %zu kernel(s) at %#lx..%#lx (%s%s%s)", n, (unsigned long)lo,
            (unsigned long)hi, o->done & UW_LIBGCC ? " libgcc" : "",
            o->done & UW_LIBUNWIND ? " libunwind" : "", o->done & UW_GDB ? " gdb" : "");
     *out = o;
