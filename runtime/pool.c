@@ -4,29 +4,65 @@
  * it calls the outlined function, so samples in JIT code on the master
  * thread lose the caller's stack. Here the caller runs chunks itself,
  * directly from its own frame, and workers are plain pthreads built with
- * frame pointers. */
+ * frame pointers.
+ *
+ * Hand-off: one GEMM makes several rt_parallel calls back to back (pack B,
+ * compute, next k block...), and a sleeping thread takes tens of
+ * microseconds to wake (more in a VM, where an idle vCPU halts). So a
+ * worker spins for a while after a job before it sleeps on the condvar,
+ * and the caller spins for the workers' completion before it sleeps: jobs
+ * in quick succession pass through one atomic word each way. The mutex and
+ * the condvars are touched only when someone actually sleeps. */
 #include "runtime/pool.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <time.h>
 
 #include "runtime/rt.h"
+
+/* How long a thread busy-waits before sleeping (nanoseconds): long enough
+ * to bridge the gaps between the jobs of one GEMM and between calls in a
+ * loop, short enough that it keeps the scheduler's credit of a thread that
+ * sleeps. A thread that spins for long (or yields in a loop) is charged
+ * like a CPU hog and, on a busy machine, gets preempted for whole time
+ * slices while holding a chunk that everyone else then waits for
+ * (measured: with another library's spinning threads alive, 2-thread GEMM
+ * was no better with 0.3-2 ms spins and yields than with short spins). */
+enum { WORKER_SPIN_NS = 100 * 1000, CALLER_SPIN_NS = 100 * 1000 };
 
 struct rt_pool {
     int nworkers;
     pthread_t *threads;
-    pthread_mutex_t lock;
-    pthread_cond_t wake, done;
-    uint64_t generation;    /* bumped for each job */
-    int stop;
-    /* The current job. */
+    /* The current job, written by the caller before it publishes `job`
+     * and left alone until `running` drops to 0. */
     rt_chunk_fn fn;
     void *ctx;
     int64_t nchunks;
-    int active;             /* workers allowed to join this job */
-    atomic_llong next;      /* next chunk to claim */
-    int running;            /* workers still inside the job */
+    /* Claimed chunks, on its own line: every claim writes it. */
+    _Alignas(64) atomic_llong next;
+    /* (generation << 16) | workers allowed to join: one word, so a worker
+     * never pairs one job's generation with another's count. */
+    _Alignas(64) _Atomic uint64_t job;
+    atomic_int stop;
+    atomic_int sleepers;    /* workers in (or about to enter) the wake wait */
+    _Alignas(64) atomic_int running;  /* workers still inside the job */
+    atomic_int caller_waits;          /* the caller sleeps on `done` */
+    _Alignas(64) pthread_mutex_t lock;
+    pthread_cond_t wake, done;
 };
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
 
 static void run_chunks(rt_pool *p) {
     for (;;) {
@@ -41,28 +77,57 @@ typedef struct worker_arg {
     int index;
 } worker_arg;
 
+/* The next job word after `seen`, or 0 when the pool stops. */
+static uint64_t wait_job(rt_pool *p, uint64_t seen) {
+    uint64_t j;
+    uint64_t t0 = now_ns();
+    for (unsigned spins = 1;; spins++) {
+        if (atomic_load_explicit(&p->stop, memory_order_acquire)) return 0;
+        j = atomic_load_explicit(&p->job, memory_order_acquire);
+        if (j != seen) return j;
+        cpu_relax();
+        if (!(spins & 31) && now_ns() - t0 > WORKER_SPIN_NS) break;
+    }
+    pthread_mutex_lock(&p->lock);
+    atomic_fetch_add_explicit(&p->sleepers, 1, memory_order_seq_cst);
+    for (;;) {
+        if (atomic_load_explicit(&p->stop, memory_order_seq_cst)) {
+            j = 0;
+            break;
+        }
+        j = atomic_load_explicit(&p->job, memory_order_seq_cst);
+        if (j != seen) break;
+        pthread_cond_wait(&p->wake, &p->lock);
+    }
+    atomic_fetch_sub_explicit(&p->sleepers, 1, memory_order_relaxed);
+    pthread_mutex_unlock(&p->lock);
+    return j;
+}
+
 static void *worker_main(void *arg) {
     worker_arg wa = *(worker_arg *)arg;
     fj_free(arg);
     rt_pool *p = wa.p;
     uint64_t seen = 0;
-    pthread_mutex_lock(&p->lock);
     for (;;) {
-        while (!p->stop && p->generation == seen) pthread_cond_wait(&p->wake, &p->lock);
-        if (p->stop) break;
-        seen = p->generation;
-        if (wa.index >= p->active) continue;
-        pthread_mutex_unlock(&p->lock);
+        uint64_t j = wait_job(p, seen);
+        if (!j) break;
+        seen = j;
+        if (wa.index >= (int)(j & 0xffff)) continue;
         run_chunks(p);
-        pthread_mutex_lock(&p->lock);
-        if (--p->running == 0) pthread_cond_signal(&p->done);
+        if (atomic_fetch_sub_explicit(&p->running, 1, memory_order_seq_cst) == 1 &&
+            atomic_load_explicit(&p->caller_waits, memory_order_seq_cst)) {
+            pthread_mutex_lock(&p->lock);
+            pthread_cond_signal(&p->done);
+            pthread_mutex_unlock(&p->lock);
+        }
     }
-    pthread_mutex_unlock(&p->lock);
     return NULL;
 }
 
 fj_status rt_pool_create(int workers, rt_pool **out) {
     rt_pool *p = fj_calloc(1, sizeof *p);
+    if (workers > 0xffff) workers = 0xffff;
     if (!p || !(p->threads = fj_calloc((size_t)workers, sizeof(pthread_t)))) {
         fj_free(p);
         return fj_fail(FJ_ERR_NO_MEMORY, "thread pool: out of memory");
@@ -88,7 +153,7 @@ fj_status rt_pool_create(int workers, rt_pool **out) {
 void rt_pool_destroy(rt_pool *p) {
     if (!p) return;
     pthread_mutex_lock(&p->lock);
-    p->stop = 1;
+    atomic_store(&p->stop, 1);
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->lock);
     for (int i = 0; i < p->nworkers; i++) pthread_join(p->threads[i], NULL);
@@ -120,19 +185,38 @@ void rt_parallel(fj_runtime *rt, int64_t nchunks, int nthreads, rt_chunk_fn fn, 
         for (int64_t i = 0; i < nchunks; i++) fn(ctx, i);
         return;
     }
-    pthread_mutex_lock(&p->lock);
+    int active = nthreads - 1;
+    if (active > p->nworkers) active = p->nworkers;
     p->fn = fn;
     p->ctx = ctx;
     p->nchunks = nchunks;
-    p->active = nthreads - 1;
-    p->running = nthreads - 1;
-    atomic_store(&p->next, 0);
-    p->generation++;
-    pthread_cond_broadcast(&p->wake);
-    pthread_mutex_unlock(&p->lock);
+    atomic_store_explicit(&p->running, active, memory_order_relaxed);
+    atomic_store_explicit(&p->next, 0, memory_order_relaxed);
+    uint64_t j = atomic_load_explicit(&p->job, memory_order_relaxed);
+    j = ((j >> 16) + 1) << 16 | (uint64_t)active;
+    /* Publishes the fields above (release), and orders against the
+     * sleepers check (seq_cst; a worker going to sleep bumps sleepers
+     * before it re-reads job). */
+    atomic_store_explicit(&p->job, j, memory_order_seq_cst);
+    if (atomic_load_explicit(&p->sleepers, memory_order_seq_cst)) {
+        pthread_mutex_lock(&p->lock);
+        pthread_cond_broadcast(&p->wake);
+        pthread_mutex_unlock(&p->lock);
+    }
     run_chunks(p); /* the caller's share, from the caller's own frame */
-    pthread_mutex_lock(&p->lock);
-    while (p->running > 0) pthread_cond_wait(&p->done, &p->lock);
-    pthread_mutex_unlock(&p->lock);
+    uint64_t t0 = now_ns();
+    for (unsigned spins = 1; atomic_load_explicit(&p->running, memory_order_acquire) > 0;
+         spins++) {
+        cpu_relax();
+        if (!(spins & 31) && now_ns() - t0 > CALLER_SPIN_NS) {
+            pthread_mutex_lock(&p->lock);
+            atomic_store_explicit(&p->caller_waits, 1, memory_order_seq_cst);
+            while (atomic_load_explicit(&p->running, memory_order_seq_cst) > 0)
+                pthread_cond_wait(&p->done, &p->lock);
+            atomic_store_explicit(&p->caller_waits, 0, memory_order_relaxed);
+            pthread_mutex_unlock(&p->lock);
+            break;
+        }
+    }
     pthread_mutex_unlock(&rt->pool_lock);
 }

@@ -229,6 +229,8 @@ static const char *tunes512[] = {
     "da=0,db=0,kc=16,mc=28,nc=64,mt=1",
     "da=0,db=0,kc=16,mc=28,nc=64,mt=1,shared=1",
     "da=1,db=0,kc=24,mc=14,nc=32,mt=1,shared=1",
+    "da=0,db=0,kc=16,mt=1,shared=1,rpt=1",
+    "da=0,db=0,kc=24,mc=14,mt=1,shared=1,rpt=16",
     "da=1,db=1,kc=24,mc=14,nc=32,mt=1",
     "da=1,db=0,kc=8,mt=1",
     "mr=6,nv=4,da=0,db=0,mt=1",
@@ -358,9 +360,10 @@ END_TEST
 START_TEST(threads_bitwise) {
     fj_runtime *rt1 = make_rt(FJ_ISA_AUTO, 1), *rt2 = make_rt(FJ_ISA_AUTO, 2);
     seed(5);
-    for (int tr = 0; tr < 8; tr++) {
+    static const char *tunes[] = {NULL, "shared=1", "shared=1,rpt=1", "shared=1,rpt=64"};
+    for (int tr = 0; tr < 16; tr++) {
         gcase t = {.ta = tr & 1, .tb = tr >> 1 & 1, .m = 301, .n = 277, .k = 293, .alpha = 0.5f,
-                   .beta = -1, .tune = tr >= 4 ? "shared=1" : NULL};
+                   .beta = -1, .tune = tunes[tr >> 2]};
         t.lda = (t.ta ? t.m : t.k) + 3;
         t.ldb = (t.tb ? t.k : t.n);
         t.ldc = t.n + 2;
