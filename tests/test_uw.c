@@ -18,76 +18,13 @@
 
 #include "unwindinfo/uw.h"
 #include "fjtest.h"
-
-/* The GDB JIT descriptor (uw_gdbjit.c), as gdb sees it. */
-struct jit_code_entry {
-    struct jit_code_entry *next_entry, *prev_entry;
-    const char *symfile_addr;
-    uint64_t symfile_size;
-};
-struct jit_descriptor {
-    uint32_t version, action_flag;
-    struct jit_code_entry *relevant_entry, *first_entry;
-};
-extern struct jit_descriptor __jit_debug_descriptor;
-
-/* ---- The JIT stub ------------------------------------------------------------
- * void stub(probe *p): records the caller's rbx and return address in *p,
- * saves rbx in its frame, clobbers it, and calls p's callback through rax.
- * An unwinder that recovers the caller's rbx from the frame got the CFI. */
-typedef struct chain {
-    uintptr_t ip[64];
-    uint64_t rbx[64];
-    int n, have_rbx;
-} chain;
-
-typedef struct probe {
-    uint64_t caller_rbx;  /* offset 0: written by the stub */
-    uint64_t caller_ra;   /* offset 8: written by the stub */
-    uintptr_t start, end; /* the stub being walked through */
-    chain gcc, glibc, unw_bt, unw_step;
-} probe;
-
-#define POISON 0x5eadbeefcafef00dull
-
-enum { STUB_SIZE = 51, OFF_POISON = 25, OFF_CALLBACK = 35 };
-static const uint8_t stub_code[STUB_SIZE] = {
-    0x55,                                      /*  0 push rbp */
-    0x48, 0x89, 0xe5,                          /*  1 mov rbp, rsp */
-    0x48, 0x83, 0xec, 0x10,                    /*  4 sub rsp, 16 */
-    0x48, 0x89, 0x5d, 0xf8,                    /*  8 mov [rbp-8], rbx */
-    0x48, 0x89, 0x1f,                          /* 12 mov [rdi], rbx */
-    0x48, 0x8b, 0x45, 0x08,                    /* 15 mov rax, [rbp+8] */
-    0x48, 0x89, 0x47, 0x08,                    /* 19 mov [rdi+8], rax */
-    0x48, 0xbb, 0, 0, 0, 0, 0, 0, 0, 0,        /* 23 mov rbx, POISON */
-    0x48, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0,        /* 33 mov rax, callback */
-    0xff, 0xd0,                                /* 43 call rax */
-    0x48, 0x8b, 0x5d, 0xf8,                    /* 45 mov rbx, [rbp-8] */
-    0xc9,                                      /* 49 leave */
-    0xc3,                                      /* 50 ret */
-};
-static const uw_rec stub_recs[] = {
-    {.off = 1, .kind = UW_PUSH_FP},
-    {.off = 4, .kind = UW_SET_FP},
-    {.off = 12, .kind = UW_SAVE_REG, .reg = 3, .cfa_off = -24},  /* rbx at rbp-8 */
-    {.off = 49, .kind = UW_RESTORE_REG, .reg = 3},
-    {.off = 50, .kind = UW_POP_FP},
-};
-enum { NRECS = sizeof stub_recs / sizeof stub_recs[0] };
-
-typedef void (*stub_fn)(probe *);
+#include "uwstub.h"
 
 /* Maps a page RW, writes `copies` stubs 64 bytes apart, then makes it RX. */
 static uint8_t *stub_page(void (*cb)(probe *), int copies) {
     uint8_t *page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     ck_assert_ptr_ne(page, MAP_FAILED);
-    for (int i = 0; i < copies; i++) {
-        uint8_t *s = page + 64 * i;
-        memcpy(s, stub_code, STUB_SIZE);
-        uint64_t poison = POISON, fn = (uint64_t)(uintptr_t)cb;
-        memcpy(s + OFF_POISON, &poison, 8);
-        memcpy(s + OFF_CALLBACK, &fn, 8);
-    }
+    for (int i = 0; i < copies; i++) stub_put(page + 64 * i, cb);
     ck_assert_int_eq(mprotect(page, 4096, PROT_READ | PROT_EXEC), 0);
     return page;
 }
@@ -95,99 +32,6 @@ static uint8_t *stub_page(void (*cb)(probe *), int copies) {
 static uw_func stub_func(const char *name, const uint8_t *at) {
     return (uw_func){.name = name, .start = (uintptr_t)at, .size = STUB_SIZE, .recs = stub_recs,
                      .nrecs = NRECS};
-}
-
-/* The C frame that calls the stub; not a tail call (unwinders would not
- * see it), hence the asm after the call. */
-static __attribute__((noinline)) void caller_marker(stub_fn fn, probe *p) {
-    fn(p);
-    __asm__ volatile("" ::: "memory");
-}
-
-/* ---- Unwinders, bound explicitly -----------------------------------------
- * The test links libunwind, which exports _Unwind_* and a weak backtrace()
- * too, so libgcc's and glibc's are looked up in their own libraries. */
-struct dwarf_eh_bases {
-    void *tbase, *dbase, *func;
-};
-static struct {
-    _Unwind_Reason_Code (*backtrace)(_Unwind_Trace_Fn, void *);
-    _Unwind_Ptr (*get_ip)(struct _Unwind_Context *);
-    _Unwind_Word (*get_gr)(struct _Unwind_Context *, int);
-    const void *(*find_fde)(void *, struct dwarf_eh_bases *);
-    int (*glibc_backtrace)(void **, int);
-} ux;
-
-static void bind_unwinders(void) {
-    void *g = dlopen("libgcc_s.so.1", RTLD_NOW);
-    ck_assert_msg(g != NULL, "libgcc_s: %s", dlerror());
-    *(void **)&ux.backtrace = dlsym(g, "_Unwind_Backtrace");
-    *(void **)&ux.get_ip = dlsym(g, "_Unwind_GetIP");
-    *(void **)&ux.get_gr = dlsym(g, "_Unwind_GetGR");
-    *(void **)&ux.find_fde = dlsym(g, "_Unwind_Find_FDE");
-    void *c = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
-    ck_assert_msg(c != NULL, "libc: %s", dlerror());
-    *(void **)&ux.glibc_backtrace = dlsym(c, "backtrace");
-    ck_assert(ux.backtrace && ux.get_ip && ux.get_gr && ux.find_fde && ux.glibc_backtrace);
-}
-
-static _Unwind_Reason_Code gcc_frame(struct _Unwind_Context *ctx, void *arg) {
-    chain *c = arg;
-    if (c->n == 64) return _URC_END_OF_STACK;
-    c->ip[c->n] = ux.get_ip(ctx);
-    c->rbx[c->n] = ux.get_gr(ctx, 3);  /* DWARF 3 = rbx */
-    c->n++;
-    return _URC_NO_REASON;
-}
-
-static void walk_all(probe *p) {
-    p->gcc.have_rbx = 1;
-    ux.backtrace(gcc_frame, &p->gcc);
-
-    void *buf[64];
-    p->glibc.n = ux.glibc_backtrace(buf, 64);
-    for (int i = 0; i < p->glibc.n; i++) p->glibc.ip[i] = (uintptr_t)buf[i];
-
-    p->unw_bt.n = unw_backtrace(buf, 64);
-    for (int i = 0; i < p->unw_bt.n; i++) p->unw_bt.ip[i] = (uintptr_t)buf[i];
-
-    unw_context_t uc;
-    unw_cursor_t cur;
-    unw_getcontext(&uc);
-    if (unw_init_local(&cur, &uc) != 0) return;
-    chain *c = &p->unw_step;
-    c->have_rbx = 1;
-    do {
-        unw_word_t ip = 0, rbx = 0;
-        unw_get_reg(&cur, UNW_REG_IP, &ip);
-        unw_get_reg(&cur, UNW_X86_64_RBX, &rbx);
-        c->ip[c->n] = ip;
-        c->rbx[c->n] = rbx;
-        c->n++;
-    } while (c->n < 64 && unw_step(&cur) > 0);
-}
-
-/* NULL if the chain goes through the stub into caller_marker with the
- * caller's rbx, else what is wrong. */
-static const char *chain_problem(const chain *c, const probe *p, char *msg, size_t n) {
-    for (int i = 0; i < c->n; i++) {
-        if (c->ip[i] < p->start || c->ip[i] >= p->end) continue;
-        if (i + 1 == c->n) return "the walk stops at the JIT frame";
-        if (c->ip[i + 1] != p->caller_ra) {
-            snprintf(msg, n, "after the JIT frame: %#lx, expected the caller at %#lx",
-                     (unsigned long)c->ip[i + 1], (unsigned long)p->caller_ra);
-            return msg;
-        }
-        if (i + 2 >= c->n) return "the walk stops at the caller";
-        if (c->have_rbx && c->rbx[i + 1] != p->caller_rbx) {
-            snprintf(msg, n, "caller's rbx %#llx, expected %#llx",
-                     (unsigned long long)c->rbx[i + 1], (unsigned long long)p->caller_rbx);
-            return msg;
-        }
-        return NULL;
-    }
-    snprintf(msg, n, "no frame in the JIT stub among %d", c->n);
-    return msg;
 }
 
 #define ASSERT_CHAIN(c, p, what)                                                 \
