@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static _Thread_local char err_msg[512];
 
@@ -36,6 +37,17 @@ const char *fj_status_str(fj_status s) {
     case FJ_ERR_UNWIND: return "unwind registration failed";
     }
     return "unknown status";
+}
+
+uint64_t fj_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+int fj_env_flag(const char *name) {
+    const char *e = getenv(name);
+    return e && *e && strcmp(e, "0") != 0;
 }
 
 /* -1: not read yet. Read once; the hot path tests a cached int. */

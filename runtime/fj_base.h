@@ -6,6 +6,7 @@
 
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
 #include "framejit.h"
 
 #define FJ_INTERNAL __attribute__((visibility("hidden")))
@@ -16,6 +17,12 @@
 FJ_INTERNAL fj_status fj_fail(fj_status s, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 FJ_INTERNAL void fj_clear_error(void);
+
+/* CLOCK_MONOTONIC in nanoseconds. */
+FJ_INTERNAL uint64_t fj_now_ns(void);
+
+/* 1 if the environment variable is set to something other than "" or "0". */
+FJ_INTERNAL int fj_env_flag(const char *name);
 
 /* FRAMEJIT_VERBOSE level, read once on first use (0 = silent). */
 FJ_INTERNAL int fj_verbose(void);

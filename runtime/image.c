@@ -122,12 +122,8 @@ static fj_status describe(const cc_entry *e, const uw_func *f, const uint8_t *co
     return FJ_OK;
 }
 
-static int env_on(const char *name) {
-    const char *v = getenv(name);
-    return v && *v && strcmp(v, "0") != 0;
-}
-
-void rt_image_kernel(const cc_entry *e, const uw_func *f, const uint8_t *code) {
+void rt_image_kernel(const cc_entry *e, const uw_func *f, const uint8_t *code, int perfmap,
+                     int jitdump) {
     if (!e || !f) return;
     cc_image_info info;
     fj_status st = cc_entry_image(e, &info);
@@ -144,9 +140,9 @@ void rt_image_kernel(const cc_entry *e, const uw_func *f, const uint8_t *code) {
                "unless FRAMEJIT_PERFMAP=1 with anonymous memory or FRAMEJIT_JITDUMP=1)",
                info.backing ? info.backing : "not");
     }
-    if (env_on("FRAMEJIT_PERFMAP") && uw_perfmap_add(f) != FJ_OK)
+    if (perfmap && uw_perfmap_add(f) != FJ_OK)
         fj_log(1, "image: perf map: %s", fj_last_error());
-    if (env_on("FRAMEJIT_JITDUMP") && (!code || uw_jitdump_add(f, code) != FJ_OK))
+    if (jitdump && (!code || uw_jitdump_add(f, code) != FJ_OK))
         fj_log(1, "image: jitdump: %s", code ? fj_last_error() : "no code bytes");
 }
 

@@ -19,7 +19,8 @@
  * image.c); appends to /tmp/perf-PID.map with FRAMEJIT_PERFMAP=1 and to
  * the jitdump file with FRAMEJIT_JITDUMP=1. Never fails: problems are
  * logged (FRAMEJIT_VERBOSE=1) and the kernel is unaffected. Thread-safe. */
-FJ_INTERNAL void rt_image_kernel(const cc_entry *e, const uw_func *f, const uint8_t *code);
+FJ_INTERNAL void rt_image_kernel(const cc_entry *e, const uw_func *f, const uint8_t *code,
+                                 int perfmap, int jitdump);
 
 /* What the image writer did so far in this process (tests, bench). */
 typedef struct rt_image_stats {

@@ -5,7 +5,6 @@
 
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include "kernels/builder_int.h"
 #include "kernels/verify.h"
@@ -34,12 +33,6 @@ fj_status fj_builder_create(fj_runtime *rt, const char *name, int nargs, fj_buil
 
 void fj_builder_destroy(fj_builder *b) { kb_free(b); }
 
-static double now_us(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
-
 /* Unwind info is registered per code arena, not per kernel: with
  * thousands of kernels, per-kernel objects make every unwind in the
  * process slow (libgcc searches them linearly) and gdb slower still.
@@ -63,7 +56,7 @@ void rt_arena_retire(void *ctx, const cc_arena_info *a) {
 }
 
 fj_status rt_finish(fj_runtime *rt, fj_builder *b, fj_kernel **out) {
-    double t0 = fj_verbose() ? now_us() : 0;
+    uint64_t t0 = fj_verbose() ? fj_now_ns() : 0;
     kb_code code;
     fj_status s = kb_assemble(b, &code);
     fj_kernel *k = NULL;
@@ -87,7 +80,7 @@ fj_status rt_finish(fj_runtime *rt, fj_builder *b, fj_kernel **out) {
     if (rt->dump_dir)
         (void)uw_dump(rt->dump_dir, &f, code.bytes, atomic_fetch_add(&rt->dump_seq, 1));
     /* [profiling] the arena file's ELF image; opt-in perf map / jitdump. */
-    rt_image_kernel(k->entry, &f, code.bytes);
+    rt_image_kernel(k->entry, &f, code.bytes, rt->perfmap, rt->jitdump);
     k->fn = (void *)k->entry->start;
     k->code_size = code.code_len;
     atomic_init(&k->refs, 1);
@@ -98,7 +91,7 @@ fj_status rt_finish(fj_runtime *rt, fj_builder *b, fj_kernel **out) {
     pthread_mutex_unlock(&rt->lock);
     if (fj_verbose())
         rt_verbose_kernel(k->entry, rt->isa == FJ_ISA_AVX512 ? "avx512" : "avx2", code.code_len,
-                          now_us() - t0);
+                          (double)(fj_now_ns() - t0) / 1e3);
     kb_code_free(&code);
     kb_free(b);
     *out = k;

@@ -17,7 +17,6 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
-#include <time.h>
 
 #include "runtime/rt.h"
 
@@ -52,12 +51,6 @@ struct rt_pool {
     pthread_cond_t wake, done;
 };
 
-static uint64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
@@ -80,13 +73,13 @@ typedef struct worker_arg {
 /* The next job word after `seen`, or 0 when the pool stops. */
 static uint64_t wait_job(rt_pool *p, uint64_t seen) {
     uint64_t j;
-    uint64_t t0 = now_ns();
+    uint64_t t0 = fj_now_ns();
     for (unsigned spins = 1;; spins++) {
         if (atomic_load_explicit(&p->stop, memory_order_acquire)) return 0;
         j = atomic_load_explicit(&p->job, memory_order_acquire);
         if (j != seen) return j;
         cpu_relax();
-        if (!(spins & 31) && now_ns() - t0 > WORKER_SPIN_NS) break;
+        if (!(spins & 31) && fj_now_ns() - t0 > WORKER_SPIN_NS) break;
     }
     pthread_mutex_lock(&p->lock);
     atomic_fetch_add_explicit(&p->sleepers, 1, memory_order_seq_cst);
@@ -204,11 +197,11 @@ void rt_parallel(fj_runtime *rt, int64_t nchunks, int nthreads, rt_chunk_fn fn, 
         pthread_mutex_unlock(&p->lock);
     }
     run_chunks(p); /* the caller's share, from the caller's own frame */
-    uint64_t t0 = now_ns();
+    uint64_t t0 = fj_now_ns();
     for (unsigned spins = 1; atomic_load_explicit(&p->running, memory_order_acquire) > 0;
          spins++) {
         cpu_relax();
-        if (!(spins & 31) && now_ns() - t0 > CALLER_SPIN_NS) {
+        if (!(spins & 31) && fj_now_ns() - t0 > CALLER_SPIN_NS) {
             pthread_mutex_lock(&p->lock);
             atomic_store_explicit(&p->caller_waits, 1, memory_order_seq_cst);
             while (atomic_load_explicit(&p->running, memory_order_seq_cst) > 0)

@@ -27,6 +27,7 @@ struct fj_runtime {
     uint32_t features;       /* X64_F_* of the CPU */
     unsigned uw_backends;    /* UW_* */
     int verify;
+    int perfmap, jitdump;    /* FRAMEJIT_PERFMAP / FRAMEJIT_JITDUMP, read at creation */
     char *dump_dir;          /* FRAMEJIT_DUMP, or NULL */
     atomic_uint dump_seq;
     cc_cache *cache;

@@ -45,11 +45,6 @@ static fj_status choose_isa(const fj_options *o, uint32_t f, fj_isa *out) {
     return FJ_OK;
 }
 
-static int env_flag(const char *name) {
-    const char *e = getenv(name);
-    return e && *e && strcmp(e, "0") != 0;
-}
-
 fj_status fj_runtime_create(const fj_options *opts, fj_runtime **out) {
     if (!out) return fj_fail(FJ_ERR_INVALID_ARG, "fj_runtime_create: out is NULL");
     *out = NULL;
@@ -79,7 +74,9 @@ fj_status fj_runtime_create(const fj_options *opts, fj_runtime **out) {
     if (s == FJ_OK) s = uw_parse_backends(getenv("FRAMEJIT_UNWIND"), &rt->uw_backends);
     if (s != FJ_OK) { fj_free(rt); return s; }
     rt->opts.isa = rt->isa;
-    rt->verify = o.verify || env_flag("FRAMEJIT_VERIFY");
+    rt->verify = o.verify || fj_env_flag("FRAMEJIT_VERIFY");
+    rt->perfmap = fj_env_flag("FRAMEJIT_PERFMAP");
+    rt->jitdump = fj_env_flag("FRAMEJIT_JITDUMP");
     const char *dump = getenv("FRAMEJIT_DUMP");
     if (dump && *dump && !(rt->dump_dir = fj_strdup(dump))) {
         fj_free(rt);
@@ -87,7 +84,7 @@ fj_status fj_runtime_create(const fj_options *opts, fj_runtime **out) {
     }
     const char *cf = getenv("FRAMEJIT_CODE_FILE");
     cc_config cfg = {.capacity = o.cache_bytes, .code_file = !(cf && !strcmp(cf, "0")),
-                     .huge_pages = o.huge_pages || env_flag("FRAMEJIT_HUGEPAGES")};
+                     .huge_pages = o.huge_pages || fj_env_flag("FRAMEJIT_HUGEPAGES")};
     s = cc_create(&cfg, &rt->cache);
     if (s != FJ_OK) {
         fj_free(rt->dump_dir);

@@ -4,15 +4,8 @@
 
 #include <stdarg.h>
 #include <stdio.h>
-#include <time.h>
 
 atomic_int rt_exec_level = -1;
-
-static uint64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 uint64_t rt_exec_begin_slow(void) {
     int v = atomic_load_explicit(&rt_exec_level, memory_order_relaxed);
@@ -21,12 +14,12 @@ uint64_t rt_exec_begin_slow(void) {
         atomic_store_explicit(&rt_exec_level, v, memory_order_relaxed);
     }
     if (v < 2) return 0;
-    uint64_t t = now_ns();
+    uint64_t t = fj_now_ns();
     return t ? t : 1;
 }
 
 void rt_exec_log(uint64_t t0, const char *what, const char *fmt, ...) {
-    double us = (double)(now_ns() - t0) / 1e3;
+    double us = (double)(fj_now_ns() - t0) / 1e3;
     char detail[256];
     va_list ap;
     va_start(ap, fmt);
