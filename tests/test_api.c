@@ -12,25 +12,7 @@
 #include "fjtest.h"
 #include "framejit.h"
 
-static int have_avx512(void) {
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-}
-
-static fj_runtime *make_rt_t(fj_isa isa, int threads) {
-    if (isa == FJ_ISA_AVX512 && !have_avx512()) return NULL;
-    fj_options o;
-    fj_options_init(&o);
-    o.isa = isa;
-    o.threads = threads;
-    fj_runtime *rt = NULL;
-    fj_status s = fj_runtime_create(&o, &rt);
-    ck_assert_msg(s == FJ_OK, "fj_runtime_create: %s: %s", fj_status_str(s), fj_last_error());
-    ck_assert_ptr_nonnull(rt);
-    return rt;
-}
-
-static fj_runtime *make_rt(fj_isa isa) { return make_rt_t(isa, 1); }
+static fj_runtime *make_rt(fj_isa isa) { return fjt_runtime(isa, 1); }
 
 /* An error: status as expected (or just != OK if want == FJ_OK), a
  * non-empty message. */
@@ -100,7 +82,7 @@ START_TEST(create_bad) {
     ASSERT_ERR(fj_runtime_create(&o, &rt), FJ_ERR_INVALID_ARG);
     fj_options_init(&o);
     o.isa = FJ_ISA_AVX512;
-    if (!have_avx512()) {
+    if (!fjt_have_avx512()) {
         ASSERT_ERR(fj_runtime_create(&o, &rt), FJ_ERR_UNSUPPORTED);
     } else {
         ck_assert_int_eq(fj_runtime_create(&o, &rt), FJ_OK);
@@ -495,7 +477,7 @@ START_TEST(relu_random) {
     relu_case(rt, alpha, 5000, 0, 0, 1);
     fj_runtime_destroy(rt);
     /* Many threads: the split must cover every element exactly once. */
-    rt = make_rt_t((_i & 1) ? FJ_ISA_AVX2 : FJ_ISA_AVX512, 0);
+    rt = fjt_runtime((_i & 1) ? FJ_ISA_AVX2 : FJ_ISA_AVX512, 0);
     for (int it = 0; it < 50; it++) relu_case(rt, alpha, rnd() % 200000, rnd() % 16, rnd() % 16, 0);
     fj_runtime_destroy(rt);
 }
@@ -542,7 +524,7 @@ END_TEST
 
 /* The same input through both ISAs gives bit-identical output. */
 START_TEST(relu_isas_agree) {
-    if (!have_avx512()) return;
+    if (!fjt_have_avx512()) return;
     fj_runtime *a = make_rt(FJ_ISA_AVX512), *b = make_rt(FJ_ISA_AVX2);
     size_t n = 4099;
     float *src = malloc(n * sizeof(float)), *d1 = malloc(n * sizeof(float)),

@@ -19,23 +19,7 @@
 
 int main(void);
 
-static int have_avx512(void) {
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-}
-
-static fj_runtime *make_rt_t(fj_isa isa, int threads) {
-    if (isa == FJ_ISA_AVX512 && !have_avx512()) return NULL;
-    fj_options o;
-    fj_options_init(&o);
-    o.isa = isa;
-    o.threads = threads;
-    fj_runtime *rt = NULL;
-    fj_status s = fj_runtime_create(&o, &rt);
-    ck_assert_msg(s == FJ_OK, "fj_runtime_create: %s: %s", fj_status_str(s), fj_last_error());
-    return rt;
-}
-static fj_runtime *make_rt(fj_isa isa) { return make_rt_t(isa, 1); }
+static fj_runtime *make_rt(fj_isa isa) { return fjt_runtime(isa, 1); }
 static fj_isa isa_of(int i) { return (i & 1) ? FJ_ISA_AVX2 : FJ_ISA_AVX512; }
 static const char *isa_name(fj_isa i) { return i == FJ_ISA_AVX512 ? "avx512" : "avx2"; }
 
@@ -340,7 +324,7 @@ END_TEST
 /* Both ISAs: within the op's bound of each other's reference (not
  * necessarily bitwise: the 2^n scaling differs), and threads agree. */
 START_TEST(threads_agree) {
-    fj_runtime *r1 = make_rt_t(FJ_ISA_AUTO, 1), *r2 = make_rt_t(FJ_ISA_AUTO, 2);
+    fj_runtime *r1 = fjt_runtime(FJ_ISA_AUTO, 1), *r2 = fjt_runtime(FJ_ISA_AUTO, 2);
     seed(555);
     size_t n = (1u << 20) + 12345; /* above the parallel threshold */
     float *x = malloc(n * sizeof(float)), *y1 = malloc(n * sizeof(float)),

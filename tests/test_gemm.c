@@ -22,24 +22,6 @@
 #include "framejit.h"
 #include "runtime/gemm_int.h"
 
-static int have_avx512(void) {
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-}
-
-static fj_runtime *make_rt(fj_isa isa, int threads) {
-    if (isa == FJ_ISA_AVX512 && !have_avx512()) return NULL;
-    fj_options o;
-    fj_options_init(&o);
-    o.isa = isa;
-    o.threads = threads;
-    o.verify = 1;
-    fj_runtime *rt = NULL;
-    fj_status s = fj_runtime_create(&o, &rt);
-    ck_assert_msg(s == FJ_OK, "fj_runtime_create: %s: %s", fj_status_str(s), fj_last_error());
-    return rt;
-}
-
 /* ---- random numbers ----------------------------------------------------- */
 
 static uint64_t rng_state;
@@ -282,7 +264,7 @@ static void random_case(gcase *t, int avx512, long it) {
 }
 
 static void fuzz(fj_isa isa, uint64_t salt) {
-    fj_runtime *rt1 = make_rt(isa, 1), *rt2 = make_rt(isa, 2);
+    fj_runtime *rt1 = fjt_runtime(isa, 1), *rt2 = fjt_runtime(isa, 2);
     if (!rt1) return; /* no AVX-512 here */
     seed(salt);
     long iters = env_long("FRAMEJIT_FUZZ_ITERS", 1500);
@@ -303,7 +285,7 @@ END_TEST
 /* Every alpha/beta edge pair, every transpose, tails of every width. */
 START_TEST(edges) {
     fj_isa isa = _i ? FJ_ISA_AVX2 : FJ_ISA_AVX512;
-    fj_runtime *rt = make_rt(isa, 1), *rt2 = make_rt(isa, 2);
+    fj_runtime *rt = fjt_runtime(isa, 1), *rt2 = fjt_runtime(isa, 2);
     if (!rt) return;
     seed(3);
     int lanes = isa == FJ_ISA_AVX512 ? 16 : 8;
@@ -337,7 +319,7 @@ END_TEST
 /* beta = 0 never reads C; k = 0 scales C by beta. */
 START_TEST(beta_zero_and_k_zero) {
     fj_isa isa = _i ? FJ_ISA_AVX2 : FJ_ISA_AVX512;
-    fj_runtime *rt = make_rt(isa, 1);
+    fj_runtime *rt = fjt_runtime(isa, 1);
     if (!rt) return;
     seed(4);
     for (int kk = 0; kk < 2; kk++)
@@ -358,7 +340,7 @@ END_TEST
 
 /* Large enough to split across threads and k blocks with default knobs. */
 START_TEST(threads_bitwise) {
-    fj_runtime *rt1 = make_rt(FJ_ISA_AUTO, 1), *rt2 = make_rt(FJ_ISA_AUTO, 2);
+    fj_runtime *rt1 = fjt_runtime(FJ_ISA_AUTO, 1), *rt2 = fjt_runtime(FJ_ISA_AUTO, 2);
     seed(5);
     static const char *tunes[] = {NULL, "shared=1", "shared=1,rpt=1", "shared=1,rpt=64"};
     for (int tr = 0; tr < 16; tr++) {
@@ -433,7 +415,7 @@ static void handle_case(fj_runtime *rt, fj_runtime *rt2, const gcase *t, int has
 
 START_TEST(epilogue) {
     fj_isa isa = _i ? FJ_ISA_AVX2 : FJ_ISA_AVX512;
-    fj_runtime *rt = make_rt(isa, 1), *rt2 = make_rt(isa, 2);
+    fj_runtime *rt = fjt_runtime(isa, 1), *rt2 = fjt_runtime(isa, 2);
     if (!rt) return;
     seed(6);
     const char **tunes = isa == FJ_ISA_AVX512 ? tunes512 : tunes2;
@@ -466,7 +448,7 @@ END_TEST
     } while (0)
 
 START_TEST(bad_input) {
-    fj_runtime *rt = make_rt(FJ_ISA_AUTO, 1);
+    fj_runtime *rt = fjt_runtime(FJ_ISA_AUTO, 1);
     float a[64], b[64], c[64], keep[64];
     for (int i = 0; i < 64; i++) a[i] = b[i] = 1, c[i] = keep[i] = (float)i;
     ASSERT_ERR(fj_gemm_f32(NULL, 'N', 'N', 2, 2, 2, 1, a, 2, b, 2, 0, c, 2));
@@ -558,7 +540,7 @@ static void trace_body(void *p) {
 
 START_TEST(trace_unwind) {
     fj_isa isa = _i ? FJ_ISA_AVX2 : FJ_ISA_AVX512;
-    fj_runtime *rt = make_rt(isa, 1);
+    fj_runtime *rt = fjt_runtime(isa, 1);
     if (!rt) return;
     seed(7);
     /* Tiny shapes: the trap flag stops at every instruction. Tails in both
@@ -608,7 +590,7 @@ END_TEST
  * runtime is replaced by one of the other ISA (maybe at the same address). */
 START_TEST(repeat_shapes) {
     seed(8);
-    fj_runtime *rt[2] = {make_rt(FJ_ISA_AVX2, 1), make_rt(FJ_ISA_AVX512, 1)};
+    fj_runtime *rt[2] = {fjt_runtime(FJ_ISA_AVX2, 1), fjt_runtime(FJ_ISA_AVX512, 1)};
     static const int64_t dims[][3] = {{16, 16, 16}, {32, 32, 32}, {7, 33, 5}, {64, 64, 64}};
     for (int round = 0; round < 3; round++) {
         for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++)
@@ -644,9 +626,9 @@ START_TEST(repeat_shapes) {
         int avx2_first = round & 1;
         fj_runtime_destroy(rt[0]);
         fj_runtime_destroy(rt[1]);
-        rt[0] = make_rt(avx2_first ? FJ_ISA_AVX2 : FJ_ISA_AVX512, 1);
-        rt[1] = make_rt(avx2_first ? FJ_ISA_AVX512 : FJ_ISA_AVX2, 1);
-        if (!rt[0]) rt[0] = make_rt(FJ_ISA_AVX2, 1);
+        rt[0] = fjt_runtime(avx2_first ? FJ_ISA_AVX2 : FJ_ISA_AVX512, 1);
+        rt[1] = fjt_runtime(avx2_first ? FJ_ISA_AVX512 : FJ_ISA_AVX2, 1);
+        if (!rt[0]) rt[0] = fjt_runtime(FJ_ISA_AVX2, 1);
     }
     fj_runtime_destroy(rt[0]);
     fj_runtime_destroy(rt[1]);

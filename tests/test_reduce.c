@@ -16,20 +16,6 @@
 
 int main(void);
 
-static int have_avx512(void) {
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-}
-static fj_runtime *make_rt(fj_isa isa, int threads) {
-    if (isa == FJ_ISA_AVX512 && !have_avx512()) return NULL;
-    fj_options o;
-    fj_options_init(&o);
-    o.isa = isa;
-    o.threads = threads;
-    fj_runtime *rt = NULL;
-    ck_assert_int_eq(fj_runtime_create(&o, &rt), FJ_OK);
-    return rt;
-}
 static uint64_t rng;
 static uint32_t rnd(void) { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; return (uint32_t)(rng >> 16); }
 static void seed(int salt) {
@@ -89,7 +75,7 @@ static void check_case(fj_runtime *rt, int op, int64_t rows, int64_t cols, int64
 START_TEST(random_shapes) {
     fj_isa isa = (_i & 1) ? FJ_ISA_AVX2 : FJ_ISA_AVX512;
     int op = (_i >> 1) + 1;
-    fj_runtime *rt = make_rt(isa, 1);
+    fj_runtime *rt = fjt_runtime(isa, 1);
     if (!rt) return;
     seed(_i);
     for (int64_t c = 0; c <= 4 * 16 + 17; c++) check_case(rt, op, 3, c, c + (c % 3), (int)(c % 5), 0);
@@ -104,7 +90,7 @@ START_TEST(random_shapes) {
 END_TEST
 
 START_TEST(threads_bitwise) {
-    fj_runtime *r1 = make_rt(FJ_ISA_AUTO, 1), *r2 = make_rt(FJ_ISA_AUTO, 2);
+    fj_runtime *r1 = fjt_runtime(FJ_ISA_AUTO, 1), *r2 = fjt_runtime(FJ_ISA_AUTO, 2);
     seed(99);
     int64_t rows = 3001, cols = 517, ld = 520;
     float *x = malloc((size_t)(rows * ld) * sizeof(float)), *a = malloc(rows * sizeof(float)),
@@ -126,7 +112,7 @@ START_TEST(threads_bitwise) {
 END_TEST
 
 START_TEST(empty_and_bad) {
-    fj_runtime *rt = make_rt(FJ_ISA_AUTO, 1);
+    fj_runtime *rt = fjt_runtime(FJ_ISA_AUTO, 1);
     float x[64] = {0}, d[8];
     for (int i = 0; i < 8; i++) d[i] = 5.0f;
     const float want[] = {0, 0, -INFINITY, INFINITY, NAN, 0};
@@ -160,7 +146,7 @@ static void tr_body(void *p) {
 }
 START_TEST(trace) {
     fj_isa isa = (_i & 1) ? FJ_ISA_AVX2 : FJ_ISA_AVX512;
-    fj_runtime *rt = make_rt(isa, 1);
+    fj_runtime *rt = fjt_runtime(isa, 1);
     if (!rt) return;
     float x[180], d[2];
     for (int i = 0; i < 180; i++) x[i] = (float)(i % 13) - 6.0f;

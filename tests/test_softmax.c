@@ -15,20 +15,6 @@
 
 int main(void);
 
-static int have_avx512(void) {
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-}
-static fj_runtime *make_rt(fj_isa isa, int threads) {
-    if (isa == FJ_ISA_AVX512 && !have_avx512()) return NULL;
-    fj_options o;
-    fj_options_init(&o);
-    o.isa = isa;
-    o.threads = threads;
-    fj_runtime *rt = NULL;
-    ck_assert_int_eq(fj_runtime_create(&o, &rt), FJ_OK);
-    return rt;
-}
 static uint64_t rng;
 static uint32_t rnd(void) { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; return (uint32_t)(rng >> 16); }
 static void seed(int salt) {
@@ -78,7 +64,7 @@ static void check_case(fj_runtime *rt, int log, int64_t rows, int64_t cols, int6
 START_TEST(random_shapes) {
     fj_isa isa = (_i & 1) ? FJ_ISA_AVX2 : FJ_ISA_AVX512;
     int log = (_i >> 1) & 1;
-    fj_runtime *rt = make_rt(isa, 1);
+    fj_runtime *rt = fjt_runtime(isa, 1);
     if (!rt) return;
     seed(_i);
     max_err = 0;
@@ -104,7 +90,7 @@ START_TEST(random_shapes) {
 END_TEST
 
 START_TEST(threads_bitwise) {
-    fj_runtime *r1 = make_rt(FJ_ISA_AUTO, 1), *r2 = make_rt(FJ_ISA_AUTO, 2);
+    fj_runtime *r1 = fjt_runtime(FJ_ISA_AUTO, 1), *r2 = fjt_runtime(FJ_ISA_AUTO, 2);
     seed(5);
     int64_t rows = 700, cols = 333;
     float *x = malloc(rows * cols * sizeof(float)), *a = malloc(rows * cols * sizeof(float)),
@@ -122,7 +108,7 @@ START_TEST(threads_bitwise) {
 END_TEST
 
 START_TEST(bad_input) {
-    fj_runtime *rt = make_rt(FJ_ISA_AUTO, 1);
+    fj_runtime *rt = fjt_runtime(FJ_ISA_AUTO, 1);
     float x[64], y[64];
     for (int i = 0; i < 64; i++) x[i] = 1.0f, y[i] = 9.0f;
 #define BAD(e) do { ck_assert_int_eq((e), FJ_ERR_INVALID_ARG); ck_assert(fj_last_error()[0]); } while (0)
@@ -151,7 +137,7 @@ static void tr_body(void *p) {
 }
 START_TEST(trace) {
     fj_isa isa = (_i & 1) ? FJ_ISA_AVX2 : FJ_ISA_AVX512;
-    fj_runtime *rt = make_rt(isa, 1);
+    fj_runtime *rt = fjt_runtime(isa, 1);
     if (!rt) return;
     float x[180], y[180];
     for (int i = 0; i < 180; i++) x[i] = (float)(i % 13) - 6.0f;

@@ -18,22 +18,8 @@
 
 int main(void);
 
-static int have_avx512(void) {
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-}
-
-static fj_runtime *make_rt(fj_isa isa) {
-    if (isa == FJ_ISA_AVX512 && !have_avx512()) return NULL;
-    fj_options o;
-    fj_options_init(&o);
-    o.isa = isa;
-    o.threads = 1;   /* the traced (calling) thread must run the kernel */
-    fj_runtime *rt = NULL;
-    fj_status s = fj_runtime_create(&o, &rt);
-    ck_assert_msg(s == FJ_OK, "fj_runtime_create: %s: %s", fj_status_str(s), fj_last_error());
-    return rt;
-}
+/* One thread: the traced (calling) thread must run the kernel. */
+static fj_runtime *make_rt(fj_isa isa) { return fjt_runtime(isa, 1); }
 
 static void report(const char *what, const fjt_trace_result *r) {
     printf("%s: kernel %s: %ld kernel stops (%ld distinct offsets), %ld other stops, %ld entries, "

@@ -51,18 +51,13 @@ static fjt_range r_inner, r_outer, r_main, r_cb, r_thunk;
 static e2e *volatile g_cur;
 static sigjmp_buf g_jb;
 
-static int have_avx512(void) {
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-}
-
 static fj_isa loop_isa(int i) { return (i & 1) ? FJ_ISA_AVX2 : FJ_ISA_AVX512; }
 static int loop_uw(int i) { return i >> 1; }
 
 /* Creates a runtime for loop index i (ISA and FRAMEJIT_UNWIND); returns NULL
  * when the ISA is not available (the case is skipped). */
 static fj_runtime *make_rt(int i) {
-    if (loop_isa(i) == FJ_ISA_AVX512 && !have_avx512()) return NULL;
+    if (loop_isa(i) == FJ_ISA_AVX512 && !fjt_have_avx512()) return NULL;
     if (uw_env[loop_uw(i)]) setenv("FRAMEJIT_UNWIND", uw_env[loop_uw(i)], 1);
     else unsetenv("FRAMEJIT_UNWIND");
     fj_options o;

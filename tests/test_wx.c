@@ -15,11 +15,6 @@
 #include "fjtest.h"
 #include "framejit.h"
 
-static int have_avx512(void) {
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-}
-
 typedef struct sampler {
     atomic_int stop;
     atomic_long samples;
@@ -139,7 +134,7 @@ START_TEST(workload_never_wx) {
     int round = 0;
     for (int rep = 0; rep < 3; rep++)
         for (int bi = 0; bi < 2; bi++) {
-            if (have_avx512()) workload_round(round++, FJ_ISA_AVX512, backings[bi]);
+            if (fjt_have_avx512()) workload_round(round++, FJ_ISA_AVX512, backings[bi]);
             workload_round(round++, FJ_ISA_AVX2, backings[bi]);
         }
     /* Let the sampler see at least a few full scans during the workload. */

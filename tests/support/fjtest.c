@@ -529,3 +529,22 @@ int fjt_run_suite(Suite *s) {
     srunner_free(sr);
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }
+
+int fjt_have_avx512(void) {
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+}
+
+fj_runtime *fjt_runtime(fj_isa isa, int threads) {
+    if (isa == FJ_ISA_AVX512 && !fjt_have_avx512()) return NULL;
+    fj_options o;
+    fj_options_init(&o);
+    o.isa = isa;
+    o.threads = threads;
+    o.verify = 1;
+    fj_runtime *rt = NULL;
+    fj_status s = fj_runtime_create(&o, &rt);
+    ck_assert_msg(s == FJ_OK, "fj_runtime_create: %s: %s", fj_status_str(s), fj_last_error());
+    ck_assert_ptr_nonnull(rt);
+    return rt;
+}

@@ -13,6 +13,12 @@
 struct Suite;
 int fjt_run_suite(struct Suite *s);
 
+/* 1 if the CPU has what framejit's AVX-512 path needs (F, BW, DQ, VL). */
+int fjt_have_avx512(void);
+/* A runtime for isa with `threads` threads and the verifier on; creation
+ * is Check-asserted. NULL if isa is AVX-512 and the CPU lacks it. */
+fj_runtime *fjt_runtime(fj_isa isa, int threads);
+
 /* Scans /proc/self/maps; returns 1 and describes the first mapping that is
  * both writable and executable, else 0. */
 int fjt_maps_has_wx(char *detail, size_t n);
