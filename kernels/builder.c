@@ -98,15 +98,6 @@ static atomic_uint tag_counter = 1;
 
 /* ---- errors --------------------------------------------------------- */
 
-__attribute__((format(printf, 2, 3))) static void berr(fj_builder *b, const char *fmt, ...) {
-    if (b->err != FJ_OK) return;
-    b->err = FJ_ERR_CODEGEN;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(b->errmsg, sizeof b->errmsg, fmt, ap);
-    va_end(ap);
-}
-
 void kb_fail(fj_builder *b, const char *fmt, ...) {
     if (!b || b->err != FJ_OK) return;
     b->err = FJ_ERR_CODEGEN;
@@ -190,10 +181,10 @@ int fj_builder_vbits(const fj_builder *b) { return b ? b->vbits : 0; }
 fj_reg fj_arg(fj_builder *b, int i) {
     fj_reg r = {0};
     if (!b) return r;
-    if (i < 0 || i >= 6) { berr(b, "fj_arg(%d): kernels take 0..6 arguments", i); return r; }
+    if (i < 0 || i >= 6) { kb_fail(b, "fj_arg(%d): kernels take 0..6 arguments", i); return r; }
     uint8_t p = arg_regs[i];
     if (!b->tag[RC_GPR][p] || b->tag[RC_GPR][p] != b->arg_tag[i]) {
-        berr(b, "fj_arg(%d): the kernel has no such argument, or its register was released", i);
+        kb_fail(b, "fj_arg(%d): the kernel has no such argument, or its register was released", i);
         return r;
     }
     r.id = ((uint32_t)RC_GPR << 30) | ((uint32_t)p << 25) | b->tag[RC_GPR][p];
@@ -205,7 +196,7 @@ fj_reg fj_gpr(fj_builder *b) {
     if (!b) return r;
     for (int i = 0; i < 14; i++)
         if (!b->tag[RC_GPR][gpr_order[i]]) { r.id = new_handle(b, RC_GPR, gpr_order[i]); return r; }
-    berr(b, "out of general-purpose registers (14 allocatable: rbp and rsp are never handed out)");
+    kb_fail(b, "out of general-purpose registers (14 allocatable: rbp and rsp are never handed out)");
     return r;
 }
 
@@ -214,30 +205,30 @@ fj_reg fj_vreg(fj_builder *b) {
     if (!b) return r;
     for (int i = 0; i < b->nvec; i++)
         if (!b->tag[RC_VEC][i]) { r.id = new_handle(b, RC_VEC, (unsigned)i); return r; }
-    berr(b, "out of vector registers (%d)", b->nvec);
+    kb_fail(b, "out of vector registers (%d)", b->nvec);
     return r;
 }
 
 fj_reg fj_kreg(fj_builder *b) {
     fj_reg r = {0};
     if (!b) return r;
-    if (b->isa != FJ_ISA_AVX512) { berr(b, "mask registers need the AVX-512 ISA"); return r; }
+    if (b->isa != FJ_ISA_AVX512) { kb_fail(b, "mask registers need the AVX-512 ISA"); return r; }
     for (unsigned i = 1; i < 8; i++) /* k0 cannot be a write mask: not in the pool */
         if (!b->tag[RC_K][i]) { r.id = new_handle(b, RC_K, i); return r; }
-    berr(b, "out of mask registers (k1-k7)");
+    kb_fail(b, "out of mask registers (k1-k7)");
     return r;
 }
 
 /* The physical register of a live handle of class cls, or -1 (error set). */
 static int phys_of(fj_builder *b, fj_reg r, int cls, const char *what) {
     unsigned c = H_CLASS(r.id), p = H_PHYS(r.id);
-    if (r.id == 0) { berr(b, "%s: no register given", what); return -1; }
+    if (r.id == 0) { kb_fail(b, "%s: no register given", what); return -1; }
     if (c != (unsigned)cls) {
-        berr(b, "%s: wrong register class (handle 0x%08x)", what, r.id);
+        kb_fail(b, "%s: wrong register class (handle 0x%08x)", what, r.id);
         return -1;
     }
     if (b->tag[c][p] == 0 || b->tag[c][p] != H_TAG(r.id)) {
-        berr(b, "%s: register handle 0x%08x is not live in this builder (released, or from "
+        kb_fail(b, "%s: register handle 0x%08x is not live in this builder (released, or from "
              "another builder)", what, r.id);
         return -1;
     }
@@ -257,7 +248,7 @@ fj_opnd fj_stack_slot(fj_builder *b, uint32_t bytes, uint32_t align, uint16_t bi
     fj_opnd o = {0};
     if (!b || b->err) return o;
     if (bytes == 0 || bytes > (1u << 20) || align == 0 || (align & (align - 1)) || align > 16) {
-        berr(b, "fj_stack_slot(%u bytes, align %u): size must be 1..1 MiB, align a power of two "
+        kb_fail(b, "fj_stack_slot(%u bytes, align %u): size must be 1..1 MiB, align a power of two "
              "<= 16", bytes, align);
         return o;
     }
@@ -289,7 +280,7 @@ fj_opnd fj_const_data(fj_builder *b, const void *data, uint32_t bytes, uint32_t 
     if (!b || b->err) return o;
     if (!data || bytes == 0 || bytes > (1u << 20) || align == 0 || (align & (align - 1)) ||
         align > 64) {
-        berr(b, "fj_const_data: need data, 1..1 MiB, align a power of two <= 64");
+        kb_fail(b, "fj_const_data: need data, 1..1 MiB, align a power of two <= 64");
         return o;
     }
     uint32_t off = add_const(b, data, bytes, align);
@@ -322,11 +313,11 @@ static int put(fj_builder *b, x64_op op, const x64_opnd *o, int n, x64_enc_info 
     if (!info) info = &tmp;
     int r = x64_encode(op, o, n, b->code + b->len, info);
     if (r <= 0) {
-        berr(b, "%s: %s", x64_op_name(op), x64_err_str(r));
+        kb_fail(b, "%s: %s", x64_op_name(op), x64_err_str(r));
         return 0;
     }
     if (info->features & ~b->features) {
-        berr(b, "%s: this form needs %s, which the target (%s) does not have", x64_op_name(op),
+        kb_fail(b, "%s: this form needs %s, which the target (%s) does not have", x64_op_name(op),
              isa_need(info->features & ~b->features),
              b->isa == FJ_ISA_AVX512 ? "avx512" : "avx2");
         return 0;
@@ -372,24 +363,24 @@ static int xlate(fj_builder *b, const fj_opnd *in, x64_opnd *out, int64_t *const
         int cls = (int)H_CLASS(in->reg.id);
         if (cls == RC_GPR) {
             if (in->bits != 8 && in->bits != 16 && in->bits != 32 && in->bits != 64) {
-                berr(b, "general-purpose register width %u (must be 8, 16, 32 or 64)", in->bits);
+                kb_fail(b, "general-purpose register width %u (must be 8, 16, 32 or 64)", in->bits);
                 return 0;
             }
             out->kind = X64_K_GPR;
         } else if (cls == RC_VEC) {
             if (in->bits != 128 && in->bits != 256 && in->bits != 512) {
-                berr(b, "vector register width %u (must be 128, 256 or 512)", in->bits);
+                kb_fail(b, "vector register width %u (must be 128, 256 or 512)", in->bits);
                 return 0;
             }
             if (in->bits > (unsigned)b->vbits) {
-                berr(b, "zmm registers need the AVX-512 ISA (target is avx2)");
+                kb_fail(b, "zmm registers need the AVX-512 ISA (target is avx2)");
                 return 0;
             }
             out->kind = X64_K_VEC;
         } else if (cls == RC_K) {
             out->kind = X64_K_KREG;
         } else {
-            berr(b, "operand names no register (handle 0x%08x)", in->reg.id);
+            kb_fail(b, "operand names no register (handle 0x%08x)", in->reg.id);
             return 0;
         }
         int p = phys_of(b, in->reg, cls, "operand");
@@ -403,7 +394,7 @@ static int xlate(fj_builder *b, const fj_opnd *in, x64_opnd *out, int64_t *const
         out->bits = in->bits;
         out->bcst = in->bcst;
         if (in->val < INT32_MIN || in->val > INT32_MAX) {
-            berr(b, "memory displacement %lld does not fit in 32 bits", (long long)in->val);
+            kb_fail(b, "memory displacement %lld does not fit in 32 bits", (long long)in->val);
             return 0;
         }
         out->disp = (int32_t)in->val;
@@ -420,13 +411,13 @@ static int xlate(fj_builder *b, const fj_opnd *in, x64_opnd *out, int64_t *const
             out->base = (uint8_t)p;
         }
         if (in->index.id) {
-            if (in->reg.id == H_CONST) { berr(b, "a constant cannot take an index register"); return 0; }
+            if (in->reg.id == H_CONST) { kb_fail(b, "a constant cannot take an index register"); return 0; }
             int p = phys_of(b, in->index, RC_GPR, "memory index");
             if (p < 0) return 0;
             out->index = (uint8_t)p;
         }
         if (out->scale != 1 && out->scale != 2 && out->scale != 4 && out->scale != 8) {
-            berr(b, "memory scale %u (must be 1, 2, 4 or 8)", out->scale);
+            kb_fail(b, "memory scale %u (must be 1, 2, 4 or 8)", out->scale);
             return 0;
         }
         break;
@@ -436,7 +427,7 @@ static int xlate(fj_builder *b, const fj_opnd *in, x64_opnd *out, int64_t *const
         out->imm = in->val;
         break;
     default:
-        berr(b, "operand kind %u is not valid here", in->kind);
+        kb_fail(b, "operand kind %u is not valid here", in->kind);
         return 0;
     }
     if (in->mask.id) {
@@ -456,7 +447,7 @@ fj_label fj_label_new(fj_builder *b) {
     size_t cap = b->labels_cap;
     if (!grow(b, (void **)&b->labels, &cap, b->nlabels + 1, sizeof(int32_t))) return l;
     b->labels_cap = (uint32_t)cap;
-    if (b->nlabels >= (1u << 20) - 1) { berr(b, "more than 2^20 labels"); return l; }
+    if (b->nlabels >= (1u << 20) - 1) { kb_fail(b, "more than 2^20 labels"); return l; }
     b->labels[b->nlabels++] = -1;
     l.id = b->label_salt << 20 | b->nlabels; /* index 1-based: 0 is "no label" */
     return l;
@@ -465,7 +456,7 @@ fj_label fj_label_new(fj_builder *b) {
 static int label_index(fj_builder *b, uint32_t id) {
     uint32_t i = id & 0xfffffu;
     if (id >> 20 != b->label_salt || i == 0 || i > b->nlabels) {
-        berr(b, "label 0x%x does not belong to this builder", id);
+        kb_fail(b, "label 0x%x does not belong to this builder", id);
         return -1;
     }
     return (int)i - 1;
@@ -475,7 +466,7 @@ void fj_label_bind(fj_builder *b, fj_label l) {
     if (!b || b->err) return;
     int i = label_index(b, l.id);
     if (i < 0) return;
-    if (b->labels[i] >= 0) { berr(b, "label %d bound twice", i + 1); return; }
+    if (b->labels[i] >= 0) { kb_fail(b, "label %d bound twice", i + 1); return; }
     b->labels[i] = (int32_t)b->len;
 }
 
@@ -510,18 +501,18 @@ static void jump(fj_builder *b, x64_op op, int li) {
 
 void fj_emitv(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
     if (!b || b->err) return;
-    if (op <= FJ_OP_NONE || op >= FJ_OP_COUNT) { berr(b, "unknown instruction %d", (int)op); return; }
+    if (op <= FJ_OP_NONE || op >= FJ_OP_COUNT) { kb_fail(b, "unknown instruction %d", (int)op); return; }
     if (nops < 0 || nops > 4 || (nops > 0 && !ops)) {
-        berr(b, "%s: %d operands (0..4, non-NULL)", x64_op_name((x64_op)op), nops);
+        kb_fail(b, "%s: %d operands (0..4, non-NULL)", x64_op_name((x64_op)op), nops);
         return;
     }
     switch (op) {
     case FJ_PUSH: case FJ_POP: case FJ_RET: case FJ_LEAVE:
-        berr(b, "%s is not available to kernels: it would move rsp behind the CFI's back "
+        kb_fail(b, "%s is not available to kernels: it would move rsp behind the CFI's back "
              "(use fj_return, fj_stack_slot)", x64_op_name((x64_op)op));
         return;
     case FJ_CALL:
-        berr(b, "call is not available directly: use fj_call, which aligns the stack and "
+        kb_fail(b, "call is not available directly: use fj_call, which aligns the stack and "
              "preserves live registers");
         return;
     default:
@@ -529,7 +520,7 @@ void fj_emitv(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
     }
     if (op == FJ_JMP || (op >= FJ_JO && op <= FJ_JG)) {
         if (nops != 1 || ops[0].kind != FJ_OPND_LABEL) {
-            berr(b, "%s takes one label operand", x64_op_name((x64_op)op));
+            kb_fail(b, "%s takes one label operand", x64_op_name((x64_op)op));
             return;
         }
         int li = label_index(b, (uint32_t)ops[0].val);
@@ -543,7 +534,7 @@ void fj_emitv(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
     x64_enc_info info;
     int n = put(b, (x64_op)op, x, nops, &info);
     if (n && const_off >= 0) {
-        if (info.disp_pos < 0) { berr(b, "internal: constant operand without a disp32"); return; }
+        if (info.disp_pos < 0) { kb_fail(b, "internal: constant operand without a disp32"); return; }
         add_fixup(b, (uint32_t)(b->len - (size_t)n + (size_t)info.disp_pos), (uint32_t)b->len,
                   (uint32_t)const_off, 1);
     }
@@ -565,9 +556,9 @@ static void mov_rr(fj_builder *b, int dst, int src) {
 
 void fj_call(fj_builder *b, const void *fn, const fj_opnd *args, int nargs, fj_reg result) {
     if (!b || b->err) return;
-    if (!fn) { berr(b, "fj_call: NULL function"); return; }
+    if (!fn) { kb_fail(b, "fj_call: NULL function"); return; }
     if (nargs < 0 || nargs > 6 || (nargs && !args)) {
-        berr(b, "fj_call: %d arguments (0..6 integer/pointer arguments)", nargs);
+        kb_fail(b, "fj_call: %d arguments (0..6 integer/pointer arguments)", nargs);
         return;
     }
     int res = -1;
@@ -580,7 +571,7 @@ void fj_call(fj_builder *b, const void *fn, const fj_opnd *args, int nargs, fj_r
         } else if (args[i].kind == FJ_OPND_IMM) {
             src[i] = -1;
         } else {
-            berr(b, "fj_call argument %d: pass a general-purpose register or an immediate", i);
+            kb_fail(b, "fj_call argument %d: pass a general-purpose register or an immediate", i);
             return;
         }
     }
@@ -671,7 +662,7 @@ void fj_return(fj_builder *b, fj_opnd value) {
         x64_opnd o[2] = {gpr_op(X64_RAX, 64), imm_op(value.val)};
         put(b, X64_MOV, o, 2, NULL);
     } else if (value.kind != FJ_OPND_NONE) {
-        berr(b, "fj_return: the value must be a general-purpose register or an immediate");
+        kb_fail(b, "fj_return: the value must be a general-purpose register or an immediate");
         return;
     }
     x64_opnd rel = {0};
