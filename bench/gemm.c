@@ -146,14 +146,16 @@ static void one_shape(const bench_ctx *c, fj_runtime *rt, int threads, shape s, 
     /* Interleaved: each repetition runs every variant once, so noise from
      * the shared machine hits all of them alike. With 2 threads a short
      * pause before each block lets the previous library's worker threads
-     * stop spinning (libgomp and OpenBLAS spin-wait after a call) instead
-     * of competing with the next variant for the cores. */
+     * stop spinning instead of competing with the next variant for the
+     * cores: libgomp spins 300,000 pause instructions (GOMP_SPINCOUNT)
+     * before it sleeps, ~17 ms where a pause takes 140 cycles, so the pause
+     * is longer than that. */
     for (int r = 0; r < reps; r++)
         for (int i = 0; i < V_N; i++) {
             /* Rotated order: no variant always runs first after the pause. */
             int v = (r + i) % V_N;
             if (!variant_present(v)) continue;
-            struct timespec pause = {0, threads > 1 ? 5000000 : 0};
+            struct timespec pause = {0, threads > 1 ? 30000000 : 0};
             if (threads > 1) nanosleep(&pause, NULL);
             double t0 = bench_now_ns(), c0 = thread_cpu_ns();
             for (long i = 0; i < calls[v]; i++) run_variant(v, rt, &g);
