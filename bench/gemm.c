@@ -225,6 +225,78 @@ static void gen_time(const bench_ctx *c, shape s) {
     free(g.c);
 }
 
+/* ---- frame-pointer tax (measurement builds only) ------------------------
+ * With -Dfp_tax_probe=true, a runtime created with FRAMEJIT_FP_TAX_PROBE=1
+ * builds its GEMM kernels with rbp as one more GPR and no frame pointer.
+ * Both runtimes run each shape on one thread in alternating ~10 ms blocks
+ * (rotated order); the tax is how much longer the frame-pointer kernels
+ * take, from the medians of the calling thread's CPU time per call. */
+static void fp_tax(const bench_ctx *c, fj_runtime *normal) {
+#if FJ_FP_TAX_PROBE
+    fj_options o;
+    fj_options_init(&o);
+    o.threads = 1;
+    fj_runtime *probe = NULL;
+    setenv("FRAMEJIT_FP_TAX_PROBE", "1", 1);
+    fj_status st = fj_runtime_create(&o, &probe);
+    unsetenv("FRAMEJIT_FP_TAX_PROBE");
+    if (st != FJ_OK) {
+        fprintf(stderr, "bench gemm fp tax: %s\n", fj_last_error());
+        return;
+    }
+    const char *only = getenv("FJ_BENCH_GEMM_SHAPES");
+    printf("# gemm: frame-pointer tax, 1 thread: rbp frame vs rbp as a GPR (probe build), "
+           "alternating blocks, median CPU time; tax = fp time / nofp time - 1\n");
+    enum { BLOCKS = 2 * 32 };
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        shape s = shapes[i];
+        if (c->quick && (s.m > 1024 || s.m == 16)) continue;
+        if (only && !shape_listed(only, s)) continue;
+        gemm_bufs g = {s, rand_buf((size_t)s.m * s.k), rand_buf((size_t)s.k * s.n),
+                       rand_buf((size_t)s.m * s.n)};
+        fj_runtime *rt[2] = {normal, probe};
+        double t[2][BLOCKS];
+        long calls = 1;
+        int blocks = c->reps * 2 > BLOCKS ? BLOCKS : c->reps * 2, ok = g.a && g.b && g.c;
+        for (int v = 0; v < 2 && ok; v++) ok = run_variant(V_FJ, rt[v], &g); /* generate */
+        if (ok) {
+            double t0 = thread_cpu_ns();
+            run_variant(V_FJ, normal, &g);
+            double one = thread_cpu_ns() - t0;
+            calls = (long)(1e7 / (one > 1 ? one : 1)) + 1;
+        }
+        for (int r = 0; r < blocks && ok; r++)
+            for (int j = 0; j < 2; j++) {
+                int v = (r + j) & 1;
+                double c0 = thread_cpu_ns();
+                for (long n = 0; n < calls; n++) run_variant(V_FJ, rt[v], &g);
+                t[v][r] = (thread_cpu_ns() - c0) / (double)calls;
+            }
+        if (ok) {
+            double flops = 2.0 * s.m * s.n * s.k;
+            double fp = bench_median(t[0], blocks), nofp = bench_median(t[1], blocks);
+            char name[64];
+            snprintf(name, sizeof name, "fp tax %dx%dx%d 1t", s.m, s.n, s.k);
+            bench_row("gemm", name, "framejit rbp frame", flops / fp, "GFLOP/s", 0);
+            bench_row("gemm", name, "framejit rbp as GPR", flops / nofp, "GFLOP/s", 0);
+            bench_row("gemm", name, "tax", 100.0 * (fp / nofp - 1.0), "%", fp / nofp);
+        } else {
+            fprintf(stderr, "bench gemm fp tax: %dx%dx%d failed: %s\n", s.m, s.n, s.k,
+                    fj_last_error());
+        }
+        free(g.a);
+        free(g.b);
+        free(g.c);
+    }
+    fj_runtime_destroy(probe);
+#else
+    (void)c;
+    (void)normal;
+    printf("# gemm: frame-pointer tax rows need a build configured with -Dfp_tax_probe=true\n");
+    bench_row("gemm", "fp tax", "option off", 0, "%", 0);
+#endif
+}
+
 void bench_gemm(const bench_ctx *c) {
     fj_runtime *rt[3] = {0};
     for (int t = 1; t <= 2; t++) {
@@ -262,6 +334,7 @@ void bench_gemm(const bench_ctx *c) {
     gen_time(c, (shape){256, 256, 256});
     gen_time(c, (shape){64, 64, 64});
     gen_time(c, (shape){100, 60, 70});
+    fp_tax(c, rt[1]);
 out:
     fj_runtime_destroy(rt[1]);
     fj_runtime_destroy(rt[2]);

@@ -257,6 +257,8 @@ static size_t span_for(size_t capacity, int huge) {
     return s;
 }
 
+static pthread_once_t stale_once = PTHREAD_ONCE_INIT;
+
 fj_status cc_create(const cc_config *cfg, cc_cache **out) {
     if (!out) return fj_fail(FJ_ERR_INVALID_ARG, "codecache: cc_create: out is NULL");
     *out = NULL;
@@ -271,7 +273,9 @@ fj_status cc_create(const cc_config *cfg, cc_cache **out) {
     c->span = span_for(c->capacity, c->huge);
     c->reclaim_ns = (uint64_t)(conf.reclaim_ms > 0 ? conf.reclaim_ms : 1000) * 1000000u;
 
-    if (conf.code_file) cc_shm_cleanup_stale();
+    /* Once per process: files of processes that died meanwhile wait for
+     * the next process (reading /dev/shm costs as much as making an arena). */
+    if (conf.code_file) pthread_once(&stale_once, cc_shm_cleanup_stale);
     /* The first backing that works, probed by creating the first arena
      * (e.g. a noexec /dev/shm fails at the RX mapping). */
     fj_status st = FJ_ERR_OS;

@@ -92,6 +92,9 @@ struct fj_builder {
     uint32_t slot_bytes;   /* below the save area */
     uint32_t call_area;    /* max bytes any fj_call needs */
     int32_t last_ret_jmp;  /* body offset just past fj_return's jmp, or -1 */
+#if FJ_FP_TAX_PROBE
+    int nofp;              /* KB_NOFP: no frame pointer, rbp allocatable */
+#endif
 };
 
 static atomic_uint tag_counter = 1;
@@ -137,7 +140,18 @@ fj_status kb_new(const char *name, int nargs, fj_isa isa, uint32_t cpu, fj_runti
                  fj_builder **out) {
     fj_builder *b = fj_calloc(1, sizeof *b);
     if (!b) return fj_fail(FJ_ERR_NO_MEMORY, "builder: out of memory");
-    b->name = fj_strdup(name);
+    const char *suffix = "";
+#if FJ_FP_TAX_PROBE
+    /* Its own name: such a kernel must never pass for the frame-pointer one. */
+    b->nofp = (cpu & KB_NOFP) != 0;
+    if (b->nofp) suffix = "_nofp";
+#endif
+    size_t n = strlen(name), ns = strlen(suffix);
+    b->name = fj_malloc(n + ns + 1);
+    if (b->name) {
+        memcpy(b->name, name, n);
+        memcpy(b->name + n, suffix, ns + 1);
+    }
     if (!b->name) { fj_free(b); return fj_fail(FJ_ERR_NO_MEMORY, "builder: out of memory"); }
     b->isa = isa;
     b->rt = rt;
@@ -161,6 +175,9 @@ fj_status kb_new(const char *name, int nargs, fj_isa isa, uint32_t cpu, fj_runti
 }
 
 const char *kb_name(const fj_builder *b) { return b->name; }
+#if FJ_FP_TAX_PROBE
+int kb_nofp(const fj_builder *b) { return b->nofp; }
+#endif
 fj_runtime *kb_runtime(const fj_builder *b) { return b->rt; }
 
 void kb_free(fj_builder *b) {
@@ -194,6 +211,11 @@ fj_reg fj_arg(fj_builder *b, int i) {
 fj_reg fj_gpr(fj_builder *b) {
     fj_reg r = {0};
     if (!b) return r;
+#if FJ_FP_TAX_PROBE
+    /* rbp first, so that a generator's first register (the GEMM's A
+     * pointer, used by every FMA of its loop) really is rbp. */
+    if (b->nofp && !b->tag[RC_GPR][X64_RBP]) { r.id = new_handle(b, RC_GPR, X64_RBP); return r; }
+#endif
     for (int i = 0; i < 14; i++)
         if (!b->tag[RC_GPR][gpr_order[i]]) { r.id = new_handle(b, RC_GPR, gpr_order[i]); return r; }
     kb_fail(b, "out of general-purpose registers (14 allocatable: rbp and rsp are never handed out)");
@@ -252,6 +274,24 @@ fj_opnd fj_stack_slot(fj_builder *b, uint32_t bytes, uint32_t align, uint16_t bi
              "<= 16", bytes, align);
         return o;
     }
+#if FJ_FP_TAX_PROBE
+    if (b->nofp) {
+        /* rsp-relative, from rsp up (rsp does not move in the body and is
+         * 16-byte aligned there); the save area goes above the slots. */
+        uint32_t at = (b->slot_bytes + align - 1) & ~(align - 1);
+        if (at + bytes > 16384) { /* the CFA offset is a 16-bit record field */
+            kb_fail(b, "fj_stack_slot: over 16 KiB of slots without a frame pointer");
+            return o;
+        }
+        b->slot_bytes = at + bytes;
+        o.kind = FJ_OPND_MEM;
+        o.bits = bits;
+        o.scale = 1;
+        o.reg.id = H_FRAME;
+        o.val = at;
+        return o;
+    }
+#endif
     uint32_t top = SAVE_AREA + b->slot_bytes + bytes;
     top = (top + align - 1) & ~(align - 1);
     b->slot_bytes = top - SAVE_AREA;
@@ -401,6 +441,9 @@ static int xlate(fj_builder *b, const fj_opnd *in, x64_opnd *out, int64_t *const
         out->scale = in->scale ? in->scale : 1;
         if (in->reg.id == H_FRAME) {
             out->base = X64_RBP; /* reading rbp as a base is fine; writing it never is */
+#if FJ_FP_TAX_PROBE
+            if (b->nofp) out->base = X64_RSP;
+#endif
         } else if (in->reg.id == H_CONST) {
             out->base = X64_RIP;
             out->disp = 0;
@@ -527,7 +570,11 @@ void fj_emitv(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
         if (li >= 0) jump(b, (x64_op)op, li);
         return;
     }
-    x64_opnd x[4] = {{0}};
+    /* Not zero-initialized: xlate fills each operand used, and the
+     * compiler's block clear of all four (rep stos) cost a third of this
+     * function. */
+    x64_opnd x[4];
+    x[0].kind = X64_K_NONE;   /* nops may be 0 */
     int64_t const_off = -1;
     for (int i = 0; i < nops; i++)
         if (!xlate(b, &ops[i], &x[i], &const_off)) return;
@@ -557,6 +604,9 @@ static void mov_rr(fj_builder *b, int dst, int src) {
 void fj_call(fj_builder *b, const void *fn, const fj_opnd *args, int nargs, fj_reg result) {
     if (!b || b->err) return;
     if (!fn) { kb_fail(b, "fj_call: NULL function"); return; }
+#if FJ_FP_TAX_PROBE
+    if (b->nofp) { kb_fail(b, "fj_call: not available in frame-pointer tax probe kernels"); return; }
+#endif
     if (nargs < 0 || nargs > 6 || (nargs && !args)) {
         kb_fail(b, "fj_call: %d arguments (0..6 integer/pointer arguments)", nargs);
         return;
@@ -723,7 +773,7 @@ fj_status kb_assemble(fj_builder *b, kb_code *out) {
         frame = (SAVE_AREA + b->slot_bytes + b->call_area + 15) & ~15u;
 
     /* Prologue and epilogue are built into small scratch builders' bytes. */
-    uint8_t pro[64], epi[64];
+    uint8_t pro[96], epi[96];
     size_t np = 0, ne = 0, reccap = 0;
     x64_opnd o[2];
     int n;
@@ -731,39 +781,89 @@ fj_status kb_assemble(fj_builder *b, kb_code *out) {
     do { n = x64_encode((op), o, (cnt), (buf) + (nb), NULL); \
          if (n <= 0) return fj_fail(FJ_ERR_CODEGEN, "kernel %s: internal: frame encoding", b->name); \
          (nb) += (size_t)n; } while (0)
-    o[0] = gpr_op(X64_RBP, 64);
-    EMIT(pro, np, X64_PUSH, 1);
-    if (!add_rec(out, &reccap, (uint32_t)np, UW_PUSH_FP, 0, 0)) goto nomem;
-    o[0] = gpr_op(X64_RBP, 64); o[1] = gpr_op(X64_RSP, 64);
-    EMIT(pro, np, X64_MOV, 2);
-    if (!add_rec(out, &reccap, (uint32_t)np, UW_SET_FP, 0, 0)) goto nomem;
-    if (frame) {
-        o[0] = gpr_op(X64_RSP, 64); o[1] = imm_op(frame);
-        EMIT(pro, np, X64_SUB, 2);
-    }
-    for (int i = 0; i < 5; i++)
-        if (saved >> i & 1) {
-            o[0] = mem_op(X64_RBP, -8 * (i + 1), 64); o[1] = gpr_op(callee_saved[i], 64);
-            EMIT(pro, np, X64_MOV, 2);
-            if (!add_rec(out, &reccap, (uint32_t)np, UW_SAVE_REG, callee_saved[i], -8 * (i + 1) - 16))
-                goto nomem;
+    size_t epi_at;
+#if FJ_FP_TAX_PROBE
+    if (b->nofp) {
+        /* No frame pointer: rbp saved like any callee-saved register, the
+         * CFA rsp-relative. [rsp, slots) are the stack slots, the saves
+         * sit above them; rsp + 8 is 16-byte aligned at entry, so after
+         * push rbp a frame of a multiple of 16 keeps rsp aligned. */
+        const uint32_t slots = (b->slot_bytes + 7) & ~7u;
+        int nsaved = __builtin_popcount(saved);
+        uint32_t fr = (slots + 8 * (uint32_t)nsaved + 15) & ~15u;
+        const int cfa = 16 + (int)fr;
+        o[0] = gpr_op(X64_RBP, 64);
+        EMIT(pro, np, X64_PUSH, 1);
+        if (!add_rec(out, &reccap, (uint32_t)np, UW_PUSH_FP, 0, 0)) goto nomem;
+        if (fr) {
+            o[0] = gpr_op(X64_RSP, 64); o[1] = imm_op(fr);
+            EMIT(pro, np, X64_SUB, 2);
+            if (!add_rec(out, &reccap, (uint32_t)np, UW_CFA_SP, 0, cfa)) goto nomem;
         }
-    size_t epi_at = np + body_len;
-    for (int i = 0; i < 5; i++)
-        if (saved >> i & 1) {
-            o[0] = gpr_op(callee_saved[i], 64); o[1] = mem_op(X64_RBP, -8 * (i + 1), 64);
-            EMIT(epi, ne, X64_MOV, 2);
-            if (!add_rec(out, &reccap, (uint32_t)(epi_at + ne), UW_RESTORE_REG, callee_saved[i], 0))
-                goto nomem;
+        int k = 0;
+        for (int i = 0; i < 5; i++)
+            if (saved >> i & 1) {
+                int at = (int)slots + 8 * k++;
+                o[0] = mem_op(X64_RSP, at, 64); o[1] = gpr_op(callee_saved[i], 64);
+                EMIT(pro, np, X64_MOV, 2);
+                if (!add_rec(out, &reccap, (uint32_t)np, UW_SAVE_REG, callee_saved[i], at - cfa))
+                    goto nomem;
+            }
+        epi_at = np + body_len;
+        k = 0;
+        for (int i = 0; i < 5; i++)
+            if (saved >> i & 1) {
+                o[0] = gpr_op(callee_saved[i], 64); o[1] = mem_op(X64_RSP, (int)slots + 8 * k++, 64);
+                EMIT(epi, ne, X64_MOV, 2);
+                if (!add_rec(out, &reccap, (uint32_t)(epi_at + ne), UW_RESTORE_REG, callee_saved[i], 0))
+                    goto nomem;
+            }
+        if (b->used_vec) EMIT(epi, ne, X64_VZEROUPPER, 0);
+        if (fr) {
+            o[0] = gpr_op(X64_RSP, 64); o[1] = imm_op(fr);
+            EMIT(epi, ne, X64_ADD, 2);
+            if (!add_rec(out, &reccap, (uint32_t)(epi_at + ne), UW_CFA_SP, 0, 16)) goto nomem;
         }
-    if (b->used_vec) EMIT(epi, ne, X64_VZEROUPPER, 0);
-    if (frame) {
-        EMIT(epi, ne, X64_LEAVE, 0);
-    } else {
         o[0] = gpr_op(X64_RBP, 64);
         EMIT(epi, ne, X64_POP, 1);
+        if (!add_rec(out, &reccap, (uint32_t)(epi_at + ne), UW_POP_FP, 0, 0)) goto nomem;
+    } else
+#endif
+    {
+        o[0] = gpr_op(X64_RBP, 64);
+        EMIT(pro, np, X64_PUSH, 1);
+        if (!add_rec(out, &reccap, (uint32_t)np, UW_PUSH_FP, 0, 0)) goto nomem;
+        o[0] = gpr_op(X64_RBP, 64); o[1] = gpr_op(X64_RSP, 64);
+        EMIT(pro, np, X64_MOV, 2);
+        if (!add_rec(out, &reccap, (uint32_t)np, UW_SET_FP, 0, 0)) goto nomem;
+        if (frame) {
+            o[0] = gpr_op(X64_RSP, 64); o[1] = imm_op(frame);
+            EMIT(pro, np, X64_SUB, 2);
+        }
+        for (int i = 0; i < 5; i++)
+            if (saved >> i & 1) {
+                o[0] = mem_op(X64_RBP, -8 * (i + 1), 64); o[1] = gpr_op(callee_saved[i], 64);
+                EMIT(pro, np, X64_MOV, 2);
+                if (!add_rec(out, &reccap, (uint32_t)np, UW_SAVE_REG, callee_saved[i], -8 * (i + 1) - 16))
+                    goto nomem;
+            }
+        epi_at = np + body_len;
+        for (int i = 0; i < 5; i++)
+            if (saved >> i & 1) {
+                o[0] = gpr_op(callee_saved[i], 64); o[1] = mem_op(X64_RBP, -8 * (i + 1), 64);
+                EMIT(epi, ne, X64_MOV, 2);
+                if (!add_rec(out, &reccap, (uint32_t)(epi_at + ne), UW_RESTORE_REG, callee_saved[i], 0))
+                    goto nomem;
+            }
+        if (b->used_vec) EMIT(epi, ne, X64_VZEROUPPER, 0);
+        if (frame) {
+            EMIT(epi, ne, X64_LEAVE, 0);
+        } else {
+            o[0] = gpr_op(X64_RBP, 64);
+            EMIT(epi, ne, X64_POP, 1);
+        }
+        if (!add_rec(out, &reccap, (uint32_t)(epi_at + ne), UW_POP_FP, 0, 0)) goto nomem;
     }
-    if (!add_rec(out, &reccap, (uint32_t)(epi_at + ne), UW_POP_FP, 0, 0)) goto nomem;
     EMIT(epi, ne, X64_RET, 0);
 #undef EMIT
 

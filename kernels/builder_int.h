@@ -21,6 +21,16 @@ typedef struct kb_code {
 
 /* isa must be AVX2 or AVX512; cpu_features are X64_F_* the CPU has. rt is
  * only remembered (for fj_builder_finish), never used here. */
+#if FJ_FP_TAX_PROBE
+/* Frame-pointer tax probe builds only: set in cpu_features (the runtime's
+ * one value every builder is created from), it makes the builder hand out
+ * rbp as a GPR (first), frame kernels without a frame pointer (rbp pushed
+ * as a callee-saved register, rsp-relative slots and CFA), reject fj_call,
+ * and add "_nofp" to the kernel's name. Such kernels break invariant 1 on
+ * purpose: the runtime skips the verifier for them (kb_nofp). */
+#define KB_NOFP (1u << 31)
+FJ_INTERNAL int kb_nofp(const fj_builder *b);
+#endif
 FJ_INTERNAL fj_status kb_new(const char *name, int nargs, fj_isa isa, uint32_t cpu_features,
                              fj_runtime *rt, fj_builder **out);
 FJ_INTERNAL const char *kb_name(const fj_builder *b);

@@ -81,6 +81,10 @@ enum {
  * VEX, disp8 / EVEX disp8*N, imm8) and never allocates. info may be NULL. */
 FJ_INTERNAL int x64_encode(x64_op op, const x64_opnd *ops, int nops, uint8_t *out,
                            x64_enc_info *info);
+/* The same without the memo of winning rows (the full shortest-form
+ * search every time): tests compare the two. */
+FJ_INTERNAL int x64_encode_search(x64_op op, const x64_opnd *ops, int nops, uint8_t *out,
+                                  x64_enc_info *info);
 /* Lower-case mnemonic text ("vfmadd231ps"). */
 FJ_INTERNAL const char *x64_op_name(x64_op op);
 /* Explanation of an X64_E_* code. */

@@ -8,8 +8,10 @@
 
 /*
  *   x64_encode(op, operands)
- *     │ check_opnd(): registers, scales, masks; the operands' kind
- *     │               signature (one byte per operand)
+ *     │ shape_of():   registers, scales, masks; the operands' shape
+ *     │               signature; detail_of(): the value facts rows differ on
+ *     │ memo:         (op, signature, details) seen before → its winning
+ *     │               row: fill() + emit() and done (the common case)
  *     │ index[op]:    first row and row count (condition families map to
  *     │               their first member + cc); built once, on first use
  *     ▼
@@ -604,7 +606,8 @@ static int shape_of(const x64_opnd *o, int *rex) {
 static __attribute__((noinline)) int shorter(const row_aux *a, const row_aux *end, uint64_t sig,
                                              int rex, const x64_opnd *ops, int nops, int cc,
                                              int evex, int len, uint8_t *out,
-                                             x64_enc_info *info) {
+                                             x64_enc_info *info, int *row, int *fs,
+                                             int *fl) {
     uint8_t tmp[X64_MAX_LEN + 1];
     x64_enc_info tinfo;
     for (; a < end; a++) {
@@ -625,24 +628,141 @@ static __attribute__((noinline)) int shorter(const row_aux *a, const row_aux *en
             if (info) *info = tinfo;
             len = n;
             evex = row_evex;
+            *row = (int)(a - aux);
+            *fs = f.s;
+            *fl = f.l;
         }
     }
     return len;
 }
 
-int x64_encode(x64_op op, const x64_opnd *ops, int nops, uint8_t *out, x64_enc_info *info) {
-    if (info) { info->features = 0; info->disp_pos = -1; info->rel_pos = -1; info->rel_size = 0; }
-    if ((unsigned)op == X64_NONE || (unsigned)op >= X64_OP_COUNT) return X64_E_OP;
-    if (nops < 0 || nops > 4 || (nops && !ops)) return X64_E_FORM;
-    uint64_t sig = SIG_NONE;
-    int rex = 0;
-    for (int i = 0; i < nops; i++) {
-        int sh = shape_of(&ops[i], &rex);
-        if (sh < 0) return sh;
-        sig ^= (uint64_t)(SH_NONE ^ sh) << (16 * i);
+/* ---- memo: the row that won for an operand pattern ----------------------
+ * Which row wins depends on the mnemonic, the operands' shapes (sig) and a
+ * few facts about their values: implicit registers (rax, cl), register
+ * numbers' bit 3 (REX, 2- vs 3-byte VEX), 8-bit registers that need REX,
+ * memory width, base and index, displacement size, immediate and branch
+ * ranges, masking. The detail word below holds exactly those, 16 bits per
+ * operand; with op and sig it is the memo key. A hit matches and emits the
+ * one remembered row instead of walking the mnemonic's rows twice (the
+ * shortest-form search), which is most of the encoder's time.
+ *
+ * A process-wide direct-mapped table, each entry under a sequence lock
+ * (odd while written; writers that find it odd just skip): readers never
+ * wait and never see a torn key. Only successful encodings are stored. */
+enum { MEMO_BITS = 10, MEMO_N = 1 << MEMO_BITS };
+typedef struct memo_ent {
+    atomic_uint seq;
+    atomic_uint_least64_t op_row;  /* op << 48 | row << 32 | s << 16 | l (the form's sizes) */
+    atomic_uint_least64_t sig, detail;
+} memo_ent;
+static memo_ent memo[MEMO_N];
+
+static int fits_u8(int64_t v) { return v >= -128 && v <= 255; }
+
+/* The value facts of one operand that can change the winning row. */
+static unsigned detail_of(const x64_opnd *o) {
+    unsigned d = (o->mask != 0) | (o->zero != 0) << 1;
+    switch (o->kind) {
+    case X64_K_GPR:
+        d |= (o->reg == X64_RAX) << 2 | (o->reg == X64_RCX) << 3 | ((o->reg >> 3) & 1) << 4 |
+             (o->bits == 8 && o->reg >= 4) << 5;
+        break;
+    case X64_K_VEC: case X64_K_KREG:
+        d |= ((o->reg >> 3) & 1) << 4;
+        break;
+    case X64_K_MEM: {
+        int base = o->base == X64_NOREG ? 0 : o->base == X64_RIP ? 1 : 2 + ((o->base >> 3) & 1);
+        int index = o->index == X64_NOREG ? 0 : 1 + ((o->index >> 3) & 1);
+        int disp = o->disp == 0 ? 0 : fits8(o->disp) ? 1 : 2;
+        d |= (unsigned)base << 2 | (unsigned)index << 4 | (unsigned)disp << 6 |
+             (unsigned)(o->bits ? __builtin_ctz(o->bits) : 15) << 8 |   /* 0..9, or none */
+             ((o->base & 7) == 5 || (o->base & 7) == 4) << 12;         /* rbp/r13, rsp/r12 */
+        break;
     }
-    if (!atomic_load_explicit(&index_ready, memory_order_acquire))
-        pthread_once(&index_once, index_init);
+    case X64_K_IMM: case X64_K_REL: {
+        int64_t v = o->imm, n = imm_norm(v, 32);
+        d |= (v == 1) << 2 | fits8(v) << 3 | fits8(n) << 4 | fits_u8(v) << 5 | fits32(v) << 6 |
+             fits32(n) << 7 | (unsigned)(o->bits == 0 ? 0 : o->bits == 8 ? 1 : o->bits == 32 ? 2 : 3) << 8;
+        break;
+    }
+    default:
+        break;
+    }
+    return d;
+}
+
+static unsigned memo_slot(x64_op op, uint64_t sig, uint64_t detail) {
+    uint64_t h = (sig ^ (detail * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)op << 40)) * 0xff51afd7ed558ccdull;
+    return (unsigned)(h >> (64 - MEMO_BITS));
+}
+
+/* The remembered row for the key (and the sizes its match found), or -1. */
+static int memo_get(x64_op op, uint64_t sig, uint64_t detail, int *fs, int *fl) {
+    memo_ent *e = &memo[memo_slot(op, sig, detail)];
+    unsigned s1 = atomic_load_explicit(&e->seq, memory_order_acquire);
+    if (s1 & 1) return -1;
+    uint64_t op_row = atomic_load_explicit(&e->op_row, memory_order_relaxed);
+    uint64_t es = atomic_load_explicit(&e->sig, memory_order_relaxed);
+    uint64_t ed = atomic_load_explicit(&e->detail, memory_order_relaxed);
+    atomic_thread_fence(memory_order_acquire);
+    if (atomic_load_explicit(&e->seq, memory_order_relaxed) != s1) return -1;
+    if (s1 == 0 || (op_row >> 48) != (unsigned)op || es != sig || ed != detail) return -1;
+    *fs = (int)(op_row >> 16 & 0xffff);
+    *fl = (int)(op_row & 0xffff);
+    return (int)(op_row >> 32 & 0xffff);
+}
+
+static void memo_put(x64_op op, uint64_t sig, uint64_t detail, int row, int fs, int fl) {
+    memo_ent *e = &memo[memo_slot(op, sig, detail)];
+    unsigned s = atomic_load_explicit(&e->seq, memory_order_relaxed);
+    if ((s & 1) || !atomic_compare_exchange_strong_explicit(&e->seq, &s, s + 1,
+                                                            memory_order_acquire,
+                                                            memory_order_relaxed))
+        return;   /* another thread writes it: skip */
+    atomic_thread_fence(memory_order_release);
+    atomic_store_explicit(&e->op_row,
+                          (uint64_t)op << 48 | (uint64_t)row << 32 | (uint64_t)fs << 16 | (uint64_t)fl,
+                          memory_order_relaxed);
+    atomic_store_explicit(&e->sig, sig, memory_order_relaxed);
+    atomic_store_explicit(&e->detail, detail, memory_order_relaxed);
+    atomic_store_explicit(&e->seq, s + 2, memory_order_release);
+}
+
+/* The form of row r for operands that match it (a memo hit: the key
+ * holds every fact match() checks, so only the assignment is left). */
+static void fill(const x64_row *r, const x64_opnd *ops, int nops, int cc, int s, int l,
+                 x64_form *f) {
+    *f = (x64_form){.row = r, .cc = cc, .s = s, .l = l};
+    for (int i = 0; i < nops; i++) {
+        const x64_opnd *o = &ops[i];
+        int c = X64_OPD_CLASS(r->opd[i]);
+        f->mask |= o->mask;
+        f->zero |= o->zero;
+        f->bcst |= o->kind == X64_K_MEM && o->bcst;
+        f->rex8 |= o->kind == X64_K_GPR && o->bits == 8 && o->reg >= 4;
+        switch (X64_OPD_SLOT(r->opd[i])) {
+        case XS_G: f->reg = o->reg; break;
+        case XS_E: f->rm = o; break;
+        case XS_H: f->vvvv = o->reg; break;
+        case XS_O: f->opr = o->reg; f->has_opr = 1; break;
+        case XS_L: f->is4 = o->reg; f->has_is4 = 1; break;
+        default:
+            if (o->kind == X64_K_IMM && c != XC_ONE) {
+                f->imm = o->imm;
+                f->immsz = c == XC_I32 ? 4 : c == XC_I64 ? 8 : 1;
+            } else if (o->kind == X64_K_REL) {
+                f->rel = o->imm;
+                f->relsz = c == XC_REL8 ? 1 : 4;
+            }
+            break;
+        }
+    }
+}
+
+/* The full search: the first matching row, then any shorter one. Sets
+ * *row to the winner's index. */
+static int search(x64_op op, const x64_opnd *ops, int nops, uint64_t sig, int rex, uint8_t *out,
+                  x64_enc_info *info, int *row, int *fs, int *fl) {
     const row_aux *a = aux + op_first[op], *end = a + op_nrows[op];
     int cc = op_cc[op], range = 0;
     /* The first row that matches is usually the answer: find it with a
@@ -657,7 +777,49 @@ int x64_encode(x64_op op, const x64_opnd *ops, int nops, uint8_t *out, x64_enc_i
     }
     int len = emit(&f, out, info);
     int evex = f.row->enc == XE_EVEX;
+    *row = (int)(a - aux);
+    *fs = f.s;
+    *fl = f.l;
     if ((evex && a->tail_vex) || a->tail_min < len)
-        len = shorter(a + 1, end, sig, rex, ops, nops, cc, evex, len, out, info);
+        len = shorter(a + 1, end, sig, rex, ops, nops, cc, evex, len, out, info, row, fs, fl);
     return len;
+}
+
+static int encode(x64_op op, const x64_opnd *ops, int nops, uint8_t *out, x64_enc_info *info,
+                  int use_memo) {
+    if (info) { info->features = 0; info->disp_pos = -1; info->rel_pos = -1; info->rel_size = 0; }
+    if ((unsigned)op == X64_NONE || (unsigned)op >= X64_OP_COUNT) return X64_E_OP;
+    if (nops < 0 || nops > 4 || (nops && !ops)) return X64_E_FORM;
+    uint64_t sig = SIG_NONE, detail = 0;
+    int rex = 0;
+    for (int i = 0; i < nops; i++) {
+        int sh = shape_of(&ops[i], &rex);
+        if (sh < 0) return sh;
+        sig ^= (uint64_t)(SH_NONE ^ sh) << (16 * i);
+        detail |= (uint64_t)detail_of(&ops[i]) << (16 * i);
+    }
+    if (!atomic_load_explicit(&index_ready, memory_order_acquire))
+        pthread_once(&index_once, index_init);
+    int fs = 0, fl = 0;
+    if (use_memo) {
+        int r = memo_get(op, sig, detail, &fs, &fl);
+        if (r >= 0) {
+            x64_form f;
+            fill(&x64_rows[r], ops, nops, op_cc[op], fs, fl, &f);
+            return emit(&f, out, info);
+        }
+    }
+    int row = -1;
+    int len = search(op, ops, nops, sig, rex, out, info, &row, &fs, &fl);
+    if (len > 0 && use_memo) memo_put(op, sig, detail, row, fs, fl);
+    return len;
+}
+
+int x64_encode(x64_op op, const x64_opnd *ops, int nops, uint8_t *out, x64_enc_info *info) {
+    return encode(op, ops, nops, out, info, 1);
+}
+
+int x64_encode_search(x64_op op, const x64_opnd *ops, int nops, uint8_t *out,
+                      x64_enc_info *info) {
+    return encode(op, ops, nops, out, info, 0);
 }

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "kernels/builder_int.h"
 #include "kernels/cpu.h"
 #include "runtime/kcache.h"
 #include "runtime/pool.h"
@@ -45,6 +46,18 @@ static fj_status choose_isa(const fj_options *o, uint32_t f, fj_isa *out) {
     return FJ_OK;
 }
 
+/* cpuid traps to the hypervisor in a VM (microseconds each): ask once
+ * per process. Bit 31 marks the cached value as valid. */
+static uint32_t cpu_features(void) {
+    static atomic_uint cached;
+    unsigned v = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (!(v & 0x80000000u)) {
+        v = (kc_cpu_features() & 0x7fffffffu) | 0x80000000u;
+        atomic_store_explicit(&cached, v, memory_order_relaxed);
+    }
+    return v & 0x7fffffffu;
+}
+
 fj_status fj_runtime_create(const fj_options *opts, fj_runtime **out) {
     if (!out) return fj_fail(FJ_ERR_INVALID_ARG, "fj_runtime_create: out is NULL");
     *out = NULL;
@@ -69,11 +82,16 @@ fj_status fj_runtime_create(const fj_options *opts, fj_runtime **out) {
     fj_runtime *rt = fj_calloc(1, sizeof *rt);
     if (!rt) return fj_fail(FJ_ERR_NO_MEMORY, "fj_runtime_create: out of memory");
     rt->opts = o;
-    rt->features = kc_cpu_features();
+    rt->features = cpu_features();
     fj_status s = choose_isa(&o, rt->features, &rt->isa);
     if (s == FJ_OK) s = uw_parse_backends(getenv("FRAMEJIT_UNWIND"), &rt->uw_backends);
     if (s != FJ_OK) { fj_free(rt); return s; }
     rt->opts.isa = rt->isa;
+#if FJ_FP_TAX_PROBE
+    /* Measurement builds only: every kernel of this runtime without a
+     * frame pointer (kernels/builder_int.h, KB_NOFP). */
+    if (fj_env_flag("FRAMEJIT_FP_TAX_PROBE")) rt->features |= KB_NOFP;
+#endif
     rt->verify = o.verify || fj_env_flag("FRAMEJIT_VERIFY");
     rt->perfmap = fj_env_flag("FRAMEJIT_PERFMAP");
     rt->jitdump = fj_env_flag("FRAMEJIT_JITDUMP");
@@ -97,6 +115,10 @@ fj_status fj_runtime_create(const fj_options *opts, fj_runtime **out) {
     pthread_mutex_init(&rt->kc_lock, NULL);
     pthread_cond_init(&rt->kc_cond, NULL);
     pthread_mutex_init(&rt->pool_lock, NULL);
+#if FJ_FP_TAX_PROBE
+    if (rt->features & KB_NOFP)
+        fj_log(1, "runtime: frame-pointer tax probe: kernels use rbp as a GPR, not verified");
+#endif
     fj_log(1, "runtime: isa=%s threads=%d cache=%zu bytes (%s) unwind=%s%s%s verify=%d",
            isa_str(rt->isa), rt->opts.threads, o.cache_bytes, cc_backing(rt->cache),
            rt->uw_backends & UW_LIBGCC ? "libgcc," : "",

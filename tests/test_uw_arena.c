@@ -56,7 +56,8 @@ static uw_func kern_func(const kern *k) {
 
 /* Lays out n kernels from `from` with a mix of sizes and gaps: mostly 64
  * bytes apart (the code cache's alignment), every 7th one large enough to
- * span several 512-byte windows, every 11th after a gap. */
+ * span several of the libgcc table's windows (512 bytes at least), every
+ * 11th after a gap. */
 static size_t layout(span *s, size_t from, kern *ks, size_t n, void (*cb)(probe *), const char *pfx) {
     size_t off = from;
     for (size_t i = 0; i < n; i++) {

@@ -78,7 +78,13 @@ void uw_libgcc_deregister(uw_object *o) {
  * [lo, hi) (sentinel FDEs, pc_range 0) and the object never change, so
  * registration happens once and deregistration exactly once. */
 
-enum { SLOT = 32, MAX_SLOTS = 1 << 16, MIN_WINDOW = 512 };
+/* Slots are sized for the whole arena, so their number is what creating
+ * an arena costs (written, then counted and sorted by libgcc's first
+ * lookup) whether it ever holds one kernel or thousands: 256 slots, with
+ * windows never below 512 bytes. A wider window only makes groups longer
+ * (an unwind runs the CFA program of the kernels before the pc in its
+ * group), and kernels are rarely smaller than a few hundred bytes. */
+enum { SLOT = 32, MIN_WINDOW = 512, TARGET_SLOTS = 256 };
 
 struct uw_gcc_table {
     uw_region mem;       /* group CIEs from 0 up, then the table */
@@ -108,16 +114,16 @@ static uint64_t load64(const uint8_t *p) { return __atomic_load_n((const uint64_
 static void store64(uint8_t *p, uint64_t v) { __atomic_store_n((uint64_t *)p, v, __ATOMIC_RELEASE); }
 static void store32(uint8_t *p, uint32_t v) { __atomic_store_n((uint32_t *)p, v, __ATOMIC_RELEASE); }
 
-/* A 32-byte FDE with no instructions, for [pc, pc + range), using the CIE
- * at cie (absolute). */
-static void put_slot(uw_buf *b, uintptr_t base, uintptr_t cie, uintptr_t pc, uint64_t range) {
-    const uintptr_t at = base + b->len;
-    uw_put_u32(b, SLOT - 4);
-    uw_put_u32(b, (uint32_t)(at + 4 - cie));
-    uw_put_u64(b, pc);
-    uw_put_u64(b, range);
-    uw_put_u8(b, 0);        /* augmentation data length */
-    uw_put_zero(b, SLOT - 25);  /* DW_CFA_nop */
+/* A 32-byte FDE with no instructions at p, for [pc, pc + range), using
+ * the CIE at cie (absolute). Written in place: the table is built where
+ * libgcc will read it, before it is registered. */
+static void put_slot(uint8_t *p, uintptr_t cie, uintptr_t pc, uint64_t range) {
+    const uint32_t len = SLOT - 4, back = (uint32_t)((uintptr_t)p + 4 - cie);
+    memcpy(p, &len, 4);
+    memcpy(p + 4, &back, 4);
+    memcpy(p + 8, &pc, 8);
+    memcpy(p + 16, &range, 8);
+    memset(p + 24, 0, SLOT - 24);  /* augmentation length 0, then DW_CFA_nop */
 }
 
 fj_status uw_gcc_table_create(uintptr_t lo, uintptr_t hi, struct uw_gcc_table **out) {
@@ -131,7 +137,7 @@ fj_status uw_gcc_table_create(uintptr_t lo, uintptr_t hi, struct uw_gcc_table **
     t->hi = hi;
     t->cur = SIZE_MAX;
     t->window = MIN_WINDOW;
-    while ((hi - lo + t->window - 1) / t->window > MAX_SLOTS) t->window *= 2;
+    while ((hi - lo + t->window - 1) / t->window > TARGET_SLOTS) t->window *= 2;
     t->nslots = (hi - lo + t->window - 1) / t->window;
     /* Group CIEs: a header per group plus a few bytes per kernel; four
      * times the code span is far more than that (reserved, not used). */
@@ -153,20 +159,22 @@ fj_status uw_gcc_table_create(uintptr_t lo, uintptr_t hi, struct uw_gcc_table **
     uw_buf b = {0};
     const uintptr_t base = (uintptr_t)t->table;
     uw_cie_put(&b, 1);
-    if (!b.oom && b.len != cie0_len) {
-        fj_free(b.p);
-        st = fj_fail(FJ_ERR_UNWIND, "libgcc: CIE of %zu bytes, expected %zu", b.len, cie0_len);
+    uint8_t *cie0 = NULL;
+    size_t len = 0;
+    if ((st = uw_buf_take(&b, &cie0, &len)) != FJ_OK) goto fail;
+    if (len != cie0_len) {
+        fj_free(cie0);
+        st = fj_fail(FJ_ERR_UNWIND, "libgcc: CIE of %zu bytes, expected %zu", len, cie0_len);
         goto fail;
     }
-    put_slot(&b, base, base, lo, 0);  /* fixes the object's start at lo */
-    for (size_t i = 0; i < t->nslots; i++) put_slot(&b, base, base, lo + i * t->window, 0);
-    put_slot(&b, base, base, hi, 0);  /* ... and its end at hi */
-    uw_put_u32(&b, 0);                /* terminator */
-    uint8_t *bytes = NULL;
-    size_t len = 0;
-    if ((st = uw_buf_take(&b, &bytes, &len)) != FJ_OK) goto fail;
-    memcpy(t->table, bytes, len);
-    fj_free(bytes);
+    memcpy(t->table, cie0, len);
+    fj_free(cie0);
+    uint8_t *p = t->table + cie0_len;
+    put_slot(p, base, lo, 0);  /* fixes the object's start at lo */
+    p += SLOT;
+    for (size_t i = 0; i < t->nslots; i++, p += SLOT) put_slot(p, base, lo + i * t->window, 0);
+    put_slot(p, base, hi, 0);  /* ... and its end at hi */
+    memset(p + SLOT, 0, 4);    /* terminator */
     __register_frame(t->table);
     /* A lookup makes libgcc sort the object now (it keeps pointers to the
      * slots from then on); nothing is found in an empty arena. */
