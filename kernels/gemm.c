@@ -11,8 +11,11 @@
  *                                             AVX-512, vbroadcastss on AVX2)
  *       C = alpha*acc + beta*C  (beta_zero: C is not read)   [+ bias, act]
  *
- * B's panel stays in L1 across the row tiles; A streams (prefetched) from
- * L2. Column tails are lane masks read at run time (opmask / vmaskmovps),
+ * B's panel stays in L1 (or L2) across the row tiles; A streams
+ * (prefetched) from L2. With b_copy the first tile of a call can read B
+ * in place and write the packed panel as it goes (the store port is idle
+ * in the FMA loop), which replaces a separate packing pass over B.
+ * Column tails are lane masks read at run time (opmask / vmaskmovps),
  * row tails are a run-time row count (rows past it are computed but never
  * loaded or stored), so one kernel serves every shape of a blocking. */
 #include "kernels/gemm.h"
@@ -49,8 +52,9 @@ static const char *act_name(int act) {
 void kg_gemm_name(const kg_gemm_cfg *c, char *buf, size_t n) {
     static const char am[] = "prc", bm[] = "pr";
     int lanes = c->isa == FJ_ISA_AVX512 ? 16 : 8;
-    snprintf(buf, n, "fj_gemm_f32_%dx%d_%c%c_%s%s%s%s", c->mr, c->nv * lanes,
-             am[c->amode % 3], bm[c->bmode % 2], c->isa == FJ_ISA_AVX512 ? "avx512" : "avx2",
+    snprintf(buf, n, "fj_gemm_f32_%dx%d_%c%c%s_%s%s%s%s", c->mr, c->nv * lanes,
+             am[c->amode % 3], bm[c->bmode % 2], c->b_copy ? "c" : "",
+             c->isa == FJ_ISA_AVX512 ? "avx512" : "avx2",
              c->has_bias ? "_bias" : "", c->act ? "_" : "", act_name(c->act));
 }
 
@@ -72,6 +76,8 @@ fj_status kg_gemm_check(const kg_gemm_cfg *c) {
     if (c->amode < KG_GA_PACKED || c->amode > KG_GA_COLS || c->bmode < KG_GB_PACKED ||
         c->bmode > KG_GB_ROWS)
         return fj_fail(FJ_ERR_INVALID_ARG, "gemm kernel: modes %d/%d", c->amode, c->bmode);
+    if (c->b_copy && (!avx512 || c->bmode != KG_GB_PACKED))
+        return fj_fail(FJ_ERR_INVALID_ARG, "gemm kernel: B copy needs AVX-512 and packed B");
     if (c->amode == KG_GA_ROWS && c->mr > 14)
         return fj_fail(FJ_ERR_INVALID_ARG, "gemm kernel: in-place row-major A needs mr <= 14");
     int acc = c->mr * c->nv;
@@ -95,10 +101,11 @@ typedef struct gen {
     fj_builder *b;
     const kg_gemm_cfg *c;
     int avx512, vb, mr, nv;
-    fj_reg p, a, a2, lda, lda3, lda5, bp, ldb, cp, k, tc, rows;
+    fj_reg p, a, a2, lda, lda3, lda5, bp, ldb, cp, k, tc, rows, bsrc, bpf;
     fj_reg acc[32][4], bv[4], bcr[2];
     fj_reg km[4], kr[4];  /* AVX-512 store masks, C-read masks (0 lanes if beta = 0) */
     int merged;           /* one store copy: beta = 0 handled by kr */
+    int copy;             /* emitting the B-packing copy of the k loop */
     fj_opnd a_slot;
 } gen;
 
@@ -137,9 +144,24 @@ static void k_step(gen *g, int u) {
          * are copied to a padded buffer), so no load needs a mask. */
         fj_opnd src = c->bmode == KG_GB_PACKED ? fj_mem(0, g->bp, (u * g->nv + v) * g->vb)
                                                : fj_mem(0, g->bp, v * g->vb);
-        fj_emit(b, FJ_VMOVUPS, V(g, g->bv[v]), src);
+        if (g->copy) {
+            /* The panel is packed on the way: the store port is idle in
+             * this loop, so the copy costs no FMA slots. Full panels only
+             * (a masked load here made the copying tile 40% slower). */
+            fj_emit(b, FJ_VMOVUPS, V(g, g->bv[v]), fj_mem(0, g->bsrc, v * g->vb));
+            fj_emit(b, FJ_VMOVUPS, src, V(g, g->bv[v]));
+        } else {
+            fj_emit(b, FJ_VMOVUPS, V(g, g->bv[v]), src);
+        }
     }
-    if (c->bmode == KG_GB_PACKED && c->pf_b)
+    if (g->copy) {
+        /* Rows of a wide B are pages apart: ask for them ahead (into L2:
+         * the L1 fill buffers are the scarce resource here). */
+        for (int l = 0; l < g->nv * g->vb / 64; l++)
+            fj_emit(b, FJ_PREFETCHT1, fj_memx(0, g->bsrc, g->bpf, 1, l * 64));
+        fj_emit(b, FJ_ADD, fj_r64(g->bsrc), fj_r64(g->ldb));
+    }
+    if (c->bmode == KG_GB_PACKED && c->pf_b && !g->copy)
         for (int l = 0; l < g->nv * g->vb / 64; l++)
             fj_emit(b, FJ_PREFETCHT0, fj_mem(0, g->bp, c->pf_b + (u * g->nv * g->vb) + l * 64));
     if (c->amode == KG_GA_PACKED && c->pf_a && u * 64 < c->unroll * g->mr * 4)
@@ -208,8 +230,9 @@ static void next_row(gen *g, fj_reg rowp, int i, fj_label end) {
     fj_emit(g->b, FJ_ADD, fj_r64(rowp), P(g, OFF(ldc), 64));
 }
 
-/* C = alpha*acc (+ beta*C) (+ bias) for rows < rows, masked lanes. */
-static void store_tile(gen *g, int beta, int bias, fj_reg alpha_r, fj_reg beta_r) {
+/* C = alpha*acc (+ beta*C) (+ bias) for rows < rows, masked lanes; kind
+ * KG_STORE_SET / _ADD: C = acc / C += acc (alpha = 1, beta = 0 / 1). */
+static void store_tile(gen *g, int beta, int bias, fj_reg alpha_r, fj_reg beta_r, int kind) {
     fj_builder *b = g->b;
     fj_reg rowp = g->k, rb = {0};
     if (bias) {
@@ -223,10 +246,14 @@ static void store_tile(gen *g, int beta, int bias, fj_reg alpha_r, fj_reg beta_r
             next_row(g, rowp, i, end);
             for (int v = 0; v < g->nv; v++) {
                 fj_reg x = g->acc[i][v];
-                fj_emit(b, FJ_VMULPS, V(g, x), V(g, x), V(g, alpha_r));
+                if (kind == KG_STORE_ADD)
+                    fj_emit(b, FJ_VADDPS, fj_masked(V(g, x), g->km[v], 0), V(g, x),
+                            fj_mem(0, rowp, v * g->vb));
+                if (kind == KG_STORE_GENERAL)
+                    fj_emit(b, FJ_VMULPS, V(g, x), V(g, x), V(g, alpha_r));
                 /* Masked: lanes outside C are neither read nor written;
                  * with kr all-zero (beta = 0) C is not read at all. */
-                if (beta)
+                if (beta && kind == KG_STORE_GENERAL)
                     fj_emit(b, FJ_VFMADD231PS,
                             fj_masked(V(g, x), g->merged ? g->kr[v] : g->km[v], 0), V(g, beta_r),
                             fj_mem(0, rowp, v * g->vb));
@@ -247,10 +274,15 @@ static void store_tile(gen *g, int beta, int bias, fj_reg alpha_r, fj_reg beta_r
             for (int i = 0; i < g->mr; i++) {
                 next_row(g, rowp, i, end);
                 fj_reg x = g->acc[i][v];
-                fj_emit(b, FJ_VMULPS, V(g, x), V(g, x), V(g, alpha_r));
-                if (beta) {
+                if (kind == KG_STORE_GENERAL)
+                    fj_emit(b, FJ_VMULPS, V(g, x), V(g, x), V(g, alpha_r));
+                if (beta && kind == KG_STORE_GENERAL) {
                     fj_emit(b, FJ_VMASKMOVPS, V(g, t), V(g, m), fj_mem(0, rowp, v * g->vb));
                     fj_emit(b, FJ_VFMADD231PS, V(g, x), V(g, t), V(g, beta_r));
+                }
+                if (kind == KG_STORE_ADD) {
+                    fj_emit(b, FJ_VMASKMOVPS, V(g, t), V(g, m), fj_mem(0, rowp, v * g->vb));
+                    fj_emit(b, FJ_VADDPS, V(g, x), V(g, x), V(g, t));
                 }
                 if (bias) {
                     fj_emit(b, FJ_VMASKMOVPS, V(g, t), V(g, m), fj_mem(0, rb, v * g->vb));
@@ -317,30 +349,45 @@ static void epilogue(gen *g) {
         fj_emit(b, FJ_CMP, P(g, OFF(post), 32), fj_imm(0));
         fj_emit(b, FJ_JNE, fj_lbl(l_post));
     }
+    /* alpha = 1 with beta = 0 or 1 (every k block after the first): no
+     * multiply, and for beta = 0 no masked FMA either. With short k these
+     * are a few percent of the FMA slots. */
+    fj_label l_set = fj_label_new(b), l_add = fj_label_new(b), l_gen = fj_label_new(b);
+    fj_emit(b, FJ_CMP, P(g, OFF(store), 32), fj_imm(KG_STORE_SET));
+    fj_emit(b, FJ_JE, fj_lbl(l_set));
+    fj_emit(b, FJ_CMP, P(g, OFF(store), 32), fj_imm(KG_STORE_ADD));
+    fj_emit(b, FJ_JNE, fj_lbl(l_gen));
+    fj_label_bind(b, l_add);
+    store_tile(g, 0, 0, alpha_r, beta_r, KG_STORE_ADD);
+    fj_emit(b, FJ_JMP, fj_lbl(l_done));
+    fj_label_bind(b, l_set);
+    store_tile(g, 0, 0, alpha_r, beta_r, KG_STORE_SET);
+    fj_emit(b, FJ_JMP, fj_lbl(l_done));
+    fj_label_bind(b, l_gen);
     if (g->merged) {
-        store_tile(g, 1, 0, alpha_r, beta_r);
+        store_tile(g, 1, 0, alpha_r, beta_r, KG_STORE_GENERAL);
     } else {
         fj_emit(b, FJ_CMP, P(g, OFF(beta_zero), 32), fj_imm(0));
         fj_emit(b, FJ_JNE, fj_lbl(l_nb0));
-        store_tile(g, 1, 0, alpha_r, beta_r);
+        store_tile(g, 1, 0, alpha_r, beta_r, KG_STORE_GENERAL);
         fj_emit(b, FJ_JMP, fj_lbl(l_done));
     }
     fj_label_bind(b, l_nb0);
-    if (!g->merged) store_tile(g, 0, 0, alpha_r, beta_r);
+    if (!g->merged) store_tile(g, 0, 0, alpha_r, beta_r, KG_STORE_GENERAL);
     if (has_post) {
         fj_label l_nb1 = fj_label_new(b), l_act = fj_label_new(b);
         fj_emit(b, FJ_JMP, fj_lbl(l_done));
         fj_label_bind(b, l_post);
         if (g->merged) {
-            store_tile(g, 1, c->has_bias, alpha_r, beta_r);
+            store_tile(g, 1, c->has_bias, alpha_r, beta_r, KG_STORE_GENERAL);
         } else {
             fj_emit(b, FJ_CMP, P(g, OFF(beta_zero), 32), fj_imm(0));
             fj_emit(b, FJ_JNE, fj_lbl(l_nb1));
-            store_tile(g, 1, c->has_bias, alpha_r, beta_r);
+            store_tile(g, 1, c->has_bias, alpha_r, beta_r, KG_STORE_GENERAL);
             fj_emit(b, FJ_JMP, fj_lbl(l_act));
         }
         fj_label_bind(b, l_nb1);
-        if (!g->merged) store_tile(g, 0, c->has_bias, alpha_r, beta_r);
+        if (!g->merged) store_tile(g, 0, c->has_bias, alpha_r, beta_r, KG_STORE_GENERAL);
         fj_label_bind(b, l_act);
         if (c->act) {
             /* The accumulators are stored: their registers go to the
@@ -391,6 +438,11 @@ void kg_gemm(fj_builder *b, const void *ctx) {
         g.ldb = fj_gpr(b);
         fj_emit(b, FJ_MOV, fj_r64(g.ldb), P(&g, OFF(ldb), 64));
     }
+    if (c->b_copy) {
+        g.ldb = fj_gpr(b);
+        g.bsrc = fj_gpr(b);
+        g.bpf = fj_gpr(b);
+    }
     for (int i = 0; i < g.mr; i++)
         for (int v = 0; v < g.nv; v++) g.acc[i][v] = fj_vreg(b);
     for (int v = 0; v < g.nv; v++) g.bv[v] = fj_vreg(b);
@@ -429,7 +481,7 @@ void kg_gemm(fj_builder *b, const void *ctx) {
         for (int i = 0; i < g.mr; i++) {
             if (i) fj_emit(b, FJ_ADD, fj_r64(g.k), P(&g, OFF(ldc), 64));
             for (int l = 0; l < (g.nv * g.vb + 63) / 64; l++)
-                fj_emit(b, FJ_PREFETCHT0, fj_mem(0, g.k, l * 64));
+                fj_emit(b, c->pf_c == 1 ? FJ_PREFETCHT0 : FJ_PREFETCHT1, fj_mem(0, g.k, l * 64));
         }
     }
     if (c->amode == KG_GA_ROWS && g.mr > 7) {
@@ -438,8 +490,33 @@ void kg_gemm(fj_builder *b, const void *ctx) {
         fj_emit(b, FJ_ADD, fj_r64(g.a2), fj_r64(g.lda));
     }
     fj_emit(b, FJ_MOV, fj_r64(g.k), P(&g, OFF(kc), 64));
-    k_loop(&g);
-    /* Free for the epilogue (rewritten each step). */
+    if (c->b_copy) {
+        /* The first tile of a copy_b call packs the panel (see k_step). */
+        fj_label l_norm = fj_label_new(b), l_after = fj_label_new(b);
+        fj_emit(b, FJ_CMP, P(&g, OFF(copy_b), 32), fj_imm(0));
+        fj_emit(b, FJ_JE, fj_lbl(l_norm));
+        fj_emit(b, FJ_CMP, fj_r64(g.tc), P(&g, OFF(ntiles), 64));
+        fj_emit(b, FJ_JNE, fj_lbl(l_norm));
+        fj_emit(b, FJ_MOV, fj_r64(g.bsrc), P(&g, OFF(b_src), 64));
+        fj_emit(b, FJ_MOV, fj_r64(g.ldb), P(&g, OFF(ldb), 64));
+        fj_emit(b, FJ_MOV, fj_r64(g.bpf), P(&g, OFF(b_src_pf), 64));
+        g.copy = 1;
+        k_loop(&g);
+        g.copy = 0;
+        fj_emit(b, FJ_JMP, fj_lbl(l_after));
+        fj_label_bind(b, l_norm);
+        k_loop(&g);
+        fj_label_bind(b, l_after);
+    } else {
+        k_loop(&g);
+    }
+    /* Free for the epilogue (rewritten each step; the copy's pointers are
+     * reloaded at each tile, and the bias pointer needs a register). */
+    if (c->b_copy) {
+        fj_release(b, g.ldb);
+        fj_release(b, g.bsrc);
+        fj_release(b, g.bpf);
+    }
     if (nbc) fj_release(b, g.bcr[0]);
     if (nbc == 2) fj_release(b, g.bcr[1]);
     epilogue(&g);

@@ -26,10 +26,13 @@ typedef struct kg_gemm_cfg {
     int32_t amode, bmode;
     int32_t unroll;     /* k steps per main-loop iteration */
     int32_t pf_a;       /* prefetch distance in bytes ahead of packed A, 0 = none */
-    int32_t pf_c;       /* prefetch the C tile at the start of each tile */
+    int32_t pf_c;       /* prefetch the C tile at the start of each tile:
+                           1 into L1, 2 into L2 (its rows are often 4 KiB
+                           apart: 14 of them do not stay in one L1 set) */
     int32_t pf_b;       /* prefetch distance in bytes ahead of packed B, 0 = none */
     int32_t a_reg;      /* AVX-512: broadcast A into a register (vbroadcastss)
                            instead of an embedded {1to16} FMA operand */
+    int32_t b_copy;     /* AVX-512, packed B: the kernel can pack B itself (copy_b) */
     int32_t has_bias;   /* post stage adds bias[j] */
     int32_t act;        /* fj_eltwise_op of the post stage, 0 = none */
     float act_alpha, act_beta;
@@ -46,7 +49,7 @@ typedef struct kg_gemm_cfg {
  * generated code: keep this layout in sync with the offsetof()s in gemm.c. */
 typedef struct kg_gemm_args {
     const float *a;          /* first row tile of A */
-    const float *b;          /* B panel (kc x nv*lanes) */
+    const float *b;          /* B panel (kc x nv*lanes); copy_b calls write it */
     float *c;                /* C(0, 0) of the first tile */
     const float *bias;       /* bias + j0 (post only) */
     int64_t kc;              /* >= 0 */
@@ -59,7 +62,20 @@ typedef struct kg_gemm_args {
     uint32_t kmask[4];       /* AVX-512: lanes of vector v to load/store */
     uint32_t kmask_c[4];     /* AVX-512: lanes of C to read (0 if beta_zero) */
     int32_t ymask[4][8];     /* AVX2: the same as -1/0 lane masks */
+    const float *b_src;      /* copy_b: B(0, 0) of the panel, row-major, ldb apart */
+    int32_t copy_b;          /* b_copy kernels: the first tile reads B from b_src
+                                (a full panel) and writes the packed panel to
+                                b as it goes; the other tiles read b */
+    int32_t store;           /* KG_STORE_*: alpha/beta special cases (no post) */
+    int64_t b_src_pf;        /* copy_b: prefetch distance ahead of b_src, bytes */
 } kg_gemm_args;
+
+/* C update of kg_gemm_args.store when post is 0. */
+enum {
+    KG_STORE_GENERAL = 0, /* C = alpha*acc + beta*C (beta_zero: C not read) */
+    KG_STORE_SET,         /* alpha = 1, beta = 0: C = acc */
+    KG_STORE_ADD,         /* alpha = 1, beta = 1: C += acc */
+};
 
 typedef void (*kg_gemm_fn)(const kg_gemm_args *args);
 enum { KG_GEMM_NARGS = 1 };

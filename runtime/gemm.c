@@ -3,11 +3,12 @@
  * Loop nest of one chunk of C (rows [i0,i1) x columns [j0,j1)):
  *
  *   for jc (nc columns):                    B block kc x nc   (L2/L3)
- *     for pc (kc of k):    pack B panels (or read B in place)
+ *     for pc (kc of k):    pack B panels (or read B in place, or let the
+ *                          first row block's kernel calls pack them)
  *       for ic (mc rows):  pack A tiles  (or read A in place)   A block in L2
  *         for each nr-wide panel of B:     one kernel call: the kernel loops
  *                                          over the row tiles of the A block
- *                                          with the B panel in L1
+ *                                          (a few) with the B panel in L1/L2
  *
  * Chunks are fixed blocks of C; every C element is computed by the same
  * sequence of operations whatever the chunking, so results do not depend
@@ -33,7 +34,11 @@ typedef struct gemm_tune {
     int direct;           /* -1 auto, 0 never, 1 always (when possible) */
     int da, db;           /* per operand: -1 auto, 0 pack, 1 in place */
     long mt_flops;        /* problems smaller than this stay on one thread */
-    int a_reg;            /* AVX-512: broadcast A into a register */
+    int a_reg;            /* AVX-512: broadcast A into a register (-1 auto) */
+    int b_copy;           /* AVX-512: kernels pack row-major B themselves
+                             (1 if B's rows are close, 2 always, 0 never) */
+    int bpf_rows;         /* ... prefetching this many rows of B ahead */
+    long shortk;          /* k up to which wide problems take the 6 x 64 tile */
     long shared_min;      /* m*n*k from which threads share one packed B */
     int rpt;              /* shared B: row chunks per thread */
 } gemm_tune;
@@ -48,8 +53,9 @@ static void tune_parse(const char *e) {
     long l1 = sysconf(_SC_LEVEL1_DCACHE_SIZE), l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
     tune = (gemm_tune){
         .l1 = l1 > 0 ? l1 : 32 << 10, .l2 = l2 > 0 ? l2 : 1 << 20,
-        .mr512 = 0, .nv512 = 2, .mr2 = 0, .nv2 = 2, .unroll = 4, .pf_a = 1024, .pf_c = 1,
-        .direct = -1, .da = -1, .db = -1, .mt_flops = 1L << 24, .shared_min = 1L << 28, .rpt = 4,
+        .mr512 = 0, .nv512 = 2, .mr2 = 0, .nv2 = 2, .unroll = 4, .pf_a = 1024, .pf_c = 2,
+        .b_copy = 1, .bpf_rows = 8, .shortk = 256, .direct = -1, .da = -1, .db = -1, .a_reg = -1,
+        .mt_flops = 1L << 24, .shared_min = 1L << 28, .rpt = 4,
     };
     while (e && *e) {
         char key[16];
@@ -70,6 +76,9 @@ static void tune_parse(const char *e) {
         else if (!strcmp(key, "db")) tune.db = (int)v;
         else if (!strcmp(key, "mt")) tune.mt_flops = v;
         else if (!strcmp(key, "areg")) tune.a_reg = (int)v;
+        else if (!strcmp(key, "bcopy")) tune.b_copy = (int)v;
+        else if (!strcmp(key, "bpf")) tune.bpf_rows = (int)v;
+        else if (!strcmp(key, "shortk")) tune.shortk = v;
         else if (!strcmp(key, "shared")) tune.shared_min = v;
         else if (!strcmp(key, "rpt")) tune.rpt = v > 0 ? (int)v : 1;
         e += used;
@@ -110,7 +119,8 @@ static int64_t l1_spread(int64_t ld) {
  * fit). */
 typedef struct gemm_key {
     int32_t tag;
-    uint8_t isa, mr, nv, amode, bmode, unroll, pf_c, a_reg, has_bias, act;
+    uint8_t isa, mr, nv, amode, bmode, unroll, pf_c, a_reg, has_bias, act, b_copy;
+    uint8_t zero;              /* no padding before pf_a */
     uint16_t pf_a, pf_b;
     float act_alpha, act_beta; /* only with act */
 } gemm_key;
@@ -121,14 +131,16 @@ static size_t gemm_key_of(const kg_gemm_cfg *c, gemm_key *k) {
     if ((unsigned)c->isa > 255 || (unsigned)c->mr > 255 || (unsigned)c->nv > 255 ||
         (unsigned)c->amode > 255 || (unsigned)c->bmode > 255 || (unsigned)c->unroll > 255 ||
         (unsigned)c->pf_c > 255 || (unsigned)c->a_reg > 255 || (unsigned)c->has_bias > 255 ||
-        (unsigned)c->act > 255 || (unsigned)c->pf_a > 65535 || (unsigned)c->pf_b > 65535)
+        (unsigned)c->act > 255 || (unsigned)c->b_copy > 255 || (unsigned)c->pf_a > 65535 ||
+        (unsigned)c->pf_b > 65535)
         return 0;
     memset(k, 0, sizeof *k);
     *k = (gemm_key){.tag = GEMM_KEY_TAG, .isa = (uint8_t)c->isa, .mr = (uint8_t)c->mr,
                     .nv = (uint8_t)c->nv, .amode = (uint8_t)c->amode, .bmode = (uint8_t)c->bmode,
                     .unroll = (uint8_t)c->unroll, .pf_c = (uint8_t)c->pf_c,
                     .a_reg = (uint8_t)c->a_reg, .has_bias = (uint8_t)c->has_bias,
-                    .act = (uint8_t)c->act, .pf_a = (uint16_t)c->pf_a, .pf_b = (uint16_t)c->pf_b};
+                    .act = (uint8_t)c->act, .b_copy = (uint8_t)c->b_copy,
+                    .pf_a = (uint16_t)c->pf_a, .pf_b = (uint16_t)c->pf_b};
     if (!c->act) return offsetof(gemm_key, act_alpha);
     k->act_alpha = c->act_alpha;
     k->act_beta = c->act_beta;
@@ -227,6 +239,25 @@ static fj_status plan_make(fj_runtime *rt, gemm_plan *p, int ta, int tb, int64_t
             for (int r = mr_max - 1; r >= (mr_max + 1) / 2; r--)
                 if (cdiv(m, r) * r < cdiv(m, p->mr) * p->mr) p->mr = r;
     }
+    /* Row-major A whose rows fall into 2-3 L1 sets (lda near a multiple
+     * of 512 floats): the tall tile's rows evict each other in place and
+     * its transposing pack costs 5%; six rows x 64 columns read in place
+     * avoid both (measured +4-7% at 512^3; at 256^3 the 8-row tile already
+     * fits in place, at 1024^3 even six rows share one set). */
+    int six = avx512 && !ta && !tune.mr512 && tune.nv512 == 2 && tune.da < 0 &&
+              tune.direct < 0 && n >= 256 && m > 256 && l1_spread(lda) >= 2 &&
+              cdiv(p->mr, l1_spread(lda)) > 4;
+    /* Short k and wide C: a tile is a few hundred cycles of FMAs, and
+     * touching C costs a page walk per row (rows are often 4 KiB and more
+     * apart); the 6 x 64 tile touches a page per 64 outputs instead of per
+     * 32, and prefetching C does not pay (measured +7% at 1024x1024x64,
+     * +6% with k = 128 and 256, -11% at 1024^3). */
+    int shortk = avx512 && !tune.mr512 && tune.nv512 == 2 && n >= 256 && m > 256 &&
+                 k <= tune.shortk;
+    if (six || shortk) {
+        p->mr = 6;
+        p->nv = 4;
+    }
     p->nr = p->nv * p->lanes;
 
     /* Small m x n with a long k: nothing is reused enough to pay for
@@ -244,9 +275,13 @@ static fj_status plan_make(fj_runtime *rt, gemm_plan *p, int ta, int tb, int64_t
     kc = max64(16, kc & ~(int64_t)7);
     int64_t nkb = max64(1, cdiv(k, kc));
     p->kc = max64(1, min64(kc, (cdiv(k, nkb) + 7) & ~(int64_t)7));
-    /* mc: the A block (mc x kc) takes about a quarter of L2 (it is streamed
-     * once per B panel; B's block and C's lines want the rest). */
-    int64_t mc = tune.mc ? tune.mc : (tune.l2 / 4) / (p->kc * 4);
+    /* mc: four row tiles per B panel. Short row blocks keep the C block
+     * that the panels sweep (mc x n) and the A block in L2, and each
+     * kernel call's C lines within a few pages; B's panels come from L2 or
+     * L3 again for every row block, which the prefetchers hide (measured
+     * against a quarter of L2 for A: +3% at 512^3-2048^3, +4-10% with
+     * k = 64-256). */
+    int64_t mc = tune.mc ? tune.mc : 4 * p->mr;
     p->mc = max64(p->mr, mc / p->mr * p->mr);
     p->nc = tune.nc ? max64(p->nr, tune.nc / p->nr * p->nr) : max64(p->nr, cdiv(n, p->nr) * p->nr);
     if (p->nc > 8192) p->nc = 8192;
@@ -256,9 +291,15 @@ static fj_status plan_make(fj_runtime *rt, gemm_plan *p, int ta, int tb, int64_t
      * and the in-place layout does not alias in L1 (rows of a power-of-two
      * stride fall into a few cache sets and evict each other). */
     int64_t kb = min64(k, p->kc);
-    int da = n <= 128 && (ta ? l1_spread(lda) * 6 >= kb : l1_spread(lda) >= 8);
+    /* Row-major A: its transposing pack costs more (5-10% of 256^3-512^3)
+     * than reading the rows in place, whatever n, as long as the tile's
+     * rows spread over the L1 sets (at most 4 of them per set: 7 at 512^3
+     * measured 4% slower than packing). */
+    int da = ta ? n <= 128 && l1_spread(lda) * 6 >= kb
+                : l1_spread(lda) >= 2 && cdiv(p->mr, l1_spread(lda)) <= 4;
     int db = !tb && m <= 128 && l1_spread(ldb) * 6 >= kb;
-    if (small_mn) da = db = 1;
+    if (small_mn || six) da = db = 1;
+    if (six) db = 0;
     if (tune.direct >= 0) da = db = tune.direct;
     p->direct_a = tune.da >= 0 ? tune.da : da;
     p->direct_b = (tune.db >= 0 ? tune.db : db) && !tb;
@@ -273,16 +314,32 @@ static fj_status plan_make(fj_runtime *rt, gemm_plan *p, int ta, int tb, int64_t
     double flops = 2.0 * (double)m * (double)n * (double)k;
     p->threads = flops >= (double)tune.mt_flops ? 64 : 1;
     p->whole = p->threads == 1 && p->direct_a && p->direct_b && k > 0 && k <= p->kc &&
-               m % p->mr == 0 && n % p->nr == 0 && m <= p->mc && n <= p->nc;
+               m % p->mr == 0 && n % p->nr == 0 && n <= p->nc;
 
     p->cfg = (kg_gemm_cfg){
         .tag = KG_GEMM_TAG, .isa = avx512 ? FJ_ISA_AVX512 : FJ_ISA_AVX2, .mr = p->mr,
         .nv = p->nv, .amode = p->direct_a ? (ta ? KG_GA_COLS : KG_GA_ROWS) : KG_GA_PACKED,
         .bmode = p->direct_b ? KG_GB_ROWS : KG_GB_PACKED, .unroll = tune.unroll,
         .pf_a = p->direct_a ? 0 : tune.pf_a, .pf_c = tune.pf_c,
-        .pf_b = p->direct_b ? 0 : tune.pf_b, .a_reg = avx512 && tune.a_reg, .has_bias = has_bias,
+        .pf_b = p->direct_b ? 0 : tune.pf_b, .a_reg = avx512 && tune.a_reg > 0,
+        .has_bias = has_bias,
         .act = act, .act_alpha = act ? act_alpha : 0.0f, .act_beta = act ? act_beta : 0.0f,
     };
+    if (shortk) p->cfg.pf_c = 0;
+    /* Row-major B is packed by the kernels' first row tile, hidden under
+     * its FMAs, instead of a separate pass over B (+7% at 128^3, +2-3% at
+     * 256^3-512^3, +8% at 1024x1024x64). The copying tile reads one row of
+     * B per k step: with rows more than 2 KiB apart and a deep k block
+     * each step is a new page, the page walks make that tile 3x slower,
+     * and the separate packer (16 rows across all panels at a time) costs
+     * less (-3% at 1024^3 with the kernel copying). */
+    p->cfg.b_copy = avx512 && !p->direct_b && !tb &&
+                    (tune.b_copy > 0 ? tune.b_copy > 1 || ldb <= 512 || p->kc <= 128 : 0);
+    p->b_src_pf = (int64_t)tune.bpf_rows * ldb * 4;
+    /* In-place row-major A is addressed base + index*scale: an FMA with
+     * such a memory operand is split in two uops at rename, a broadcast
+     * load is one (measured: 64x64x1024 +15-20%, 128^3 +20-25%). */
+    if (avx512 && p->cfg.amode == KG_GA_ROWS && tune.a_reg < 0) p->cfg.a_reg = 1;
     return kg_gemm_check(&p->cfg);
 }
 
@@ -321,6 +378,14 @@ static void set_masks(kg_gemm_args *g, int lanes, int nv, int64_t cols) {
 
 static float *align64(float *x) { return (float *)(((uintptr_t)x + 63) & ~(uintptr_t)63); }
 
+/* The kernel's C update for g's alpha, beta and post (the special cases
+ * give the same bits as the general alpha*acc + beta*C). */
+static int32_t store_kind(const kg_gemm_args *g) {
+    if (g->post || g->alpha != 1.0f) return KG_STORE_GENERAL;
+    if (g->beta_zero) return KG_STORE_SET;
+    return g->beta == 1.0f ? KG_STORE_ADD : KG_STORE_GENERAL;
+}
+
 /* g's fields for k block kb of nkb: its offset and size in k, alpha, beta
  * and whether the post stage runs. */
 static void block_args(const gemm_plan *p, kg_gemm_args *g, int64_t kb, int64_t nkb,
@@ -335,16 +400,18 @@ static void block_args(const gemm_plan *p, kg_gemm_args *g, int64_t kb, int64_t 
     g->beta = first ? p->beta : 1.0f;
     g->beta_zero = first && p->beta == 0.0f;
     g->post = last && p->has_post;
+    g->store = store_kind(g);
     g->ldc = p->ldc * 4;
     g->c_tile = p->mr * p->ldc * 4;
 }
 
 /* Rows [i0, i1) of C's columns [jc, jc + ncur) for the k block at pc:
  * packs (or reads in place) A, then one kernel call per B panel. bufb
- * holds the packed B panels (or, with B in place, the padded tail panel). */
-static void block_rows(const run_ctx *x, kg_gemm_args *gp, float *bufa, const float *bufb,
+ * holds the packed B panels (or, with B in place, the padded tail panel);
+ * with copy, the first call per panel (first row block) packs it. */
+static void block_rows(const run_ctx *x, kg_gemm_args *gp, float *bufa, float *bufb,
                        int64_t i0, int64_t i1, int64_t jc, int64_t ncur, int64_t pc,
-                       int64_t kcur) {
+                       int64_t kcur, int copy) {
     const gemm_plan *p = x->p;
     kg_gemm_fn fn = (kg_gemm_fn)rt_kernel_fn(p->kern);
     const int64_t mr = p->mr, nr = p->nr, npan = cdiv(ncur, nr);
@@ -367,6 +434,16 @@ static void block_rows(const run_ctx *x, kg_gemm_args *gp, float *bufa, const fl
             if (cols != mask_cols) set_masks(&g, p->lanes, p->nv, mask_cols = cols);
             g.c = x->c + ic * p->ldc + j;
             g.bias = x->bias ? x->bias + j : NULL;
+            /* The kernel copies whole panels; the tail one is packed here. */
+            g.copy_b = copy && ic == i0 && cols == nr;
+            if (copy && ic == i0 && cols != nr && kcur)
+                gemm_pack_b(bufb + pn * nr * kcur, x->b + pc * p->ldb + j, p->ldb, 0, kcur,
+                            cols, (int)nr, 1);
+            if (g.copy_b) {
+                g.b_src = x->b + pc * p->ldb + j;
+                g.ldb = p->ldb * 4;
+                g.b_src_pf = p->b_src_pf;
+            }
             if (!p->direct_b) {
                 g.b = bufb + pn * nr * kcur;
             } else if (cols == nr) {
@@ -391,6 +468,7 @@ static void block_rows(const run_ctx *x, kg_gemm_args *gp, float *bufa, const fl
                 g.lda = p->lda * 4;
                 g.a_tile = p->ta ? mr * 4 : mr * p->lda * 4;
                 fn(&g);
+                g.copy_b = 0; /* packed now */
             }
             if (rem) {
                 /* The row tail reads the padded copy. */
@@ -433,12 +511,13 @@ static void run_chunk_buf(const run_ctx *x, int64_t idx, float *buf) {
         for (int64_t kb = 0; kb < nkb; kb++) {
             int64_t pc, kcur;
             block_args(p, &g, kb, nkb, &pc, &kcur);
-            if (!p->direct_b && kcur) pack_b_cols(p, x->b, bufb, jc, ncur, pc, kcur);
+            if (!p->direct_b && kcur && !p->cfg.b_copy)
+                pack_b_cols(p, x->b, bufb, jc, ncur, pc, kcur);
             /* In-place B: the tail panel is copied into a padded buffer. */
             if (p->direct_b && kcur && ncur % nr)
                 gemm_pack_b(bufb, x->b + pc * p->ldb + jc + ncur / nr * nr, p->ldb, 0, kcur,
                             ncur % nr, (int)nr, p->cfg.isa == FJ_ISA_AVX512);
-            block_rows(x, &g, buf, bufb, i0, i1, jc, ncur, pc, kcur);
+            block_rows(x, &g, buf, bufb, i0, i1, jc, ncur, pc, kcur, p->cfg.b_copy);
         }
     }
 }
@@ -470,7 +549,7 @@ static void shared_rows_buf(shared_ctx *s, int64_t i, float *buf) {
     const gemm_plan *p = s->x->p;
     int64_t i0 = i * s->rows_per, i1 = min64(p->m, i0 + s->rows_per);
     /* buf's A part only: on the caller, its B part is the shared panels. */
-    block_rows(s->x, &s->g, buf, s->bufb, i0, i1, s->jc, s->ncur, s->pc, s->kcur);
+    block_rows(s->x, &s->g, buf, s->bufb, i0, i1, s->jc, s->ncur, s->pc, s->kcur, 0);
 }
 
 static void shared_rows(void *ctx, int64_t i) {
@@ -536,6 +615,8 @@ static void run_whole(const gemm_plan *p, const float *a, const float *b, const 
     g.beta = p->beta;
     g.beta_zero = p->beta == 0.0f;
     g.post = p->has_post;
+    g.store = store_kind(&g);
+    g.copy_b = 0;
     g.ldc = p->ldc * 4;
     g.c_tile = p->mr * p->ldc * 4;
     g.ntiles = p->m / p->mr;

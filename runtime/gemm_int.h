@@ -20,6 +20,7 @@ typedef struct gemm_plan {
     int whole;                   /* one k block, both in place, whole tiles and
                                     panels: one kernel call per B panel */
     int64_t kc, mc, nc;          /* cache blocks */
+    int64_t b_src_pf;            /* b_copy: prefetch distance in B's rows, bytes */
     int threads;                 /* how many threads the problem is worth */
     size_t scratch;              /* floats of packing buffer per running chunk */
     kg_gemm_cfg cfg;

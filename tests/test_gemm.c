@@ -220,6 +220,8 @@ static const char *tunes512[] = {
     "mr=5,nv=1,unroll=1,kc=20,pfc=0",
     "mr=14,nv=2,da=0,db=0,pfb=512,unroll=2,mt=1",
     "areg=1,da=0,db=1,unroll=8,mt=1",
+    "bcopy=0,da=0,db=0,kc=24,mc=28",
+    "bpf=1,pfb=256,kc=32,mc=14,nc=64",
 };
 static const char *tunes2[] = {
     NULL,
@@ -356,6 +358,31 @@ START_TEST(threads_bitwise) {
 }
 END_TEST
 
+/* Default blocking of problems past 256 rows and columns: row strides that
+ * fall into a few L1 sets and short k (the 6-row x 4-vector tile), the B
+ * panels packed by the kernels' first row tile (whole panels; the tail
+ * panel packed apart), several k blocks (C accumulated without alpha), and
+ * the alpha = 1 / beta = 0 or 1 stores. */
+START_TEST(wide_blocks) {
+    fj_runtime *rt1 = fjt_runtime(FJ_ISA_AUTO, 1), *rt2 = fjt_runtime(FJ_ISA_AUTO, 2);
+    seed(7);
+    static const int64_t ldas[] = {512, 1536, 0, 1024};
+    static const float ab[][2] = {{1, 0}, {1, 1}, {1, 0.5f}, {-2, 0}, {0.5f, 1}};
+    for (int c = 0; c < 20; c++) {
+        gcase t = {.ta = c % 5 == 3, .tb = c % 7 == 6, .m = 257 + rnd_to(60), .n = 256 + rnd_to(70),
+                   .k = c % 3 ? 40 + rnd_to(60) : 520 + rnd_to(100),
+                   .alpha = ab[c % 5][0], .beta = ab[c % 5][1], .tune = c & 1 ? NULL : "mt=1"};
+        t.lda = ldas[c % 4] ? ldas[c % 4] : (t.ta ? t.m : t.k) + 5;
+        if (t.lda < (t.ta ? t.m : t.k)) t.lda += 1024; /* the same L1 spread */
+        t.ldb = (t.tb ? t.k : t.n) + (c & 2 ? 16 : 0);
+        t.ldc = t.n + (c & 4 ? 1 : 0);
+        run_case(rt1, c & 1 ? rt2 : NULL, &t);
+    }
+    fj_runtime_destroy(rt1);
+    fj_runtime_destroy(rt2);
+}
+END_TEST
+
 /* ---- handles with a fused epilogue --------------------------------------- */
 
 static void handle_case(fj_runtime *rt, fj_runtime *rt2, const gcase *t, int has_bias,
@@ -412,6 +439,26 @@ static void handle_case(fj_runtime *rt, fj_runtime *rt2, const gcase *t, int has
     fj_gemm_destroy(h2);
     gemm_test_tune(NULL);
 }
+
+/* The fused epilogue on the default blocking of large row-major problems:
+ * A in place with the tallest tile and the kernel packing B (every general
+ * register in use before the bias pointer), and the 6 x 64 tile. */
+START_TEST(wide_epilogue) {
+    fj_runtime *rt = fjt_runtime(FJ_ISA_AUTO, 1), *rt2 = fjt_runtime(FJ_ISA_AUTO, 2);
+    seed(8);
+    for (int c = 0; c < 4; c++) {
+        gcase t = {.m = 300, .n = 270 + c, .k = 77 + c, .alpha = c & 1 ? 1.0f : 0.75f,
+                   .beta = c & 2 ? 1.0f : 0.0f, .tune = c == 3 ? "mt=1" : NULL};
+        t.lda = c & 1 ? 512 : t.k + 5;
+        t.ldb = t.n;
+        t.ldc = t.n + 1;
+        handle_case(rt, c & 1 ? rt2 : NULL, &t, 1, c & 2 ? FJ_ELT_RELU : FJ_ELT_LINEAR, 0.5f,
+                    0.25f);
+    }
+    fj_runtime_destroy(rt);
+    fj_runtime_destroy(rt2);
+}
+END_TEST
 
 START_TEST(epilogue) {
     fj_isa isa = _i ? FJ_ISA_AVX2 : FJ_ISA_AVX512;
@@ -643,8 +690,10 @@ static Suite *suite(void) {
     tcase_add_loop_test(tc, edges, 0, 2);
     tcase_add_loop_test(tc, beta_zero_and_k_zero, 0, 2);
     tcase_add_test(tc, threads_bitwise);
+    tcase_add_test(tc, wide_blocks);
     tcase_add_test(tc, repeat_shapes);
     tcase_add_loop_test(tc, epilogue, 0, 2);
+    tcase_add_test(tc, wide_epilogue);
     tcase_add_loop_test(tc, trace_unwind, 0, 2);
     tcase_add_test(tc, fuzz_avx512);
     tcase_add_test(tc, fuzz_avx2);
