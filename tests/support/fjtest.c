@@ -546,5 +546,11 @@ fj_runtime *fjt_runtime(fj_isa isa, int threads) {
     fj_status s = fj_runtime_create(&o, &rt);
     ck_assert_msg(s == FJ_OK, "fj_runtime_create: %s: %s", fj_status_str(s), fj_last_error());
     ck_assert_ptr_nonnull(rt);
+    /* FRAMEJIT_ISA=avx2 caps the runtime below what was asked: tests of
+     * AVX-512 paths then have nothing to test. */
+    if (isa == FJ_ISA_AVX512 && fj_runtime_isa(rt) != FJ_ISA_AVX512) {
+        fj_runtime_destroy(rt);
+        return NULL;
+    }
     return rt;
 }

@@ -16,7 +16,8 @@ int fjt_run_suite(struct Suite *s);
 /* 1 if the CPU has what framejit's AVX-512 path needs (F, BW, DQ, VL). */
 int fjt_have_avx512(void);
 /* A runtime for isa with `threads` threads and the verifier on; creation
- * is Check-asserted. NULL if isa is AVX-512 and the CPU lacks it. */
+ * is Check-asserted. NULL if isa is AVX-512 and the CPU (or FRAMEJIT_ISA)
+ * lacks it. */
 fj_runtime *fjt_runtime(fj_isa isa, int threads);
 
 /* Scans /proc/self/maps; returns 1 and describes the first mapping that is
