@@ -109,6 +109,11 @@ FJ_INTERNAL void cc_set_owner(cc_entry *e, void *owner);
  * synchronization); the retire hook gets it back in cc_arena_info.user. */
 FJ_INTERNAL void *cc_arena_user(const cc_entry *e);
 FJ_INTERNAL void cc_arena_set_user(const cc_entry *e, void *user);
+/* The arena new kernels go to (right after cc_create: the first one, which
+ * has no entry yet), so its owner can set its pointer before the first
+ * placement. 0 when there is none. Not concurrent with placements. */
+FJ_INTERNAL int cc_current_arena(cc_cache *c, cc_arena_info *out);
+FJ_INTERNAL void cc_arena_info_set_user(const cc_arena_info *a, void *user);
 
 /* In hooks: entries of an arena; cc_arena_entry gives NULL for a removed one. */
 FJ_INTERNAL size_t cc_arena_count(const cc_arena_info *a);

@@ -562,6 +562,16 @@ void *cc_arena_user(const cc_entry *e) { return ((const cc_rec *)e)->arena->user
 
 void cc_arena_set_user(const cc_entry *e, void *user) { ((const cc_rec *)e)->arena->user = user; }
 
+int cc_current_arena(cc_cache *c, cc_arena_info *out) {
+    pthread_mutex_lock(&c->lock);
+    cc_arena *a = c->cur;
+    if (a) *out = info_of(a);
+    pthread_mutex_unlock(&c->lock);
+    return a != NULL;
+}
+
+void cc_arena_info_set_user(const cc_arena_info *a, void *user) { a->arena->user = user; }
+
 size_t cc_arena_count(const cc_arena_info *a) {
     return atomic_load_explicit(&a->arena->count, memory_order_acquire);
 }

@@ -114,8 +114,8 @@ void kb_fail(fj_builder *b, const char *fmt, ...) {
     do { if ((b)->err == FJ_OK) { (b)->err = FJ_ERR_NO_MEMORY; \
          snprintf((b)->errmsg, sizeof (b)->errmsg, "out of memory"); } } while (0)
 
-static int grow(fj_builder *b, void **p, size_t *cap, size_t need, size_t elem) {
-    if (need <= *cap) return 1;
+static __attribute__((noinline)) int grow_slow(fj_builder *b, void **p, size_t *cap, size_t need,
+                                               size_t elem) {
     size_t n = *cap ? *cap : 256; /* few reallocations for typical kernels */
     while (n < need) n *= 2;
     void *q = fj_realloc(*p, n * elem);
@@ -123,6 +123,11 @@ static int grow(fj_builder *b, void **p, size_t *cap, size_t need, size_t elem) 
     *p = q;
     *cap = n;
     return 1;
+}
+
+/* Room for need elements: inline, as every instruction asks. */
+static inline int grow(fj_builder *b, void **p, size_t *cap, size_t need, size_t elem) {
+    return need <= *cap || grow_slow(b, p, cap, need, elem);
 }
 
 /* ---- creation ------------------------------------------------------- */
@@ -241,20 +246,26 @@ fj_reg fj_kreg(fj_builder *b) {
     return r;
 }
 
-/* The physical register of a live handle of class cls, or -1 (error set). */
-static int phys_of(fj_builder *b, fj_reg r, int cls, const char *what) {
-    unsigned c = H_CLASS(r.id), p = H_PHYS(r.id);
-    if (r.id == 0) { kb_fail(b, "%s: no register given", what); return -1; }
-    if (c != (unsigned)cls) {
-        kb_fail(b, "%s: wrong register class (handle 0x%08x)", what, r.id);
-        return -1;
-    }
-    if (b->tag[c][p] == 0 || b->tag[c][p] != H_TAG(r.id)) {
+/* Why a handle is not a live register of class cls (the error is set). */
+static __attribute__((noinline, cold)) int phys_fail(fj_builder *b, fj_reg r, int cls,
+                                                     const char *what) {
+    unsigned c = H_CLASS(r.id);
+    if (r.id == 0) kb_fail(b, "%s: no register given", what);
+    else if (c != (unsigned)cls) kb_fail(b, "%s: wrong register class (handle 0x%08x)", what, r.id);
+    else
         kb_fail(b, "%s: register handle 0x%08x is not live in this builder (released, or from "
-             "another builder)", what, r.id);
-        return -1;
-    }
-    return (int)p;
+                "another builder)", what, r.id);
+    return -1;
+}
+
+/* The physical register of a live handle of class cls, or -1 (error set).
+ * Inline: every register operand of every instruction comes through here. */
+static inline int phys_of(fj_builder *b, fj_reg r, int cls, const char *what) {
+    unsigned c = H_CLASS(r.id), p = H_PHYS(r.id);
+    /* Tags are never 0, so a free register (tag 0) cannot match. */
+    if (__builtin_expect(c == (unsigned)cls && b->tag[c][p] == H_TAG(r.id) && b->tag[c][p], 1))
+        return (int)p;
+    return phys_fail(b, r, cls, what);
 }
 
 void fj_release(fj_builder *b, fj_reg r) {

@@ -76,9 +76,10 @@ enum {
     X64_E_OP = -3,      /* unknown mnemonic */
 };
 
-/* Encodes one instruction into out (at least X64_MAX_LEN bytes). Returns
- * its length (> 0) or an X64_E_* code. Chooses the shortest form (2-byte
- * VEX, disp8 / EVEX disp8*N, imm8) and never allocates. info may be NULL. */
+/* Encodes one instruction into out (at least X64_MAX_LEN bytes; bytes past
+ * the instruction, within those, may be overwritten). Returns its length
+ * (> 0) or an X64_E_* code. Chooses the shortest form (2-byte VEX, disp8 /
+ * EVEX disp8*N, imm8) and never allocates. info may be NULL. */
 FJ_INTERNAL int x64_encode(x64_op op, const x64_opnd *ops, int nops, uint8_t *out,
                            x64_enc_info *info);
 /* The same without the memo of winning rows (the full shortest-form

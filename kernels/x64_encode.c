@@ -472,7 +472,9 @@ static void rm_bits(const x64_opnd *rm, int *b, int *x) {
     }
 }
 
-static int emit(const x64_form *f, uint8_t *out, x64_enc_info *info) {
+/* head: where the opcode byte went (NULL: not wanted; the memo's
+ * templates keep the bytes before it). */
+static int emit(const x64_form *f, uint8_t *out, x64_enc_info *info, int *head) {
     const x64_row *r = f->row;
     uint8_t *p = out;
     int map = X64_PFX_MAP(r->pfx), pp = X64_PFX_PP(r->pfx);
@@ -514,6 +516,7 @@ static int emit(const x64_form *f, uint8_t *out, x64_enc_info *info) {
         /* P2: z L'L b V̄' aaa  (b: broadcast from memory) */
         *p++ = (uint8_t)(f->zero << 7 | lbits << 5 | f->bcst << 4 | !((f->vvvv >> 4) & 1) << 3 | f->mask);
     }
+    if (head) *head = (int)(p - out);
     *p++ = (uint8_t)(r->opc + f->cc + (f->opr & 7));
     int disp_at = -1;
     if (f->rm) {
@@ -547,59 +550,6 @@ static int emit(const x64_form *f, uint8_t *out, x64_enc_info *info) {
 
 /* ---- entry point ----------------------------------------------------- */
 
-/* Operand checks that do not depend on the form (register numbers,
- * scales, mask numbers), and the operand's shape. Returns the shape, or an
- * X64_E_* code (negative). *rex |= 1 when a legacy encoding of it needs a
- * REX prefix whatever the row (registers 8-15, spl/bpl/sil/dil). */
-static int shape_of(const x64_opnd *o, int *rex) {
-    int sh;
-    switch (o->kind) {
-    case X64_K_GPR:
-        if (o->reg >= 16) return X64_E_RANGE;
-        switch (o->bits) {
-        case 8: sh = SH_G8; *rex |= o->reg >= 4; break;
-        case 16: sh = SH_G16; break;
-        case 32: sh = SH_G32; break;
-        case 64: sh = SH_G64; break;
-        default: return X64_E_FORM;
-        }
-        *rex |= o->reg >= 8;
-        break;
-    case X64_K_VEC:
-        if (o->reg >= 32) return X64_E_RANGE;
-        switch (o->bits) {
-        case 128: sh = SH_X; break;
-        case 256: sh = SH_Y; break;
-        case 512: sh = SH_Z; break;
-        default: return X64_E_FORM;
-        }
-        if (o->reg >= 16) sh <<= 3;   /* SH_XH, SH_YH, SH_ZH */
-        break;
-    case X64_K_KREG:
-        if (o->reg >= 8) return X64_E_RANGE;
-        sh = SH_K;
-        break;
-    case X64_K_MEM:
-        if (o->base >= 16 && o->base != X64_RIP && o->base != X64_NOREG) return X64_E_RANGE;
-        if (o->index != X64_NOREG) {
-            if (o->index >= 16) return X64_E_RANGE;
-            if (o->index == X64_RSP || o->base == X64_RIP) return X64_E_FORM;  /* no encoding */
-            if (o->scale != 1 && o->scale != 2 && o->scale != 4 && o->scale != 8)
-                return X64_E_RANGE;
-            *rex |= o->index >= 8;
-        }
-        *rex |= o->base >= 8 && o->base < 16;
-        sh = o->bcst ? SH_MB : SH_M;
-        break;
-    case X64_K_IMM: sh = SH_I; break;
-    case X64_K_REL: sh = SH_REL; break;
-    default: return X64_E_FORM;
-    }
-    if (o->mask >= 8) return X64_E_RANGE;
-    if (o->bcst && o->kind != X64_K_MEM) return X64_E_FORM;   /* broadcast is a memory form */
-    return sh;
-}
-
 /* After a first match of length len (EVEX if evex) is in out: tries the
  * rows [a, end) that could still win (shorter, or legacy/VEX replacing
  * EVEX) and copies a winner over out. Returns the final length. */
@@ -622,7 +572,7 @@ static __attribute__((noinline)) int shorter(const row_aux *a, const row_aux *en
         }
         x64_form f;
         if (match(r, a, ops, nops, cc, &f) != MATCH_OK) continue;
-        int n = emit(&f, tmp, &tinfo);
+        int n = emit(&f, tmp, &tinfo, NULL);
         if (replaces || n < len) {
             memcpy(out, tmp, (size_t)n);
             if (info) *info = tinfo;
@@ -636,41 +586,100 @@ static __attribute__((noinline)) int shorter(const row_aux *a, const row_aux *en
     return len;
 }
 
-/* ---- memo: the row that won for an operand pattern ----------------------
+/* ---- memo: the winning row of an operand pattern, as a template ---------
  * Which row wins depends on the mnemonic, the operands' shapes (sig) and a
  * few facts about their values: implicit registers (rax, cl), register
  * numbers' bit 3 (REX, 2- vs 3-byte VEX), 8-bit registers that need REX,
  * memory width, base and index, displacement size, immediate and branch
  * ranges, masking. The detail word below holds exactly those, 16 bits per
- * operand; with op and sig it is the memo key. A hit matches and emits the
- * one remembered row instead of walking the mnemonic's rows twice (the
- * shortest-form search), which is most of the encoder's time.
+ * operand; with op and sig it is the memo key.
+ *
+ * Those facts also fix every byte up to the opcode except three holes:
+ * vvvv's low three bits (VEX/EVEX), the write mask's number (EVEX aaa) and
+ * a register in the opcode's low bits. So an entry keeps those bytes as a
+ * template plus where each operand goes (ModRM.reg/rm, vvvv, opcode,
+ * is4, immediate, branch displacement); a hit copies the template, fills
+ * the holes and writes ModRM/SIB/disp/imm: no row matching, no form.
  *
  * A process-wide direct-mapped table, each entry under a sequence lock
  * (odd while written; writers that find it odd just skip): readers never
- * wait and never see a torn key. Only successful encodings are stored. */
-enum { MEMO_BITS = 10, MEMO_N = 1 << MEMO_BITS };
+ * wait and never see a torn entry. Only successful encodings are stored. */
+enum { MEMO_BITS = 10, MEMO_N = 1 << MEMO_BITS, NOP = 0xf };
 typedef struct memo_ent {
     atomic_uint seq;
-    atomic_uint_least64_t op_row;  /* op << 48 | row << 32 | s << 16 | l (the form's sizes) */
+    atomic_uint_least64_t op;      /* x64_op */
     atomic_uint_least64_t sig, detail;
+    atomic_uint_least64_t head;    /* bytes through the opcode, holes clear */
+    atomic_uint_least64_t plan;    /* tmpl_pack() */
+    atomic_uint_least64_t plan2;
 } memo_ent;
-static memo_ent memo[MEMO_N];
+static _Alignas(64) memo_ent memo[MEMO_N];
+
+/* A template, unpacked. Operand indexes are NOP when the slot is unused. */
+typedef struct tmpl {
+    uint8_t hlen;             /* bytes through the opcode */
+    uint8_t enc;              /* XE_* */
+    uint8_t hop, oop, eop, gop, lop, iop, relop;  /* operand in vvvv, opcode, rm, reg, is4, imm, rel */
+    int8_t ext;               /* ModRM.reg opcode extension, -1: gop's register */
+    uint8_t dscale;           /* disp8 scale (EVEX tuple), 1 otherwise */
+    uint8_t immsz, relsz, s;
+    uint32_t features;
+} tmpl;
 
 static int fits_u8(int64_t v) { return v >= -128 && v <= 255; }
 
-/* The value facts of one operand that can change the winning row. */
-static unsigned detail_of(const x64_opnd *o) {
+/* Operand checks that do not depend on the form (register numbers,
+ * scales, mask numbers), its shape and its detail (see above), in one
+ * pass. Returns the shape, or an X64_E_* code (negative). *rex |= 1 when a
+ * legacy encoding of it needs a REX prefix whatever the row. */
+static inline __attribute__((always_inline)) int key_of(const x64_opnd *o, unsigned *det,
+                                                          int *rex) {
+    int sh;
     unsigned d = (o->mask != 0) | (o->zero != 0) << 1;
     switch (o->kind) {
     case X64_K_GPR:
-        d |= (o->reg == X64_RAX) << 2 | (o->reg == X64_RCX) << 3 | ((o->reg >> 3) & 1) << 4 |
-             (o->bits == 8 && o->reg >= 4) << 5;
+        if (o->reg >= 16) return X64_E_RANGE;
+        switch (o->bits) {
+        case 8: sh = SH_G8; break;
+        case 16: sh = SH_G16; break;
+        case 32: sh = SH_G32; break;
+        case 64: sh = SH_G64; break;
+        default: return X64_E_FORM;
+        }
+        {
+            int r8 = o->bits == 8 && o->reg >= 4;
+            *rex |= r8 | (o->reg >= 8);
+            d |= (o->reg == X64_RAX) << 2 | (o->reg == X64_RCX) << 3 | ((o->reg >> 3) & 1) << 4 |
+                 (unsigned)r8 << 5;
+        }
         break;
-    case X64_K_VEC: case X64_K_KREG:
-        d |= ((o->reg >> 3) & 1) << 4;
+    case X64_K_VEC:
+        if (o->reg >= 32) return X64_E_RANGE;
+        switch (o->bits) {
+        case 128: sh = SH_X; break;
+        case 256: sh = SH_Y; break;
+        case 512: sh = SH_Z; break;
+        default: return X64_E_FORM;
+        }
+        if (o->reg >= 16) sh <<= 3;   /* SH_XH, SH_YH, SH_ZH */
+        d |= ((o->reg >> 3) & 1u) << 4;
+        break;
+    case X64_K_KREG:
+        if (o->reg >= 8) return X64_E_RANGE;
+        sh = SH_K;
+        d |= ((o->reg >> 3) & 1u) << 4;
         break;
     case X64_K_MEM: {
+        if (o->base >= 16 && o->base != X64_RIP && o->base != X64_NOREG) return X64_E_RANGE;
+        if (o->index != X64_NOREG) {
+            if (o->index >= 16) return X64_E_RANGE;
+            if (o->index == X64_RSP || o->base == X64_RIP) return X64_E_FORM;  /* no encoding */
+            if (o->scale != 1 && o->scale != 2 && o->scale != 4 && o->scale != 8)
+                return X64_E_RANGE;
+            *rex |= o->index >= 8;
+        }
+        *rex |= o->base >= 8 && o->base < 16;
+        sh = o->bcst ? SH_MB : SH_M;
         int base = o->base == X64_NOREG ? 0 : o->base == X64_RIP ? 1 : 2 + ((o->base >> 3) & 1);
         int index = o->index == X64_NOREG ? 0 : 1 + ((o->index >> 3) & 1);
         int disp = o->disp == 0 ? 0 : fits8(o->disp) ? 1 : 2;
@@ -680,15 +689,18 @@ static unsigned detail_of(const x64_opnd *o) {
         break;
     }
     case X64_K_IMM: case X64_K_REL: {
+        sh = o->kind == X64_K_IMM ? SH_I : SH_REL;
         int64_t v = o->imm, n = imm_norm(v, 32);
         d |= (v == 1) << 2 | fits8(v) << 3 | fits8(n) << 4 | fits_u8(v) << 5 | fits32(v) << 6 |
              fits32(n) << 7 | (unsigned)(o->bits == 0 ? 0 : o->bits == 8 ? 1 : o->bits == 32 ? 2 : 3) << 8;
         break;
     }
-    default:
-        break;
+    default: return X64_E_FORM;
     }
-    return d;
+    if (o->mask >= 8) return X64_E_RANGE;
+    if (o->bcst && o->kind != X64_K_MEM) return X64_E_FORM;   /* broadcast is a memory form */
+    *det = d;
+    return sh;
 }
 
 static unsigned memo_slot(x64_op op, uint64_t sig, uint64_t detail) {
@@ -696,23 +708,34 @@ static unsigned memo_slot(x64_op op, uint64_t sig, uint64_t detail) {
     return (unsigned)(h >> (64 - MEMO_BITS));
 }
 
-/* The remembered row for the key (and the sizes its match found), or -1. */
-static int memo_get(x64_op op, uint64_t sig, uint64_t detail, int *fs, int *fl) {
-    memo_ent *e = &memo[memo_slot(op, sig, detail)];
-    unsigned s1 = atomic_load_explicit(&e->seq, memory_order_acquire);
-    if (s1 & 1) return -1;
-    uint64_t op_row = atomic_load_explicit(&e->op_row, memory_order_relaxed);
-    uint64_t es = atomic_load_explicit(&e->sig, memory_order_relaxed);
-    uint64_t ed = atomic_load_explicit(&e->detail, memory_order_relaxed);
-    atomic_thread_fence(memory_order_acquire);
-    if (atomic_load_explicit(&e->seq, memory_order_relaxed) != s1) return -1;
-    if (s1 == 0 || (op_row >> 48) != (unsigned)op || es != sig || ed != detail) return -1;
-    *fs = (int)(op_row >> 16 & 0xffff);
-    *fl = (int)(op_row & 0xffff);
-    return (int)(op_row >> 32 & 0xffff);
+static uint64_t tmpl_pack(const tmpl *t) {
+    return (uint64_t)t->hlen | (uint64_t)t->enc << 8 | (uint64_t)(t->hop | t->oop << 4) << 16 |
+           (uint64_t)(t->eop | t->gop << 4) << 24 | (uint64_t)(t->lop | t->iop << 4) << 32 |
+           (uint64_t)(t->relop | t->relsz << 4) << 40 | (uint64_t)(uint8_t)t->ext << 48 |
+           (uint64_t)t->dscale << 56;
+}
+static uint64_t tmpl_pack2(const tmpl *t) {
+    return (uint64_t)t->immsz | (uint64_t)t->s << 8 | (uint64_t)t->features << 32;
 }
 
-static void memo_put(x64_op op, uint64_t sig, uint64_t detail, int row, int fs, int fl) {
+/* The remembered template for the key: 1, or 0 when there is none. */
+static inline int memo_get(x64_op op, uint64_t sig, uint64_t detail, uint64_t *head,
+                           uint64_t *plan, uint64_t *plan2) {
+    memo_ent *e = &memo[memo_slot(op, sig, detail)];
+    unsigned s1 = atomic_load_explicit(&e->seq, memory_order_acquire);
+    uint64_t eop = atomic_load_explicit(&e->op, memory_order_relaxed);
+    uint64_t es = atomic_load_explicit(&e->sig, memory_order_relaxed);
+    uint64_t ed = atomic_load_explicit(&e->detail, memory_order_relaxed);
+    *head = atomic_load_explicit(&e->head, memory_order_relaxed);
+    *plan = atomic_load_explicit(&e->plan, memory_order_relaxed);
+    *plan2 = atomic_load_explicit(&e->plan2, memory_order_relaxed);
+    atomic_thread_fence(memory_order_acquire);
+    if (atomic_load_explicit(&e->seq, memory_order_relaxed) != s1) return 0;
+    return !(s1 & 1) && s1 != 0 && eop == (unsigned)op && es == sig && ed == detail;
+}
+
+static void memo_put(x64_op op, uint64_t sig, uint64_t detail, uint64_t head, uint64_t plan,
+                     uint64_t plan2) {
     memo_ent *e = &memo[memo_slot(op, sig, detail)];
     unsigned s = atomic_load_explicit(&e->seq, memory_order_relaxed);
     if ((s & 1) || !atomic_compare_exchange_strong_explicit(&e->seq, &s, s + 1,
@@ -720,16 +743,17 @@ static void memo_put(x64_op op, uint64_t sig, uint64_t detail, int row, int fs, 
                                                             memory_order_relaxed))
         return;   /* another thread writes it: skip */
     atomic_thread_fence(memory_order_release);
-    atomic_store_explicit(&e->op_row,
-                          (uint64_t)op << 48 | (uint64_t)row << 32 | (uint64_t)fs << 16 | (uint64_t)fl,
-                          memory_order_relaxed);
+    atomic_store_explicit(&e->op, (uint64_t)op, memory_order_relaxed);
     atomic_store_explicit(&e->sig, sig, memory_order_relaxed);
     atomic_store_explicit(&e->detail, detail, memory_order_relaxed);
+    atomic_store_explicit(&e->head, head, memory_order_relaxed);
+    atomic_store_explicit(&e->plan, plan, memory_order_relaxed);
+    atomic_store_explicit(&e->plan2, plan2, memory_order_relaxed);
     atomic_store_explicit(&e->seq, s + 2, memory_order_release);
 }
 
-/* The form of row r for operands that match it (a memo hit: the key
- * holds every fact match() checks, so only the assignment is left). */
+/* The form of row r for operands that match it (the key holds every fact
+ * match() checks, so only the assignment is left). */
 static void fill(const x64_row *r, const x64_opnd *ops, int nops, int cc, int s, int l,
                  x64_form *f) {
     *f = (x64_form){.row = r, .cc = cc, .s = s, .l = l};
@@ -759,6 +783,100 @@ static void fill(const x64_row *r, const x64_opnd *ops, int nops, int cc, int s,
     }
 }
 
+/* The template of the winning row for these operands, packed. Returns 0
+ * when the row does not fit the template scheme (then it is not
+ * remembered). */
+static int tmpl_make(int row, const x64_opnd *ops, int nops, int cc, int fs, int fl,
+                     uint64_t *head, uint64_t *plan, uint64_t *plan2) {
+    const x64_row *r = &x64_rows[row];
+    x64_form f;
+    fill(r, ops, nops, cc, fs, fl, &f);
+    uint8_t buf[X64_MAX_LEN + 8];
+    x64_enc_info info;
+    int h = -1;
+    emit(&f, buf, &info, &h);
+    if (h < 0 || h + 1 > 8) return 0;
+    tmpl t = {.hlen = (uint8_t)(h + 1), .enc = r->enc, .hop = NOP, .oop = NOP, .eop = NOP,
+              .gop = NOP, .lop = NOP, .iop = NOP, .relop = NOP, .ext = r->ext,
+              .dscale = (uint8_t)(r->enc == XE_EVEX ? disp_scale(&f) : 1),
+              .immsz = (uint8_t)f.immsz, .relsz = (uint8_t)f.relsz, .s = (uint8_t)f.s,
+              .features = info.features};
+    for (int i = 0; i < nops; i++) {
+        int c = X64_OPD_CLASS(r->opd[i]);
+        switch (X64_OPD_SLOT(r->opd[i])) {
+        case XS_G: t.gop = (uint8_t)i; break;
+        case XS_E: t.eop = (uint8_t)i; break;
+        case XS_H: t.hop = (uint8_t)i; break;
+        case XS_O: t.oop = (uint8_t)i; break;
+        case XS_L: t.lop = (uint8_t)i; break;
+        default:
+            if (ops[i].kind == X64_K_IMM && c != XC_ONE) t.iop = (uint8_t)i;
+            else if (ops[i].kind == X64_K_REL) t.relop = (uint8_t)i;
+            break;
+        }
+    }
+    /* Clear the holes: the opcode without its register, vvvv[2:0] as if 0
+     * (stored inverted: all ones), no mask number. */
+    buf[h] = (uint8_t)(r->opc + cc);
+    if (r->enc == XE_VEX) buf[h - 1] ^= (uint8_t)((f.vvvv & 7) << 3);
+    if (r->enc == XE_EVEX) {
+        buf[h - 2] ^= (uint8_t)((f.vvvv & 7) << 3);
+        buf[h - 1] &= (uint8_t)~7u;
+    }
+    memset(buf + h + 1, 0, 8);
+    memcpy(head, buf, 8);
+    *plan = tmpl_pack(&t);
+    *plan2 = tmpl_pack2(&t);
+    return 1;
+}
+
+/* A memo hit: the template with its holes filled, then ModRM/SIB/disp,
+ * branch displacement, is4 and immediate from the operands. */
+static inline int emit_tmpl(uint64_t head, uint64_t plan, uint64_t plan2, const x64_opnd *ops,
+                            uint8_t *out, x64_enc_info *info) {
+    unsigned hlen = plan & 0xff, enc = plan >> 8 & 0xff;
+    unsigned hop = plan >> 16 & 0xf, oop = plan >> 20 & 0xf, eop = plan >> 24 & 0xf,
+             gop = plan >> 28 & 0xf, lop = plan >> 32 & 0xf, iop = plan >> 36 & 0xf,
+             relop = plan >> 40 & 0xf, relsz = plan >> 44 & 0xf;
+    int ext = (int8_t)(plan >> 48);
+    int dscale = (int)(plan >> 56);
+    memcpy(out, &head, 8);   /* out holds X64_MAX_LEN bytes; hlen <= 8 */
+    if (enc == XE_EVEX) {
+        if (hop != NOP) out[hlen - 3] ^= (uint8_t)((ops[hop].reg & 7) << 3);
+        out[hlen - 2] |= ops[0].mask;   /* a mask is only ever on operand 0 */
+    } else if (enc == XE_VEX && hop != NOP) {
+        out[hlen - 2] ^= (uint8_t)((ops[hop].reg & 7) << 3);
+    }
+    if (oop != NOP) out[hlen - 1] = (uint8_t)(out[hlen - 1] + (ops[oop].reg & 7));
+    uint8_t *p = out + hlen;
+    int disp_at = -1;
+    if (eop != NOP) {
+        int regf = ext >= 0 ? ext : gop != NOP ? ops[gop].reg : 0;
+        p += emit_modrm(p, regf, &ops[eop], dscale, &disp_at);
+        if (disp_at >= 0) disp_at += (int)hlen;
+    }
+    int rel_at = -1;
+    if (relop != NOP) {
+        rel_at = (int)(p - out);
+        if (relsz == 1) *p++ = (uint8_t)(int8_t)ops[relop].imm;
+        else { int32_t v = (int32_t)ops[relop].imm; memcpy(p, &v, 4); p += 4; }
+    }
+    if (lop != NOP) *p++ = (uint8_t)(ops[lop].reg << 4);
+    if (iop != NOP) {
+        int immsz = (int)(plan2 & 0xff), s = (int)(plan2 >> 8 & 0xff);
+        int64_t v = immsz == 8 ? ops[iop].imm : imm_norm(ops[iop].imm, s);
+        memcpy(p, &v, (size_t)immsz);   /* low bytes, little-endian */
+        p += immsz;
+    }
+    if (info) {
+        info->features = (uint32_t)(plan2 >> 32);
+        info->disp_pos = (int8_t)disp_at;
+        info->rel_pos = (int8_t)rel_at;
+        info->rel_size = (int8_t)(relop != NOP ? relsz : 0);
+    }
+    return (int)(p - out);
+}
+
 /* The full search: the first matching row, then any shorter one. Sets
  * *row to the winner's index. */
 static int search(x64_op op, const x64_opnd *ops, int nops, uint64_t sig, int rex, uint8_t *out,
@@ -775,7 +893,7 @@ static int search(x64_op op, const x64_opnd *ops, int nops, uint64_t sig, int re
         if (m == MATCH_OK) break;
         if (m == MATCH_RANGE) range = 1;
     }
-    int len = emit(&f, out, info);
+    int len = emit(&f, out, info, NULL);
     int evex = f.row->enc == XE_EVEX;
     *row = (int)(a - aux);
     *fs = f.s;
@@ -785,34 +903,47 @@ static int search(x64_op op, const x64_opnd *ops, int nops, uint64_t sig, int re
     return len;
 }
 
-static int encode(x64_op op, const x64_opnd *ops, int nops, uint8_t *out, x64_enc_info *info,
-                  int use_memo) {
+/* A miss (or no memo): validation errors, the search, and remembering
+ * the winner. */
+static __attribute__((noinline)) int encode_slow(x64_op op, const x64_opnd *ops, int nops,
+                                                 uint64_t sig, uint64_t detail, int rex,
+                                                 uint8_t *out, x64_enc_info *info,
+                                                 int use_memo) {
     if (info) { info->features = 0; info->disp_pos = -1; info->rel_pos = -1; info->rel_size = 0; }
-    if ((unsigned)op == X64_NONE || (unsigned)op >= X64_OP_COUNT) return X64_E_OP;
-    if (nops < 0 || nops > 4 || (nops && !ops)) return X64_E_FORM;
+    if (!atomic_load_explicit(&index_ready, memory_order_acquire))
+        pthread_once(&index_once, index_init);
+    int fs = 0, fl = 0, row = -1;
+    int len = search(op, ops, nops, sig, rex, out, info, &row, &fs, &fl);
+    uint64_t head, plan, plan2;
+    if (len > 0 && use_memo && tmpl_make(row, ops, nops, op_cc[op], fs, fl, &head, &plan, &plan2))
+        memo_put(op, sig, detail, head, plan, plan2);
+    return len;
+}
+
+static inline __attribute__((always_inline)) int encode(x64_op op, const x64_opnd *ops, int nops,
+                                                       uint8_t *out, x64_enc_info *info,
+                                                       int use_memo) {
+    if ((unsigned)op == X64_NONE || (unsigned)op >= X64_OP_COUNT || nops < 0 || nops > 4 ||
+        (nops && !ops)) {
+        if (info) { info->features = 0; info->disp_pos = -1; info->rel_pos = -1; info->rel_size = 0; }
+        return (unsigned)op == X64_NONE || (unsigned)op >= X64_OP_COUNT ? X64_E_OP : X64_E_FORM;
+    }
     uint64_t sig = SIG_NONE, detail = 0;
     int rex = 0;
     for (int i = 0; i < nops; i++) {
-        int sh = shape_of(&ops[i], &rex);
-        if (sh < 0) return sh;
-        sig ^= (uint64_t)(SH_NONE ^ sh) << (16 * i);
-        detail |= (uint64_t)detail_of(&ops[i]) << (16 * i);
-    }
-    if (!atomic_load_explicit(&index_ready, memory_order_acquire))
-        pthread_once(&index_once, index_init);
-    int fs = 0, fl = 0;
-    if (use_memo) {
-        int r = memo_get(op, sig, detail, &fs, &fl);
-        if (r >= 0) {
-            x64_form f;
-            fill(&x64_rows[r], ops, nops, op_cc[op], fs, fl, &f);
-            return emit(&f, out, info);
+        unsigned d = 0;
+        int sh = key_of(&ops[i], &d, &rex);
+        if (sh < 0) {
+            if (info) { info->features = 0; info->disp_pos = -1; info->rel_pos = -1; info->rel_size = 0; }
+            return sh;
         }
+        sig ^= (uint64_t)(SH_NONE ^ sh) << (16 * i);
+        detail |= (uint64_t)d << (16 * i);
     }
-    int row = -1;
-    int len = search(op, ops, nops, sig, rex, out, info, &row, &fs, &fl);
-    if (len > 0 && use_memo) memo_put(op, sig, detail, row, fs, fl);
-    return len;
+    uint64_t head, plan, plan2;
+    if (use_memo && memo_get(op, sig, detail, &head, &plan, &plan2))
+        return emit_tmpl(head, plan, plan2, ops, out, info);
+    return encode_slow(op, ops, nops, sig, detail, rex, out, info, use_memo);
 }
 
 int x64_encode(x64_op op, const x64_opnd *ops, int nops, uint8_t *out, x64_enc_info *info) {

@@ -33,6 +33,25 @@ fj_status fj_builder_create(fj_runtime *rt, const char *name, int nargs, fj_buil
 
 void fj_builder_destroy(fj_builder *b) { kb_free(b); }
 
+/* An arena's unwind registration (libgcc and libunwind tables, gdb
+ * objects), empty. */
+static fj_status arena_unwind_new(fj_runtime *rt, uint64_t id, uintptr_t lo, uintptr_t hi,
+                                  uw_arena **out) {
+    char name[48];
+    snprintf(name, sizeof name, "framejit-arena-%llu", (unsigned long long)id);
+    return uw_arena_create(rt->uw_backends, lo, hi, name, out);
+}
+
+/* Made together with the runtime's first code arena, so that the first
+ * kernel only adds itself. Failing here is not an error: the first
+ * kernel tries again (and reports it). */
+void rt_arena_unwind_early(fj_runtime *rt) {
+    cc_arena_info ai;
+    if (!rt->uw_backends || !cc_current_arena(rt->cache, &ai) || ai.user) return;
+    uw_arena *ua;
+    if (arena_unwind_new(rt, ai.id, ai.lo, ai.hi, &ua) == FJ_OK) cc_arena_info_set_user(&ai, ua);
+}
+
 /* Unwind info is registered per code arena, not per kernel: with
  * thousands of kernels, per-kernel objects make every unwind in the
  * process slow (libgcc searches them linearly) and gdb slower still.
@@ -41,9 +60,7 @@ static fj_status arena_register(fj_runtime *rt, cc_entry *e, const uw_func *f) {
     if (!rt->uw_backends) return FJ_OK;
     uw_arena *ua = cc_arena_user(e);
     if (!ua) {
-        char name[48];
-        snprintf(name, sizeof name, "framejit-arena-%llu", (unsigned long long)e->arena_id);
-        fj_status s = uw_arena_create(rt->uw_backends, e->arena_lo, e->arena_hi, name, &ua);
+        fj_status s = arena_unwind_new(rt, e->arena_id, e->arena_lo, e->arena_hi, &ua);
         if (s != FJ_OK) return s;
         cc_arena_set_user(e, ua);
     }

@@ -59,6 +59,8 @@ struct fj_runtime {
 FJ_INTERNAL void rt_kernel_free(fj_kernel *k);
 /* The code cache's retire hook: destroys the arena's unwind registration. */
 FJ_INTERNAL void rt_arena_retire(void *ctx, const cc_arena_info *a);
+/* The first arena's unwind registration, made at runtime creation. */
+FJ_INTERNAL void rt_arena_unwind_early(fj_runtime *rt);
 
 /* Assembles b, verifies, places, registers unwind info; frees b. */
 FJ_INTERNAL fj_status rt_finish(fj_runtime *rt, fj_builder *b, fj_kernel **out);

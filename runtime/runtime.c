@@ -115,6 +115,7 @@ fj_status fj_runtime_create(const fj_options *opts, fj_runtime **out) {
     pthread_mutex_init(&rt->kc_lock, NULL);
     pthread_cond_init(&rt->kc_cond, NULL);
     pthread_mutex_init(&rt->pool_lock, NULL);
+    rt_arena_unwind_early(rt);
 #if FJ_FP_TAX_PROBE
     if (rt->features & KB_NOFP)
         fj_log(1, "runtime: frame-pointer tax probe: kernels use rbp as a GPR, not verified");

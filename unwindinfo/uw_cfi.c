@@ -322,7 +322,8 @@ size_t uw_cie_put(uw_buf *b, int pad) {
 }
 
 /* f's records as CFA instructions, advancing from code offset 0 (f->start). */
-static fj_status put_records(uw_buf *b, const uw_func *f, uint32_t *loc_out) {
+static fj_status put_records(uw_buf *b, const uw_func *f, uint32_t *loc_out,
+                             cfa_state *end_out) {
     cfa_state s = {.reg = DW_RSP, .off = 8};
     uint32_t loc = 0;
     for (size_t i = 0; i < f->nrecs; i++) {
@@ -333,6 +334,7 @@ static fj_status put_records(uw_buf *b, const uw_func *f, uint32_t *loc_out) {
         if (st != FJ_OK) return st;
     }
     if (loc_out) *loc_out = loc;
+    if (end_out) *end_out = s;
     return FJ_OK;
 }
 
@@ -343,7 +345,7 @@ fj_status uw_fde_put(uw_buf *b, const uw_func *f, uintptr_t bias, ptrdiff_t cie_
     uw_put_u64(b, f->start - bias);
     uw_put_u64(b, f->size);
     uw_put_uleb(b, 0);  /* no augmentation data */
-    fj_status st = put_records(b, f, NULL);
+    fj_status st = put_records(b, f, NULL, NULL);
     if (st != FJ_OK) return st;
     uw_align(b, 8, DW_CFA_nop);
     len_end(b, at);
@@ -361,10 +363,17 @@ fj_status uw_cfa_append(uw_buf *b, const uw_func *f, unsigned *touched, uintptr_
         if (x != X86_RSP && (*touched & (1u << x)))
             uw_put_u8(b, (uint8_t)(DW_CFA_restore | uw_dwarf_reg(x)));
     uint32_t last = 0;
-    fj_status st = put_records(b, f, &last);
+    cfa_state end;
+    fj_status st = put_records(b, f, &last, &end);
     if (st != FJ_OK) return st;
     unsigned t = 0;
-    for (size_t i = 0; i < f->nrecs; i++) {
+    /* A function whose last row is its pop rbp (CFA = rsp + 8, rbp and
+     * every saved register restored) leaves the CIE's rules in force: the
+     * next one needs no reset. That shortens the program libgcc runs up to
+     * a pc in a group of small kernels. */
+    const int clean = f->nrecs && f->recs[f->nrecs - 1].kind == UW_POP_FP &&
+                      end.reg == DW_RSP && end.off == 8 && end.live == 0;
+    for (size_t i = 0; i < f->nrecs && !clean; i++) {
         switch (f->recs[i].kind) {
         case UW_PUSH_FP: t |= 1u << X86_RSP | 1u << X86_RBP; break;
         case UW_SAVE_REG: t |= 1u << f->recs[i].reg; break;

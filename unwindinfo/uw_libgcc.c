@@ -80,11 +80,13 @@ void uw_libgcc_deregister(uw_object *o) {
 
 /* Slots are sized for the whole arena, so their number is what creating
  * an arena costs (written, then counted and sorted by libgcc's first
- * lookup) whether it ever holds one kernel or thousands: 256 slots, with
- * windows never below 512 bytes. A wider window only makes groups longer
- * (an unwind runs the CFA program of the kernels before the pc in its
- * group), and kernels are rarely smaller than a few hundred bytes. */
-enum { SLOT = 32, MIN_WINDOW = 512, TARGET_SLOTS = 256 };
+ * lookup) whether it ever holds one kernel or thousands. A wider window
+ * makes groups longer, and an unwind runs the CFA program of every kernel
+ * before the pc in its group: with 4 KiB windows, 64-byte kernels took
+ * _Unwind_Backtrace past twice its plain cost. 512 slots (2 KiB windows
+ * for a 1 MiB arena, at most 32 such kernels per group) keep it under
+ * that, for a few microseconds more per arena than 256. */
+enum { SLOT = 32, MIN_WINDOW = 512, TARGET_SLOTS = 512 };
 
 struct uw_gcc_table {
     uw_region mem;       /* group CIEs from 0 up, then the table */
