@@ -1,8 +1,8 @@
 /* gemm.c (bench): f32 GEMM vs oneDNN dnnl_sgemm and OpenBLAS, 1 and 2 threads.
  *
  * Also the kernel generation time of a new shape. FJ_BENCH_GEMM_SHAPES="256,64x64x1024"
- * limits the run to those shapes (N alone: NxNxN); FJ_BENCH_GEMM_THREADS=1 skips
- * the two-thread rows. */
+ * limits the run to those shapes (N alone: NxNxN); FJ_BENCH_GEMM_THREADS=1 (or 2)
+ * keeps only the one-thread (two-thread) rows, =0 neither. */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -317,10 +317,15 @@ void bench_gemm(const bench_ctx *c) {
     printf("# gemm: OpenBLAS core %s (OPENBLAS_CORETYPE=%s)\n", openblas_get_corename(),
            getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "unset");
 #endif
-    /* FJ_BENCH_GEMM_THREADS=1: the one-thread rows only. */
+    /* FJ_BENCH_GEMM_THREADS=1 or 2: those rows only; 0: none (generation
+     * and frame-pointer tax rows only). */
     const char *tl = getenv("FJ_BENCH_GEMM_THREADS");
-    int tmax = tl && atoi(tl) == 1 ? 1 : 2;
-    for (int t = 1; t <= tmax; t++) {
+    int tmin = 1, tmax = 2;
+    if (tl && atoi(tl) >= 0 && atoi(tl) <= 2) {
+        tmin = atoi(tl) ? atoi(tl) : 3;
+        tmax = atoi(tl);
+    }
+    for (int t = tmin; t <= tmax; t++) {
         double peak = bench_fma_peak(avx512, 1) * t;
         bench_row("gemm", t == 1 ? "fma peak 1t" : "fma peak 2t (2 x 1t)", "machine", peak,
                   "GFLOP/s", 0);

@@ -55,7 +55,7 @@ static void tune_parse(const char *e) {
         .l1 = l1 > 0 ? l1 : 32 << 10, .l2 = l2 > 0 ? l2 : 1 << 20,
         .mr512 = 0, .nv512 = 2, .mr2 = 0, .nv2 = 2, .unroll = 4, .pf_a = 1024, .pf_c = 2,
         .b_copy = 1, .bpf_rows = 8, .shortk = 256, .direct = -1, .da = -1, .db = -1, .a_reg = -1,
-        .mt_flops = 1L << 24, .shared_min = 1L << 28, .rpt = 4,
+        .mt_flops = 1L << 20, .shared_min = 1L << 28, .rpt = 4,
     };
     while (e && *e) {
         char key[16];
@@ -169,7 +169,7 @@ static fj_status plan_kernel(gemm_plan *p) {
 typedef struct plan_inputs {
     fj_runtime *rt;
     int64_t m, n, k, lda, ldb, ldc;
-    int32_t ta, tb, isa, has_bias, act;
+    int32_t ta, tb, isa, threads, has_bias, act;
     unsigned gen;
     float act_alpha, act_beta;
 } plan_inputs;
@@ -194,7 +194,7 @@ fj_status gemm_plan_init(fj_runtime *rt, gemm_plan *p, int ta, int tb, int64_t m
     memset(&in, 0, sizeof in); /* padding too: compared with memcmp */
     in = (plan_inputs){.rt = rt, .m = m, .n = n, .k = k, .lda = lda, .ldb = ldb, .ldc = ldc,
                        .ta = ta, .tb = tb, .isa = (int32_t)fj_runtime_isa(rt),
-                       .has_bias = has_bias, .act = act,
+                       .threads = rt_threads(rt), .has_bias = has_bias, .act = act,
                        .gen = atomic_load_explicit(&tune_gen, memory_order_relaxed),
                        .act_alpha = act ? act_alpha : 0.0f, .act_beta = act ? act_beta : 0.0f};
     if (!memcmp(&in, &memo.in, sizeof in)) {
@@ -312,7 +312,11 @@ static fj_status plan_make(fj_runtime *rt, gemm_plan *p, int ta, int tb, int64_t
     p->scratch += 64 + 2 * GEMM_PACK_SLACK; /* realignment and the packers' slack */
 
     double flops = 2.0 * (double)m * (double)n * (double)k;
-    p->threads = flops >= (double)tune.mt_flops ? 64 : 1;
+    /* Two threads pay from ~1 MFLOP on (2 cores, workers spinning between
+     * calls: 128^3 0.56x -> 1.03-1.18x oneDNN's two threads, 64x64x1024
+     * 0.90x -> 1.02-1.15x; 64^3 neither gains nor loses). A one-thread
+     * runtime keeps the plan that calls the kernel directly. */
+    p->threads = rt_threads(rt) > 1 && flops >= (double)tune.mt_flops ? 64 : 1;
     p->whole = p->threads == 1 && p->direct_a && p->direct_b && k > 0 && k <= p->kc &&
                m % p->mr == 0 && n % p->nr == 0 && n <= p->nc;
 
