@@ -6,8 +6,10 @@
  * eltwise_math.c.
  *
  * Standalone kernel: U vectors per iteration (one taken branch each), then
- * single vectors, then one masked tail (AVX-512 opmask from bzhi; AVX2
- * vmaskmovps with a mask from a sliding window over a constant table).
+ * one vector per iteration under a mask of min(n, lanes) lanes (AVX-512
+ * opmask from bzhi; AVX2 vmaskmovps with a mask from a sliding window over
+ * a constant table), which covers the remaining whole vectors and the tail
+ * with one copy of the op.
  * Masked loads do not fault on masked-off lanes, so the tail never reads
  * past src + n; masked-off lanes hold 0, which every op digests quietly
  * (exceptions are masked). */
@@ -390,19 +392,22 @@ void kg_eltwise(fj_builder *b, kg_elt v) {
     const int lanes = fj_builder_vbits(b) / 32, vbytes = lanes * 4;
     /* Cheap ops are load/store bound: a long unroll (4 KiB in four
      * iterations on AVX-512) makes the loop overhead vanish, and relu,
-     * clip and sqrt take their source straight from memory. Math ops have
-     * long dependency chains: eight (AVX-512) or four vectors per
-     * iteration, their instructions interleaved in groups of up to four
-     * (kg_elt_apply_n) when there are registers for a scratch set per
-     * vector, so that the scheduler sees independent chains side by side
-     * (tanh at 256 KiB: 20% faster than one chain after the other). */
+     * clip and sqrt take their source straight from memory. Math ops are
+     * compute bound: a few vectors per iteration, their instructions
+     * interleaved (kg_elt_apply_n) when there are registers for a scratch
+     * set per vector, so that the scheduler sees independent chains side
+     * by side, and out-of-order execution overlaps iterations. Each copy
+     * of a math op is 40-100 instructions to generate, so the unroll is
+     * the smallest that keeps throughput: two vectors (exp, gelu at
+     * 256 KiB within noise of eight), four for tanh, whose chain is the
+     * longest (two: ~5% slower). */
     const int uses_params = v == KG_ELT_LEAKY_RELU || v == KG_ELT_CLIP || v == KG_ELT_LINEAR ||
                             v == KG_ELT_SWISH;
     const int nvec = avx512 ? 32 : 16, nmask = avx512 ? 6 : 0;
     /* Registers the op needs (parameters count: they live in registers). */
     int nt = 0, nk = 0; /* scratch vectors and masks of one set */
     const int need = planned(isa, op, 1.0f, &nk, &nt) + 2 * uses_params + !avx512;
-    const int umax = cheap(op) ? (avx512 ? 16 : 8) : (avx512 ? 8 : 4);
+    const int umax = cheap(op) ? (avx512 ? 16 : 8) : op == FJ_ELT_TANH ? 4 : 2;
     int U = nvec - need;
     if (U > umax) U = umax;
     if (U < 1) U = 1;
@@ -423,7 +428,7 @@ void kg_eltwise(fj_builder *b, kg_elt v) {
     const int fold = emit_op_mem(s, x[0], fj_none(), 1);
 
     fj_label l_loop = fj_label_new(b), l_rest = fj_label_new(b), l_one = fj_label_new(b),
-             l_tail = fj_label_new(b), l_done = fj_label_new(b);
+             l_done = fj_label_new(b);
 
     /* n -= U*lanes up front; the loop runs while that does not borrow. */
     fj_emit(b, FJ_SUB, fj_r64(n), fj_imm(U * lanes));
@@ -444,47 +449,43 @@ void kg_eltwise(fj_builder *b, kg_elt v) {
     fj_label_bind(b, l_rest);
     fj_emit(b, FJ_ADD, fj_r64(n), fj_imm(U * lanes));
 
-    /* Whole vectors. */
-    fj_emit(b, FJ_CMP, fj_r64(n), fj_imm(lanes));
-    fj_emit(b, FJ_JB, fj_lbl(l_tail));
-    fj_label_bind(b, l_one);
-    if (!fold || !emit_op_mem(s, x[0], fj_mem(0, src, 0), 0)) {
-        fj_emit(b, FJ_VMOVUPS, elt_v(s, x[0]), fj_mem(0, src, 0));
-        kg_elt_apply(s, x[0]);
-    }
-    fj_emit(b, FJ_VMOVUPS, fj_mem(0, dst, 0), elt_v(s, x[0]));
-    fj_emit(b, FJ_ADD, fj_r64(src), fj_imm(vbytes));
-    fj_emit(b, FJ_ADD, fj_r64(dst), fj_imm(vbytes));
-    fj_emit(b, FJ_SUB, fj_r64(n), fj_imm(lanes));
-    fj_emit(b, FJ_CMP, fj_r64(n), fj_imm(lanes));
-    fj_emit(b, FJ_JAE, fj_lbl(l_one));
-
-    /* Tail: 0 <= n < lanes elements under a mask. */
-    fj_label_bind(b, l_tail);
+    /* The rest, 0 <= n < U*lanes elements: one vector per iteration under
+     * a mask of min(n, lanes) lanes, so that one copy of the op serves
+     * whole vectors and the tail alike (a masked load or store of a full
+     * mask costs as much as a plain one). */
     fj_emit(b, FJ_TEST, fj_r64(n), fj_r64(n));
     fj_emit(b, FJ_JE, fj_lbl(l_done));
-    fj_reg tmp = fj_gpr(b);
+    fj_reg cnt = fj_gpr(b), tmp = fj_gpr(b);
+    if (!avx512) {
+        /* 8 all-ones lanes then 8 zero lanes: the window starting at
+         * table + 32 - 4c has exactly c leading all-ones lanes. */
+        static const int32_t window[16] = {-1, -1, -1, -1, -1, -1, -1, -1};
+        fj_opnd tbl = fj_const_data(b, window, sizeof window, 32, 0);
+        tbl.val += 32;
+        fj_emit(b, FJ_LEA, fj_r64(tmp), tbl);
+    }
+    fj_label_bind(b, l_one);
+    fj_emit(b, FJ_MOV, fj_r32(cnt), fj_imm(lanes));
+    fj_emit(b, FJ_CMP, fj_r64(n), fj_r64(cnt));
+    fj_emit(b, FJ_CMOVB, fj_r32(cnt), fj_r32(n));
     if (avx512) {
         fj_emit(b, FJ_MOV, fj_r32(tmp), fj_imm(-1));
-        fj_emit(b, FJ_BZHI, fj_r32(tmp), fj_r32(tmp), fj_r32(n));
+        fj_emit(b, FJ_BZHI, fj_r32(tmp), fj_r32(tmp), fj_r32(cnt));
         fj_emit(b, FJ_KMOVW, fj_k(km), fj_r32(tmp));
         fj_emit(b, FJ_VMOVUPS, fj_masked(elt_v(s, x[0]), km, 1), fj_mem(0, src, 0));
         kg_elt_apply(s, x[0]);
         fj_emit(b, FJ_VMOVUPS, fj_masked(fj_mem(0, dst, 0), km, 0), elt_v(s, x[0]));
     } else {
-        /* 8 all-ones lanes then 8 zero lanes: the window starting at
-         * table + 32 - 4n has exactly n leading all-ones lanes. */
-        static const int32_t window[16] = {-1, -1, -1, -1, -1, -1, -1, -1};
-        fj_opnd tbl = fj_const_data(b, window, sizeof window, 32, 0);
-        tbl.val += 32;
-        fj_emit(b, FJ_LEA, fj_r64(tmp), tbl);
-        fj_emit(b, FJ_SHL, fj_r64(n), fj_imm(2));
-        fj_emit(b, FJ_SUB, fj_r64(tmp), fj_r64(n));
-        fj_emit(b, FJ_VMOVUPS, elt_v(s, vm), fj_mem(0, tmp, 0));
+        fj_emit(b, FJ_NEG, fj_r64(cnt));
+        fj_emit(b, FJ_VMOVUPS, elt_v(s, vm), fj_memx(0, tmp, cnt, 4, 0));
         fj_emit(b, FJ_VMASKMOVPS, elt_v(s, x[0]), elt_v(s, vm), fj_mem(0, src, 0));
         kg_elt_apply(s, x[0]);
         fj_emit(b, FJ_VMASKMOVPS, fj_mem(0, dst, 0), elt_v(s, vm), elt_v(s, x[0]));
     }
+    fj_emit(b, FJ_ADD, fj_r64(src), fj_imm(vbytes));
+    fj_emit(b, FJ_ADD, fj_r64(dst), fj_imm(vbytes));
+    fj_emit(b, FJ_SUB, fj_r64(n), fj_imm(lanes));
+    fj_emit(b, FJ_JA, fj_lbl(l_one));
     fj_label_bind(b, l_done);
     kg_elt_finish(s);
     fj_return(b, fj_none());
