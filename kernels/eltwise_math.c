@@ -219,7 +219,7 @@ static void emit_log(kg_elt_state *s, fj_reg x) {
  * d_lo = g - (d - 1) (exact: Fast2Sum, g > -1/2) goes into one Newton
  * correction of the quotient: q = q0 + (g - q0 d - q0 d_lo) / d.
  *
- * AVX-512: tanh x = sign(x) (-y), y = tanh z = em / (em + 2) for
+ * AVX-512: tanh x = copysign(|y|, x), y = tanh z = em / (em + 2) for
  * z = -min(|x|, 10) <= 0, em = e^(2z) - 1 in (-1, 0]:
  *     n = round(2z log2e), t = z - n ln2/2 (one-part ln2: the error of
  *     n ln2 is scaled by e^(2z) <= 2^-n on the way to the result),
@@ -252,8 +252,9 @@ static void emit_tanh512(kg_elt_state *s, fj_reg x) {
     elt_emit(s, FJ_VFNMADD231PS, V(T3), V(T0), C(2.0f));            /* em - 2 q0, exact */
     elt_emit(s, FJ_VFNMADD231PS, V(T3), V(T0), V(T1));              /* residual */
     elt_emit(s, FJ_VFMADD213PS, V(T3), V(T2), V(T0));               /* y */
-    elt_emit(s, FJ_VANDNPS, V(T0), V(x), CB(SIGN));                 /* sign bit: x >= 0 */
-    elt_emit(s, FJ_VXORPS, V(x), V(T3), V(T0));
+    /* x's sign bit, y's other bits (|y|: y <= 0): imm 0xe4 = SIGN ? x : y.
+     * One instruction, and right for zeros: y is +0 when x is +-0. */
+    elt_emit(s, FJ_VPTERNLOGD, V(x), V(T3), CB(SIGN), fj_imm(0xe4));
 }
 
 static void emit_tanh(kg_elt_state *s, fj_reg x) {
@@ -262,7 +263,11 @@ static void emit_tanh(kg_elt_state *s, fj_reg x) {
         return;
     }
     fj_reg T0 = elt_t(s, 0), T1 = elt_t(s, 1), T2 = elt_t(s, 2), T3 = elt_t(s, 3);
+    fj_reg T4 = elt_t(s, 4);
     float c[5];
+    /* x's sign, put back at the end: the result has it anyway except at
+     * -0, where qh = h^2 Q'' + h rounds -0 to +0. */
+    elt_emit(s, FJ_VANDPS, V(T4), V(x), CB(SIGN));
     /* Q''(h) = Q'(h)/2 = sum 2 2^i q_i h^i */
     for (int i = 0; i < 5; i++) c[i] = exp_q4[i] * (float)(2 << (4 - i));
     elt_emit(s, FJ_VMINPS, V(x), CR(10.0f), V(x));
@@ -302,7 +307,7 @@ static void emit_tanh(kg_elt_state *s, fj_reg x) {
     elt_emit(s, FJ_VFNMADD231PS, V(T0), V(T3), V(x));
     elt_emit(s, FJ_VFNMADD231PS, V(T0), V(T3), V(T1));
     elt_emit(s, FJ_VFMADD213PS, V(T0), V(T2), V(T3));
-    elt_emit(s, FJ_VMOVAPS, V(x), V(T0));
+    elt_emit(s, FJ_VORPS, V(x), V(T0), V(T4));
 }
 
 /* ---- sigmoid, swish, gelu ----------------------------------------------------- */

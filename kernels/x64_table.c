@@ -263,6 +263,7 @@ const x64_row x64_rows[] = {
     ROW(VPBROADCASTD, EVEX, P38, 0x58, 0, -1, VXYZ, T1S4, 0, F, G(V), E(XM32)),
     ROW(VPBROADCASTD, EVEX, P38, 0x7C, 0, -1, VXYZ, NONE, 0, F, G(V), E(R32)),
     ROW(VFPCLASSPS, EVEX, P3A, 0x66, 0, -1, VXYZ, FV, 0, DQ, G(K), E(VMB), A(U8)),
+    ROW(VPTERNLOGD, EVEX, P3A, 0x25, 0, -1, VXYZ, FV, 0, F, G(V), H(V), E(VMB), A(U8)),
 };
 
 const int x64_nrows = (int)(sizeof x64_rows / sizeof x64_rows[0]);

@@ -56,7 +56,10 @@ static const char *op_name(int op) {
 static double ref(int op, double a, double b, double x) {
     if (isnan(x)) return x;
     switch (op) {
-    case FJ_ELT_RELU: return x > 0 ? x : a == 0 ? 0.0 : a * x; /* max(x, 0) for a == 0 */
+    /* max(x, 0) for a == 0, keeping -0 and NaN: vmaxps returns its second
+     * operand for equal zeros and for NaN, and the kernel passes x there
+     * so that NaN comes out as NaN. */
+    case FJ_ELT_RELU: return x > 0 || x == 0 ? x : a == 0 ? 0.0 : a * x;
     case FJ_ELT_LEAKY_RELU: return x > 0 ? x : a * x;
     case FJ_ELT_CLIP: return fmin(fmax(x, a), b);
     case FJ_ELT_LINEAR: return a * x + b;
@@ -120,6 +123,13 @@ static void measure(fj_runtime *rt, int op, float a, float b, const float *x, si
     for (size_t i = 0; i < n; i++) {
         double w = ref(op, a, b, x[i]);
         st->n++;
+        /* Signed zeros: where the reference gives one, so must the kernel
+         * (tanh(-0) = -0; an odd function must not lose the sign). */
+        if (x[i] == 0 && w == 0 && !gelu(op) && !signbit(y[i]) != !signbit(w)) {
+            if (!st->specials_bad) st->worst_x = x[i];
+            st->specials_bad++;
+            continue;
+        }
         if (!isfinite(x[i]) || !isfinite(w) || fabs(w) > FLT_MAX) {
             /* Specials must be exact: NaN for NaN, the same infinity/zero
              * (gelu(-inf): a tiny negative number, see eltwise_math.c). */

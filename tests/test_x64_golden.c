@@ -284,6 +284,8 @@ static const golden cases[] = {
     { "vpbroadcastd ymm1, dword ptr [rax]", "c4 e2 7d 58 08", X(VPBROADCASTD), 2, { YMM(1), M(32, RAX, 0) } },
     { "vpbroadcastd zmm1, xmm2", "62 f2 7d 48 58 ca", X(VPBROADCASTD), 2, { ZMM(1), XMM(2) } },
     { "vfpclassps k1, zmm2, 0x22", "62 f3 7d 48 66 ca 22", X(VFPCLASSPS), 3, { KR(1), ZMM(2), IMM(0x22) } },
+    { "vpternlogd zmm0, zmm1, zmm2, 0xe4", "62 f3 75 48 25 c2 e4", X(VPTERNLOGD), 4, { ZMM(0), ZMM(1), ZMM(2), IMM(0xe4) } },
+    { "vpternlogd zmm3, zmm17, dword ptr [rax+0x40]{1to16}, 0xe4", "62 f3 75 50 25 58 10 e4", X(VPTERNLOGD), 4, { ZMM(3), ZMM(17), BC(RAX, 0x40), IMM(0xe4) } },
 };
 
 static int unhex(const char *s, uint8_t *out) {
