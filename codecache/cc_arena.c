@@ -84,6 +84,25 @@ static size_t page_size(void) {
 
 static size_t round_up(size_t n, size_t a) { return (n + a - 1) & ~(a - 1); }
 
+/* This process's pid, asked for on every placement and image write (a
+ * forked child must not write its parent's arena files) where getpid is a
+ * system call each time. fork() resets it in the child through an atfork
+ * handler, registered before the first value is cached; a child made by a
+ * raw clone without fork's handlers must not use the library. */
+static atomic_int self_pid;
+static pthread_once_t pid_once = PTHREAD_ONCE_INIT;
+static void pid_forget(void) { atomic_store_explicit(&self_pid, 0, memory_order_relaxed); }
+static void pid_hook(void) { (void)pthread_atfork(NULL, NULL, pid_forget); }
+
+pid_t cc_self_pid(void) {
+    pid_t p = (pid_t)atomic_load_explicit(&self_pid, memory_order_relaxed);
+    if (p) return p;
+    pthread_once(&pid_once, pid_hook);
+    p = getpid();
+    atomic_store_explicit(&self_pid, (int)p, memory_order_relaxed);
+    return p;
+}
+
 const char *cc_kind_name(int kind) {
     switch (kind) {
     case CC_FILE: return "file";
@@ -264,7 +283,7 @@ fj_status cc_arena_new(int kind, size_t span, size_t min_code, int huge, cc_aren
     a->huge = huge;
     a->fd = -1;
     a->slot = -1;
-    a->pid = getpid();
+    a->pid = cc_self_pid();
 
     /* The first page(s) of a file are kept for a header (the ELF image's
      * headers); code starts at a page-aligned offset after it. For huge
@@ -322,7 +341,7 @@ void cc_arena_release(cc_arena *a) {
     if (a->fd >= 0) os.close(a->fd);
     a->fd = -1;
     /* A forked child must not delete the file its parent still uses. */
-    if (a->path[0] && a->pid == getpid()) os.unlink(a->path);
+    if (a->path[0] && a->pid == cc_self_pid()) os.unlink(a->path);
 }
 
 void cc_arena_free(cc_arena *a) {
@@ -342,7 +361,7 @@ fj_status cc_arena_reserve(cc_arena *a, size_t len, cc_txn *t, int *fits) {
     *fits = 0;
     /* After fork the child's placements go to arenas of its own: these
      * pages are still shared with the parent, which keeps writing them. */
-    if (a->retired || a->pid != getpid()) return FJ_OK;
+    if (a->retired || a->pid != cc_self_pid()) return FJ_OK;
     /* Anonymous arenas place each kernel on pages of its own, so no page is
      * ever made writable while another kernel on it may be running. */
     size_t unit = a->kind == CC_ANON ? page_size() : CC_ALIGN;

@@ -17,7 +17,7 @@
 static cc_arena *file_arena(const cc_entry *e) {
     cc_arena *a = ((const cc_rec *)e)->arena;
     if (a->kind != CC_FILE || a->fd < 0 || a->retired || !a->path[0] || !a->meta_room ||
-        a->pid != getpid())
+        a->pid != cc_self_pid())
         return NULL;
     return a;
 }

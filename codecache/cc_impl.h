@@ -154,6 +154,8 @@ FJ_INTERNAL const char *cc_kind_name(int kind);
 /* One line on what huge pages can do here (THP settings), for the log. */
 FJ_INTERNAL void cc_huge_describe(char *buf, size_t n);
 FJ_INTERNAL uint64_t cc_now_ns(void);
+/* getpid(), cached (reset in a child of fork). */
+FJ_INTERNAL pid_t cc_self_pid(void);
 
 /* ---- cc_cache.c ---- */
 

@@ -151,7 +151,7 @@ START_TEST(test_arena_each_add) {
     uw_arena_stats st;
     uw_arena_get_stats(a, &st);
     ck_assert_uint_eq(st.kernels, N);
-    ck_assert_uint_le(st.gdb_objects, 12);  /* log2(2500) + 1 */
+    ck_assert_uint_le(st.gdb_objects, N / 256 + 5);  /* chunks of 16, 32, ... 256 */
     ck_assert_uint_eq(gdb_entries() - gdb0, st.gdb_objects);
     ck_assert_uint_gt(st.libgcc_bytes, 0);
     ck_assert_uint_gt(st.libunwind_bytes, 0);
@@ -275,7 +275,7 @@ START_TEST(test_arena_add_faults) {
         assert_walks(&ks[i], "added after failures");
         ASSERT_CHECK(a);
     }
-    ck_assert_int_gt(alloc_failures, 2 * M);
+    ck_assert_int_ge(alloc_failures, M / 2);  /* at least one allocation per add can fail */
     ck_assert_int_ge(commit_failures, 1);  /* the first kernel's CFI needs the first commit */
     uw_arena_destroy(a);
     ASSERT_KNOWN(&ks[0], 0);

@@ -61,10 +61,9 @@ FJ_INTERNAL void uw_deregister(uw_object *o);
  *              no two objects ever overlap, with or without GCC 13's b-tree);
  *   libunwind  one REMOTE_TABLE dyn info for [lo, hi) whose table grows in
  *              place, next to the code;
- *   gdb        O(log n) in-memory ELF objects: each add registers a
- *              one-kernel object, and two neighbours of equal size are
- *              merged (the merged object registered before the two are
- *              withdrawn), so each kernel is rebuilt O(log n) times.
+ *   gdb        in-memory ELF objects of up to 256 kernels each, grown in
+ *              place (nothing already written is rebuilt or moved) and
+ *              registered again as they grow; about n / 256 + 5 objects.
  * Kernels are added in increasing address order (each starting at or after
  * the previous one's end) and never removed one by one: an arena goes
  * away whole, and its code addresses are never reused. Calls on one arena
@@ -100,8 +99,8 @@ FJ_INTERNAL void uw_arena_get_stats(const uw_arena *a, uw_arena_stats *st);
 
 /* Self-check for tests and FRAMEJIT_VERIFY: the libgcc table, walked as
  * libgcc walks it, still has the extent and FDE count it was registered
- * with, is sorted and has no overlapping ranges; gdb holds at most
- * log2(kernels) + 1 objects of this arena. */
+ * with, is sorted and has no overlapping ranges; gdb's objects of this
+ * arena cover every kernel, none of them empty. */
 FJ_INTERNAL fj_status uw_arena_check(const uw_arena *a);
 
 /* ELF writer, shared by the GDB JIT objects and FRAMEJIT_DUMP files.
@@ -114,8 +113,7 @@ FJ_INTERNAL fj_status uw_arena_check(const uw_arena *a);
 FJ_INTERNAL fj_status uw_elf_build(const uw_func *fns, size_t n, const uint8_t *code, uint8_t **out,
                                    size_t *len);
 /* The same with .eh_frame given (eh_len bytes, CIE first, zero terminator;
- * FDE addresses as uw_elf_build would write them): the arenas keep every
- * kernel's FDE and rebuild their gdb objects without re-encoding CFI. */
+ * FDE addresses as uw_elf_build would write them). */
 FJ_INTERNAL fj_status uw_elf_build_eh(const uw_func *fns, size_t n, const uint8_t *code,
                                       const uint8_t *eh, size_t eh_len, uint8_t **out,
                                       size_t *len);

@@ -338,6 +338,8 @@ static fj_status put_records(uw_buf *b, const uw_func *f, uint32_t *loc_out,
     return FJ_OK;
 }
 
+fj_status uw_cfa_records(uw_buf *b, const uw_func *f) { return put_records(b, f, NULL, NULL); }
+
 fj_status uw_fde_put(uw_buf *b, const uw_func *f, uintptr_t bias, ptrdiff_t cie_at) {
     size_t at = len_begin(b);
     /* Back to the CIE from this field (cie_at < 0: before the buffer). */

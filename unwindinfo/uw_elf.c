@@ -69,7 +69,7 @@ fj_status uw_elf_build_eh(const uw_func *fns, size_t n, const uint8_t *code, con
 
     /* String and symbol tables first, so their sizes are known. */
     uw_buf strtab = {0}, symtab = {0}, shstr = {0}, b = {0};
-    /* Sized up front: arenas rebuild objects of thousands of kernels, and
+    /* Sized up front: a batch may hold thousands of kernels, and
      * growing by doubling would copy everything a few times. */
     size_t names = 16;
     for (size_t i = 0; i < n; i++) names += strlen(fns[i].name) + 1;

@@ -107,62 +107,24 @@ static void hash_final(const img_hash *s, uint8_t out[BUILD_ID_LEN]) {
     memcpy(out, w, BUILD_ID_LEN);
 }
 
-/* ---- CFA programs ----------------------------------------------------------
- * uw_cfi.c builds the FDE; we keep only its instructions. Its CIE must be
- * the one we expect ("zR", 8-byte absolute addresses), else we refuse. */
+/* ---- CFA programs ---------------------------------------------------------- */
 
-static int read_uleb(const uint8_t **p, const uint8_t *end, uint64_t *v) {
-    uint64_t r = 0;
-    for (unsigned sh = 0; *p < end && sh < 64; sh += 7) {
-        uint8_t b = *(*p)++;
-        r |= (uint64_t)(b & 0x7f) << sh;
-        if (!(b & 0x80)) {
-            *v = r;
-            return 1;
-        }
-    }
-    return 0;
-}
-
+/* f's CFA program, encoded straight into a buffer of its own (no CIE or
+ * FDE around it to take apart again). */
 static fj_status cfa_program(const uw_func *f, uint8_t **out, size_t *len) {
-    uint8_t *eh = NULL;
-    size_t eh_len = 0, fde_at = 0;
-    fj_status st = uw_eh_frame_build_at(f, 1, 0, &eh, &eh_len, &fde_at);
-    if (st != FJ_OK) return st;
-    const uint8_t *end = eh + eh_len, *p = eh;
-    uint32_t cie_len, fde_len;
-    uint64_t v, aug;
-    int ok = eh_len >= 8 && fde_at + 8 <= eh_len;
-    if (ok) {
-        memcpy(&cie_len, p, 4);
-        /* CIE: length, id, version, "zR", code align, data align, RA, aug len, enc */
-        p += 9;
-        ok = cie_len + 4 <= fde_at && p + 3 <= end && !memcmp(p, "zR", 3);
-        p += 3;
-        ok = ok && read_uleb(&p, end, &v) && read_uleb(&p, end, &v) && p < end;
-        p++; /* return address column (a byte in version 1) */
-        ok = ok && read_uleb(&p, end, &aug) && aug == 1 && p < end && *p == 0; /* absptr */
+    uw_buf b = {0};
+    uw_reserve(&b, 16 + 4 * f->nrecs);
+    fj_status st = uw_cfa_records(&b, f);
+    if (st != FJ_OK) {
+        fj_free(b.p);
+        return st;
     }
-    if (ok) {
-        memcpy(&fde_len, eh + fde_at, 4);
-        p = eh + fde_at + 4 + 4 + 8 + 8; /* length, CIE pointer, pc begin, range */
-        end = eh + fde_at + 4 + fde_len;
-        ok = fde_len >= 20 && end <= eh + eh_len && read_uleb(&p, end, &aug) && aug == 0;
-    }
-    if (!ok) {
-        fj_free(eh);
-        return fj_fail(FJ_ERR_UNWIND, "arena image: %s: unexpected .eh_frame layout", f->name);
-    }
-    size_t n = (size_t)(end - p);
-    uint8_t *prog = fj_malloc(n ? n : 1);
-    if (!prog) {
-        fj_free(eh);
+    if (b.oom || !b.p) {
+        fj_free(b.p);
         return fj_fail(FJ_ERR_NO_MEMORY, "arena image: out of memory");
     }
-    memcpy(prog, p, n);
-    fj_free(eh);
-    *out = prog;
-    *len = n;
+    *out = b.p;
+    *len = b.len;
     return FJ_OK;
 }
 
@@ -452,9 +414,11 @@ static int tbl_cmp(const void *a, const void *b) {
  * the area if it fits before the current version, else right after it. */
 static int plan(const uw_image *im, uint64_t n, uint64_t eh, uint64_t str, int tight,
                 img_layout *out) {
+    /* The first layout (32 kernels) fits one page: an arena that holds a
+     * few kernels allocates and touches one page of file for them. */
     uint64_t ncap = tight ? n + n / 8 + 4 : (n < 16 ? 32 : 2 * n);
     uint64_t eh_cap = tight ? eh + eh / 8 + 256 : (eh < 1024 ? 2048 : 2 * eh);
-    uint64_t str_cap = tight ? str + str / 8 + 256 : (str < 512 ? 1024 : 2 * str);
+    uint64_t str_cap = tight ? str + str / 8 + 256 : (str < 480 ? 960 : 2 * str);
     img_layout l = layout_at(0, ncap, eh_cap, str_cap, im->m.page);
     uint64_t at = !im->written || l.end <= im->l.at ? 0 : im->l.end;
     if (at + l.end > im->m.meta_room) return 0;

@@ -66,6 +66,9 @@ FJ_INTERNAL size_t uw_cie_put(uw_buf *b, int pad);
  * relative to the start of b (negative: before b's bytes, wherever they end
  * up: the caller places b's bytes so that holds). */
 FJ_INTERNAL fj_status uw_fde_put(uw_buf *b, const uw_func *f, uintptr_t bias, ptrdiff_t cie_at);
+/* f's CFA instructions alone (what follows an FDE's augmentation data,
+ * before any padding), from the CIE's initial rules at f->start. */
+FJ_INTERNAL fj_status uw_cfa_records(uw_buf *b, const uw_func *f);
 /* Appends f to a CFA program that already describes code up to *loc (an
  * absolute address <= f->start): an advance to f->start, a reset of the
  * rules the previous function changed (*touched, a mask of x86 registers,
@@ -146,12 +149,27 @@ FJ_INTERNAL size_t uw_unw_table_bytes(const struct uw_unw_table *t);
 /* GDB JIT entries: an ELF for fns built (may fail), linked into gdb's list
  * (cannot fail), unlinked and freed. */
 FJ_INTERNAL fj_status uw_gdb_entry_new(const uw_func *fns, size_t n, struct uw_gdb_entry **out);
-/* ... from a ready .eh_frame (see uw_elf_build_eh). */
-FJ_INTERNAL fj_status uw_gdb_entry_new_eh(const uw_func *fns, size_t n, const uint8_t *eh,
-                                          size_t eh_len, struct uw_gdb_entry **out);
 FJ_INTERNAL void uw_gdb_entry_link(struct uw_gdb_entry *g);
 FJ_INTERNAL void uw_gdb_entry_unlink(struct uw_gdb_entry *g);  /* and frees it */
 FJ_INTERNAL void uw_gdb_entry_free(struct uw_gdb_entry *g);    /* one never linked */
 FJ_INTERNAL size_t uw_gdb_entry_bytes(const struct uw_gdb_entry *g);
+
+/* GDB JIT chunks (an arena's objects, grown in place): new() makes an
+ * empty, unregistered object with room for max_kernels kernels, eh_room
+ * bytes of FDEs and str_room bytes of names; stage() writes f (its FDE:
+ * fde_len bytes as uw_fde_put writes them, the CIE pointer is fixed here)
+ * where no reader looks yet, or returns 0 when the chunk has no room;
+ * publish() makes the staged kernel part of the object and (re)registers
+ * it (cannot fail); free() deregisters it. A staged kernel that is not
+ * published is overwritten by the next stage(). */
+struct uw_gdb_chunk;
+FJ_INTERNAL fj_status uw_gdb_chunk_new(size_t max_kernels, size_t eh_room, size_t str_room,
+                                       struct uw_gdb_chunk **out);
+FJ_INTERNAL int uw_gdb_chunk_stage(struct uw_gdb_chunk *c, const uw_func *f, const uint8_t *fde,
+                                   size_t fde_len);
+FJ_INTERNAL void uw_gdb_chunk_publish(struct uw_gdb_chunk *c);
+FJ_INTERNAL void uw_gdb_chunk_free(struct uw_gdb_chunk *c);
+FJ_INTERNAL size_t uw_gdb_chunk_kernels(const struct uw_gdb_chunk *c);
+FJ_INTERNAL size_t uw_gdb_chunk_bytes(const struct uw_gdb_chunk *c);
 
 #endif
