@@ -277,6 +277,18 @@ void fj_release(fj_builder *b, fj_reg r) {
 
 /* ---- frame and constants -------------------------------------------- */
 
+/* A memory operand on one of the builder's special bases (the frame, the
+ * constant pool), resolved when the kernel is assembled. */
+static fj_opnd base_mem(uint16_t bits, uint32_t id, int64_t val) {
+    fj_opnd o = {0};
+    o.kind = FJ_OPND_MEM;
+    o.bits = bits;
+    o.scale = 1;
+    o.reg.id = id;
+    o.val = val;
+    return o;
+}
+
 fj_opnd fj_stack_slot(fj_builder *b, uint32_t bytes, uint32_t align, uint16_t bits) {
     fj_opnd o = {0};
     if (!b || b->err) return o;
@@ -295,23 +307,13 @@ fj_opnd fj_stack_slot(fj_builder *b, uint32_t bytes, uint32_t align, uint16_t bi
             return o;
         }
         b->slot_bytes = at + bytes;
-        o.kind = FJ_OPND_MEM;
-        o.bits = bits;
-        o.scale = 1;
-        o.reg.id = H_FRAME;
-        o.val = at;
-        return o;
+        return base_mem(bits, H_FRAME, at);
     }
 #endif
     uint32_t top = SAVE_AREA + b->slot_bytes + bytes;
     top = (top + align - 1) & ~(align - 1);
     b->slot_bytes = top - SAVE_AREA;
-    o.kind = FJ_OPND_MEM;
-    o.bits = bits;
-    o.scale = 1;
-    o.reg.id = H_FRAME;
-    o.val = -(int64_t)top;
-    return o;
+    return base_mem(bits, H_FRAME, -(int64_t)top);
 }
 
 static uint32_t add_const(fj_builder *b, const void *data, uint32_t bytes, uint32_t align) {
@@ -334,13 +336,7 @@ fj_opnd fj_const_data(fj_builder *b, const void *data, uint32_t bytes, uint32_t 
         kb_fail(b, "fj_const_data: need data, 1..1 MiB, align a power of two <= 64");
         return o;
     }
-    uint32_t off = add_const(b, data, bytes, align);
-    o.kind = FJ_OPND_MEM;
-    o.bits = bits;
-    o.scale = 1;
-    o.reg.id = H_CONST;
-    o.val = off;
-    return o;
+    return base_mem(bits, H_CONST, add_const(b, data, bytes, align));
 }
 
 fj_opnd fj_const_f32(fj_builder *b, float v) { return fj_const_data(b, &v, 4, 4, 32); }

@@ -344,8 +344,29 @@ static int match_class(const x64_form *f, int c, const x64_opnd *o, int evex) {
     }
 }
 
-/* The caller has checked the operand count and kinds (row_aux.acc). */
-/* Not inlined: the compiler would split *f into scalars and track each
+/* Operand o into the field of the form that its row slot names. */
+static inline void assign(x64_form *f, uint16_t opd, const x64_opnd *o) {
+    int c = X64_OPD_CLASS(opd);
+    switch (X64_OPD_SLOT(opd)) {
+    case XS_G: f->reg = o->reg; break;
+    case XS_E: f->rm = o; break;
+    case XS_H: f->vvvv = o->reg; break;
+    case XS_O: f->opr = o->reg; f->has_opr = 1; break;
+    case XS_L: f->is4 = o->reg; f->has_is4 = 1; break;
+    default:
+        if (o->kind == X64_K_IMM && c != XC_ONE) {
+            f->imm = o->imm;
+            f->immsz = c == XC_I32 ? 4 : c == XC_I64 ? 8 : 1;
+        } else if (o->kind == X64_K_REL) {
+            f->rel = o->imm;
+            f->relsz = c == XC_REL8 ? 1 : 4;
+        }
+        break;
+    }
+}
+
+/* The caller has checked the operand count and kinds (row_aux.acc).
+ * Not inlined: the compiler would split *f into scalars and track each
  * field's "written" state through the loop, which costs more than the
  * stores it saves. */
 static __attribute__((noinline)) int match(const x64_row *r, const row_aux *a,
@@ -380,22 +401,7 @@ static __attribute__((noinline)) int match(const x64_row *r, const row_aux *a,
             if (m == MATCH_NO) return MATCH_NO;
             if (m == MATCH_RANGE) range = 1;
         }
-        switch (X64_OPD_SLOT(r->opd[i])) {
-        case XS_G: f->reg = o->reg; break;
-        case XS_E: f->rm = o; break;
-        case XS_H: f->vvvv = o->reg; break;
-        case XS_O: f->opr = o->reg; f->has_opr = 1; break;
-        case XS_L: f->is4 = o->reg; f->has_is4 = 1; break;
-        default:
-            if (o->kind == X64_K_IMM && c != XC_ONE) {
-                f->imm = o->imm;
-                f->immsz = c == XC_I32 ? 4 : c == XC_I64 ? 8 : 1;
-            } else if (o->kind == X64_K_REL) {
-                f->rel = o->imm;
-                f->relsz = c == XC_REL8 ? 1 : 4;
-            }
-            break;
-        }
+        assign(f, r->opd[i], o);
     }
     return range ? MATCH_RANGE : MATCH_OK;
 }
@@ -759,27 +765,11 @@ static void fill(const x64_row *r, const x64_opnd *ops, int nops, int cc, int s,
     *f = (x64_form){.row = r, .cc = cc, .s = s, .l = l};
     for (int i = 0; i < nops; i++) {
         const x64_opnd *o = &ops[i];
-        int c = X64_OPD_CLASS(r->opd[i]);
         f->mask |= o->mask;
         f->zero |= o->zero;
         f->bcst |= o->kind == X64_K_MEM && o->bcst;
         f->rex8 |= o->kind == X64_K_GPR && o->bits == 8 && o->reg >= 4;
-        switch (X64_OPD_SLOT(r->opd[i])) {
-        case XS_G: f->reg = o->reg; break;
-        case XS_E: f->rm = o; break;
-        case XS_H: f->vvvv = o->reg; break;
-        case XS_O: f->opr = o->reg; f->has_opr = 1; break;
-        case XS_L: f->is4 = o->reg; f->has_is4 = 1; break;
-        default:
-            if (o->kind == X64_K_IMM && c != XC_ONE) {
-                f->imm = o->imm;
-                f->immsz = c == XC_I32 ? 4 : c == XC_I64 ? 8 : 1;
-            } else if (o->kind == X64_K_REL) {
-                f->rel = o->imm;
-                f->relsz = c == XC_REL8 ? 1 : 4;
-            }
-            break;
-        }
+        assign(f, r->opd[i], o);
     }
 }
 

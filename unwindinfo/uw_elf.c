@@ -146,22 +146,30 @@ fj_status uw_elf_build_eh(const uw_func *fns, size_t n, const uint8_t *code, con
     fj_free(shstr.p);
     if (oom) b.oom = 1;
     if (!b.oom) {
-        Elf64_Ehdr eh_hdr = {
-            .e_type = ET_REL,
-            .e_machine = EM_X86_64,
-            .e_version = EV_CURRENT,
-            .e_shoff = shoff,
-            .e_ehsize = sizeof(Elf64_Ehdr),
-            .e_shentsize = sizeof(Elf64_Shdr),
-            .e_shnum = SEC__N,
-            .e_shstrndx = SEC_SHSTRTAB,
-        };
-        memcpy(eh_hdr.e_ident, ELFMAG, SELFMAG);
-        eh_hdr.e_ident[EI_CLASS] = ELFCLASS64;
-        eh_hdr.e_ident[EI_DATA] = ELFDATA2LSB;
-        eh_hdr.e_ident[EI_VERSION] = EV_CURRENT;
-        eh_hdr.e_ident[EI_OSABI] = ELFOSABI_NONE;
-        memcpy(b.p, &eh_hdr, sizeof eh_hdr);
+        uw_elf_header(b.p, ET_REL, 0, 0, shoff, SEC__N, SEC_SHSTRTAB);
     }
     return uw_buf_take(&b, out, len);
+}
+
+void uw_elf_header(void *dst, uint16_t type, uint64_t phoff, uint16_t phnum, uint64_t shoff,
+                   uint16_t shnum, uint16_t shstrndx) {
+    Elf64_Ehdr e = {
+        .e_type = type,
+        .e_machine = EM_X86_64,
+        .e_version = EV_CURRENT,
+        .e_phoff = phoff,
+        .e_shoff = shoff,
+        .e_ehsize = sizeof(Elf64_Ehdr),
+        .e_phentsize = phnum ? sizeof(Elf64_Phdr) : 0,
+        .e_phnum = phnum,
+        .e_shentsize = sizeof(Elf64_Shdr),
+        .e_shnum = shnum,
+        .e_shstrndx = shstrndx,
+    };
+    memcpy(e.e_ident, ELFMAG, SELFMAG);
+    e.e_ident[EI_CLASS] = ELFCLASS64;
+    e.e_ident[EI_DATA] = ELFDATA2LSB;
+    e.e_ident[EI_VERSION] = EV_CURRENT;
+    e.e_ident[EI_OSABI] = ELFOSABI_NONE;
+    memcpy(dst, &e, sizeof e);
 }

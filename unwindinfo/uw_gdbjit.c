@@ -180,21 +180,7 @@ fj_status uw_gdb_chunk_new(size_t max_kernels, size_t eh_room, size_t str_room,
     c->sym_room = sym_room;
     c->str_room = str_room;
     uint8_t *p = c->elf;
-    Elf64_Ehdr eh = {
-        .e_type = ET_REL,
-        .e_machine = EM_X86_64,
-        .e_version = EV_CURRENT,
-        .e_shoff = sizeof(Elf64_Ehdr),
-        .e_ehsize = sizeof(Elf64_Ehdr),
-        .e_shentsize = sizeof(Elf64_Shdr),
-        .e_shnum = C__N,
-        .e_shstrndx = C_SHSTRTAB,
-    };
-    memcpy(eh.e_ident, ELFMAG, SELFMAG);
-    eh.e_ident[EI_CLASS] = ELFCLASS64;
-    eh.e_ident[EI_DATA] = ELFDATA2LSB;
-    eh.e_ident[EI_VERSION] = EV_CURRENT;
-    memcpy(p, &eh, sizeof eh);
+    uw_elf_header(p, ET_REL, 0, 0, sizeof(Elf64_Ehdr), C__N, C_SHSTRTAB);
     memcpy(p + head, chunk_shstr, sizeof chunk_shstr);
     const size_t eh_off = head + shstr, sym_off = eh_off + eh_room, str_off = sym_off + sym_room;
 

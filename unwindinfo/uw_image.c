@@ -356,25 +356,7 @@ static void write_header(uw_image *im) {
     if (!im->ehdr) {
         /* The ELF header never changes: written once, last, so that the
          * file is not an ELF file before it is a complete one. */
-        Elf64_Ehdr e = {
-            .e_type = ET_DYN,
-            .e_machine = EM_X86_64,
-            .e_version = EV_CURRENT,
-            .e_phoff = PH_OFF,
-            .e_shoff = SH_OFF,
-            .e_ehsize = sizeof(Elf64_Ehdr),
-            .e_phentsize = sizeof(Elf64_Phdr),
-            .e_phnum = P__N,
-            .e_shentsize = sizeof(Elf64_Shdr),
-            .e_shnum = S__N,
-            .e_shstrndx = S_SHSTRTAB,
-        };
-        memcpy(e.e_ident, ELFMAG, SELFMAG);
-        e.e_ident[EI_CLASS] = ELFCLASS64;
-        e.e_ident[EI_DATA] = ELFDATA2LSB;
-        e.e_ident[EI_VERSION] = EV_CURRENT;
-        e.e_ident[EI_OSABI] = ELFOSABI_NONE;
-        memcpy(h, &e, sizeof e);
+        uw_elf_header(h, ET_DYN, PH_OFF, P__N, SH_OFF, S__N, S_SHSTRTAB);
         im->ehdr = 1;
     }
 }

@@ -172,4 +172,10 @@ FJ_INTERNAL void uw_gdb_chunk_free(struct uw_gdb_chunk *c);
 FJ_INTERNAL size_t uw_gdb_chunk_kernels(const struct uw_gdb_chunk *c);
 FJ_INTERNAL size_t uw_gdb_chunk_bytes(const struct uw_gdb_chunk *c);
 
+/* An x86-64 little-endian ELF header of the given type, program header
+ * table (phnum 0: none) and section header table, written to dst (may be
+ * unaligned). */
+FJ_INTERNAL void uw_elf_header(void *dst, uint16_t type, uint64_t phoff, uint16_t phnum,
+                               uint64_t shoff, uint16_t shnum, uint16_t shstrndx);
+
 #endif
