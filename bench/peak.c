@@ -8,82 +8,29 @@
 #include "bench.h"
 
 /* 12 independent FMA chains: more than latency (4) x ports (2), so the
- * loop is bound by FMA throughput alone. Registers only, no memory. */
-static void fma_loop_zmm(long iters) {
-    __asm__ volatile(
-        "vxorps %%xmm0, %%xmm0, %%xmm0\n\t"
-        "vxorps %%xmm1, %%xmm1, %%xmm1\n\t"
-        "vxorps %%xmm2, %%xmm2, %%xmm2\n\t"
-        "vxorps %%xmm3, %%xmm3, %%xmm3\n\t"
-        "vxorps %%xmm4, %%xmm4, %%xmm4\n\t"
-        "vxorps %%xmm5, %%xmm5, %%xmm5\n\t"
-        "vxorps %%xmm6, %%xmm6, %%xmm6\n\t"
-        "vxorps %%xmm7, %%xmm7, %%xmm7\n\t"
-        "vxorps %%xmm8, %%xmm8, %%xmm8\n\t"
-        "vxorps %%xmm9, %%xmm9, %%xmm9\n\t"
-        "vxorps %%xmm10, %%xmm10, %%xmm10\n\t"
-        "vxorps %%xmm11, %%xmm11, %%xmm11\n\t"
-        "vxorps %%xmm12, %%xmm12, %%xmm12\n\t"
-        "vxorps %%xmm13, %%xmm13, %%xmm13\n\t"
-        "1:\n\t"
-        "vfmadd231ps %%zmm12, %%zmm13, %%zmm0\n\t"
-        "vfmadd231ps %%zmm12, %%zmm13, %%zmm1\n\t"
-        "vfmadd231ps %%zmm12, %%zmm13, %%zmm2\n\t"
-        "vfmadd231ps %%zmm12, %%zmm13, %%zmm3\n\t"
-        "vfmadd231ps %%zmm12, %%zmm13, %%zmm4\n\t"
-        "vfmadd231ps %%zmm12, %%zmm13, %%zmm5\n\t"
-        "vfmadd231ps %%zmm12, %%zmm13, %%zmm6\n\t"
-        "vfmadd231ps %%zmm12, %%zmm13, %%zmm7\n\t"
-        "vfmadd231ps %%zmm12, %%zmm13, %%zmm8\n\t"
-        "vfmadd231ps %%zmm12, %%zmm13, %%zmm9\n\t"
-        "vfmadd231ps %%zmm12, %%zmm13, %%zmm10\n\t"
-        "vfmadd231ps %%zmm12, %%zmm13, %%zmm11\n\t"
-        "dec %0\n\t"
-        "jnz 1b\n\t"
-        "vzeroupper\n\t"
-        : "+r"(iters)
-        :
-        : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",
-          "xmm10", "xmm11", "xmm12", "xmm13", "cc");
-}
-
-static void fma_loop_ymm(long iters) {
-    __asm__ volatile(
-        "vxorps %%xmm0, %%xmm0, %%xmm0\n\t"
-        "vxorps %%xmm1, %%xmm1, %%xmm1\n\t"
-        "vxorps %%xmm2, %%xmm2, %%xmm2\n\t"
-        "vxorps %%xmm3, %%xmm3, %%xmm3\n\t"
-        "vxorps %%xmm4, %%xmm4, %%xmm4\n\t"
-        "vxorps %%xmm5, %%xmm5, %%xmm5\n\t"
-        "vxorps %%xmm6, %%xmm6, %%xmm6\n\t"
-        "vxorps %%xmm7, %%xmm7, %%xmm7\n\t"
-        "vxorps %%xmm8, %%xmm8, %%xmm8\n\t"
-        "vxorps %%xmm9, %%xmm9, %%xmm9\n\t"
-        "vxorps %%xmm10, %%xmm10, %%xmm10\n\t"
-        "vxorps %%xmm11, %%xmm11, %%xmm11\n\t"
-        "vxorps %%xmm12, %%xmm12, %%xmm12\n\t"
-        "vxorps %%xmm13, %%xmm13, %%xmm13\n\t"
-        "1:\n\t"
-        "vfmadd231ps %%ymm12, %%ymm13, %%ymm0\n\t"
-        "vfmadd231ps %%ymm12, %%ymm13, %%ymm1\n\t"
-        "vfmadd231ps %%ymm12, %%ymm13, %%ymm2\n\t"
-        "vfmadd231ps %%ymm12, %%ymm13, %%ymm3\n\t"
-        "vfmadd231ps %%ymm12, %%ymm13, %%ymm4\n\t"
-        "vfmadd231ps %%ymm12, %%ymm13, %%ymm5\n\t"
-        "vfmadd231ps %%ymm12, %%ymm13, %%ymm6\n\t"
-        "vfmadd231ps %%ymm12, %%ymm13, %%ymm7\n\t"
-        "vfmadd231ps %%ymm12, %%ymm13, %%ymm8\n\t"
-        "vfmadd231ps %%ymm12, %%ymm13, %%ymm9\n\t"
-        "vfmadd231ps %%ymm12, %%ymm13, %%ymm10\n\t"
-        "vfmadd231ps %%ymm12, %%ymm13, %%ymm11\n\t"
-        "dec %0\n\t"
-        "jnz 1b\n\t"
-        "vzeroupper\n\t"
-        : "+r"(iters)
-        :
-        : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",
-          "xmm10", "xmm11", "xmm12", "xmm13", "cc");
-}
+ * loop is bound by FMA throughput alone. Registers only, no memory. The
+ * same loop for zmm and ymm: R is the register prefix. */
+#define FJB_ZERO(n) "vxorps %%xmm" #n ", %%xmm" #n ", %%xmm" #n "\n\t"
+#define FJB_FMA(R, n) "vfmadd231ps %%" R "12, %%" R "13, %%" R #n "\n\t"
+#define FJB_FMA_LOOP(fn, R)                                                                   \
+    static void fn(long iters) {                                                              \
+        __asm__ volatile(FJB_ZERO(0) FJB_ZERO(1) FJB_ZERO(2) FJB_ZERO(3) FJB_ZERO(4)          \
+                         FJB_ZERO(5) FJB_ZERO(6) FJB_ZERO(7) FJB_ZERO(8) FJB_ZERO(9)          \
+                         FJB_ZERO(10) FJB_ZERO(11) FJB_ZERO(12) FJB_ZERO(13)                  \
+                         "1:\n\t"                                                             \
+                         FJB_FMA(R, 0) FJB_FMA(R, 1) FJB_FMA(R, 2) FJB_FMA(R, 3)              \
+                         FJB_FMA(R, 4) FJB_FMA(R, 5) FJB_FMA(R, 6) FJB_FMA(R, 7)              \
+                         FJB_FMA(R, 8) FJB_FMA(R, 9) FJB_FMA(R, 10) FJB_FMA(R, 11)            \
+                         "dec %0\n\t"                                                          \
+                         "jnz 1b\n\t"                                                          \
+                         "vzeroupper\n\t"                                                      \
+                         : "+r"(iters)                                                        \
+                         :                                                                    \
+                         : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7",    \
+                           "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "cc");         \
+    }
+FJB_FMA_LOOP(fma_loop_zmm, "zmm")
+FJB_FMA_LOOP(fma_loop_ymm, "ymm")
 
 typedef struct peak_job {
     int zmm;
