@@ -11,13 +11,8 @@ void uw_put(uw_buf *b, const void *src, size_t n) {
     if (b->len + n > b->cap) {
         size_t cap = b->cap ? b->cap : 256;
         while (cap < b->len + n) cap *= 2;
-        uint8_t *p = fj_realloc(b->p, cap);
-        if (!p) {
-            b->oom = 1;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
+        uw_reserve(b, cap);
+        if (b->oom) return;
     }
     if (n == 0) return; /* b->p may still be NULL: memcpy(NULL, ..., 0) is UB */
     if (src)
