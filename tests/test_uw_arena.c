@@ -382,58 +382,14 @@ static int gdb_helper(void) {
     return 0;
 }
 
-static int have_tool(const char *t) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "command -v %s >/dev/null 2>&1", t);
-    return system(cmd) == 0;
-}
-
-static char *run(const char *cmd) {
-    FILE *f = popen(cmd, "r");
-    ck_assert_ptr_nonnull(f);
-    size_t cap = 1 << 16, n = 0, r;
-    char *out = malloc(cap);
-    ck_assert_ptr_nonnull(out);
-    while ((r = fread(out + n, 1, cap - n - 1, f)) > 0) {
-        n += r;
-        if (cap - n < 4096) {
-            cap *= 2;
-            out = realloc(out, cap);
-            ck_assert_ptr_nonnull(out);
-        }
-    }
-    out[n] = 0;
-    pclose(f);
-    return out;
-}
 
 START_TEST(test_arena_gdb_backtrace) {
     if (!have_tool("gdb") || !have_tool("timeout")) {
         fprintf(stderr, "test_arena_gdb_backtrace: skipped, gdb is missing\n");
         return;
     }
-    char exe[PATH_MAX], cmd[2 * PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    ck_assert_int_gt(n, 0);
-    exe[n] = 0;
-    snprintf(cmd, sizeof cmd,
-             "timeout -k 5 180 gdb -nx -batch -ex 'set debuginfod enabled off' "
-             "-ex 'set pagination off' -ex run -ex bt -ex kill --args '%s' --arena-gdb-helper "
-             "2>&1 </dev/null",
-             exe);
-    char *out = run(cmd);
-    if (!strstr(out, "SIGTRAP") && (strstr(out, "ptrace") || strstr(out, "not permitted"))) {
-        fprintf(stderr, "test_arena_gdb_backtrace: skipped, gdb cannot trace here:\n%s\n", out);
-        free(out);
-        return;
-    }
-    const char *k = strstr(out, " in fjt_arena_gdb_150 ");
-    ck_assert_msg(k != NULL, "gdb bt does not name the kernel:\n%s", out);
-    const char *c = strstr(k, "caller_marker");
-    ck_assert_msg(c != NULL, "gdb bt does not reach the caller:\n%s", out);
-    const char *q = strstr(k, " ?? ");
-    ck_assert_msg(q == NULL || q > c, "gdb bt has unknown frames after the kernel:\n%s", out);
-    ck_assert_msg(strstr(c, "main") != NULL, "gdb bt does not reach main:\n%s", out);
+    char *out = gdb_bt("--arena-gdb-helper", 180);
+    check_gdb_bt("test_arena_gdb_backtrace", out, "fjt_arena_gdb_150");
     free(out);
 }
 END_TEST

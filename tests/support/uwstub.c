@@ -5,8 +5,11 @@
 
 #include <check.h>
 #include <dlfcn.h>
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "uwstub.h"
 
@@ -116,4 +119,59 @@ const char *chain_problem(const chain *c, const probe *p, char *msg, size_t n) {
     }
     snprintf(msg, n, "no frame in the JIT stub among %d", c->n);
     return msg;
+}
+
+int have_tool(const char *t) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "command -v %s >/dev/null 2>&1", t);
+    return system(cmd) == 0;
+}
+
+char *run(const char *cmd) {
+    FILE *f = popen(cmd, "r");
+    ck_assert_ptr_nonnull(f);
+    size_t cap = 1 << 16, n = 0, r;
+    char *out = malloc(cap);
+    ck_assert_ptr_nonnull(out);
+    while ((r = fread(out + n, 1, cap - n - 1, f)) > 0) {
+        n += r;
+        if (cap - n < 4096) {
+            cap *= 2;
+            out = realloc(out, cap);
+            ck_assert_ptr_nonnull(out);
+        }
+    }
+    out[n] = 0;
+    pclose(f);
+    return out;
+}
+
+char *gdb_bt(const char *args, int timeout_s) {
+    char exe[PATH_MAX], cmd[2 * PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    ck_assert_int_gt(n, 0);
+    exe[n] = 0;
+    snprintf(cmd, sizeof cmd,
+             "timeout -k 5 %d gdb -nx -batch -ex 'set debuginfod enabled off' "
+             "-ex 'set pagination off' -ex run -ex bt -ex kill --args '%s' %s 2>&1 </dev/null",
+             timeout_s, exe, args);
+    return run(cmd);
+}
+
+int check_gdb_bt(const char *test, const char *out, const char *kernel) {
+    if (!strstr(out, "SIGTRAP") && (strstr(out, "ptrace") || strstr(out, "not permitted"))) {
+        fprintf(stderr, "%s: skipped, gdb cannot trace here:\n%s\n", test, out);
+        return 0;
+    }
+    char want[128];
+    snprintf(want, sizeof want, " in %s ", kernel);
+    const char *k = strstr(out, want);
+    ck_assert_msg(k != NULL, "gdb bt does not name the kernel:\n%s", out);
+    const char *c = strstr(k, "caller_marker");
+    ck_assert_msg(c != NULL, "gdb bt does not reach the caller:\n%s", out);
+    /* ... as the very next frame: no "??" frames made up in between. */
+    const char *q = strstr(k, " ?? ");
+    ck_assert_msg(q == NULL || q > c, "gdb bt has unknown frames after the kernel:\n%s", out);
+    ck_assert_msg(strstr(c, "main") != NULL, "gdb bt does not reach main:\n%s", out);
+    return 1;
 }

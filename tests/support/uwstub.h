@@ -76,4 +76,17 @@ void walk_all(probe *p);
  * caller's rbx, else what is wrong (in msg). */
 const char *chain_problem(const chain *c, const probe *p, char *msg, size_t n);
 
+/* ---- gdb on this test binary --------------------------------------------------
+ * 1 if the shell finds tool t. */
+int have_tool(const char *t);
+/* Runs cmd (stderr folded in); its output, malloc'ed. */
+char *run(const char *cmd);
+/* gdb runs this binary with `args` (a helper mode that traps inside a
+ * kernel) and prints bt; its output, malloc'ed. */
+char *gdb_bt(const char *args, int timeout_s);
+/* 0 if gdb could not trace here (the test is skipped), else 1 after
+ * asserting that bt names `kernel` and that the next frames are
+ * caller_marker, then main, with no unknown frames between. */
+int check_gdb_bt(const char *test, const char *out, const char *kernel);
+
 #endif
