@@ -14,18 +14,6 @@
 
 static fj_runtime *make_rt(fj_isa isa) { return fjt_runtime(isa, 1); }
 
-/* An error: status as expected (or just != OK if want == FJ_OK), a
- * non-empty message. */
-#define ASSERT_ERR(expr, want)                                                              \
-    do {                                                                                    \
-        fj_status s_ = (expr);                                                              \
-        ck_assert_msg(s_ != FJ_OK, "%s succeeded", #expr);                                  \
-        if ((want) != FJ_OK)                                                                \
-            ck_assert_msg(s_ == (want), "%s: %s, expected %s (%s)", #expr, fj_status_str(s_), \
-                          fj_status_str(want), fj_last_error());                            \
-        ck_assert_msg(fj_last_error() && fj_last_error()[0], "%s: empty fj_last_error()", #expr); \
-    } while (0)
-
 /* ---- statuses, symbolize ---------------------------------------------------- */
 
 START_TEST(status_strings) {
@@ -69,21 +57,21 @@ END_TEST
 START_TEST(create_bad) {
     fj_options o;
     fj_options_init(&o);
-    ASSERT_ERR(fj_runtime_create(&o, NULL), FJ_ERR_INVALID_ARG);
-    ASSERT_ERR(fj_runtime_create(NULL, NULL), FJ_ERR_INVALID_ARG);
+    FJT_ASSERT_ERR(fj_runtime_create(&o, NULL), FJ_ERR_INVALID_ARG);
+    FJT_ASSERT_ERR(fj_runtime_create(NULL, NULL), FJ_ERR_INVALID_ARG);
     fj_runtime *rt = (fj_runtime *)0x1;
     o.isa = (fj_isa)77;
-    ASSERT_ERR(fj_runtime_create(&o, &rt), FJ_ERR_INVALID_ARG);
+    FJT_ASSERT_ERR(fj_runtime_create(&o, &rt), FJ_ERR_INVALID_ARG);
     ck_assert_ptr_null(rt);
     o.isa = (fj_isa)-3;
-    ASSERT_ERR(fj_runtime_create(&o, &rt), FJ_ERR_INVALID_ARG);
+    FJT_ASSERT_ERR(fj_runtime_create(&o, &rt), FJ_ERR_INVALID_ARG);
     fj_options_init(&o);
     o.threads = -1;
-    ASSERT_ERR(fj_runtime_create(&o, &rt), FJ_ERR_INVALID_ARG);
+    FJT_ASSERT_ERR(fj_runtime_create(&o, &rt), FJ_ERR_INVALID_ARG);
     fj_options_init(&o);
     o.isa = FJ_ISA_AVX512;
     if (!fjt_have_avx512()) {
-        ASSERT_ERR(fj_runtime_create(&o, &rt), FJ_ERR_UNSUPPORTED);
+        FJT_ASSERT_ERR(fj_runtime_create(&o, &rt), FJ_ERR_UNSUPPORTED);
     } else {
         ck_assert_int_eq(fj_runtime_create(&o, &rt), FJ_OK);
         fj_runtime_destroy(rt);
@@ -99,7 +87,7 @@ END_TEST
 START_TEST(create_bad_env) {
     fj_runtime *rt = NULL;
     setenv("FRAMEJIT_ISA", "bogus", 1);
-    ASSERT_ERR(fj_runtime_create(NULL, &rt), FJ_OK);
+    FJT_ASSERT_ERR(fj_runtime_create(NULL, &rt), FJ_OK);
     ck_assert_ptr_null(rt);
     setenv("FRAMEJIT_ISA", "avx2", 1);
     ck_assert_int_eq(fj_runtime_create(NULL, &rt), FJ_OK);
@@ -109,10 +97,10 @@ START_TEST(create_bad_env) {
     unsetenv("FRAMEJIT_ISA");
 
     setenv("FRAMEJIT_UNWIND", "bogus", 1);
-    ASSERT_ERR(fj_runtime_create(NULL, &rt), FJ_OK);
+    FJT_ASSERT_ERR(fj_runtime_create(NULL, &rt), FJ_OK);
     ck_assert_ptr_null(rt);
     setenv("FRAMEJIT_UNWIND", "libgcc,bogus", 1);
-    ASSERT_ERR(fj_runtime_create(NULL, &rt), FJ_OK);
+    FJT_ASSERT_ERR(fj_runtime_create(NULL, &rt), FJ_OK);
     setenv("FRAMEJIT_UNWIND", "libgcc,libunwind", 1);
     ck_assert_int_eq(fj_runtime_create(NULL, &rt), FJ_OK);
     fj_runtime_destroy(rt);
@@ -120,7 +108,7 @@ START_TEST(create_bad_env) {
     unsetenv("FRAMEJIT_UNWIND");
 
     setenv("FRAMEJIT_THREADS", "many", 1);
-    ASSERT_ERR(fj_runtime_create(NULL, &rt), FJ_OK);
+    FJT_ASSERT_ERR(fj_runtime_create(NULL, &rt), FJ_OK);
     unsetenv("FRAMEJIT_THREADS");
     ck_assert_int_eq(fj_runtime_create(NULL, &rt), FJ_OK);
     fj_runtime_destroy(rt);
@@ -142,36 +130,36 @@ START_TEST(eltwise_bad) {
     for (int i = 0; i < 64; i++) src[i] = -1.0f;
     for (int i = 0; i < 80; i++) buf[i] = 5.0f;
 
-    ASSERT_ERR(fj_eltwise_f32(NULL, FJ_ELT_RELU, 0, 0, src, buf, 64), FJ_ERR_INVALID_ARG);
-    ASSERT_ERR(fj_eltwise_f32(rt, FJ_ELT_RELU, 0, 0, NULL, buf, 64), FJ_ERR_INVALID_ARG);
-    ASSERT_ERR(fj_eltwise_f32(rt, FJ_ELT_RELU, 0, 0, src, NULL, 64), FJ_ERR_INVALID_ARG);
-    ASSERT_ERR(fj_eltwise_f32(rt, (fj_eltwise_op)999, 0, 0, src, buf, 64), FJ_ERR_INVALID_ARG);
-    ASSERT_ERR(fj_eltwise_f32(rt, (fj_eltwise_op)0, 0, 0, src, buf, 64), FJ_ERR_INVALID_ARG);
-    ASSERT_ERR(fj_eltwise_f32(rt, (fj_eltwise_op)-1, 0, 0, src, buf, 64), FJ_ERR_INVALID_ARG);
+    FJT_ASSERT_ERR(fj_eltwise_f32(NULL, FJ_ELT_RELU, 0, 0, src, buf, 64), FJ_ERR_INVALID_ARG);
+    FJT_ASSERT_ERR(fj_eltwise_f32(rt, FJ_ELT_RELU, 0, 0, NULL, buf, 64), FJ_ERR_INVALID_ARG);
+    FJT_ASSERT_ERR(fj_eltwise_f32(rt, FJ_ELT_RELU, 0, 0, src, NULL, 64), FJ_ERR_INVALID_ARG);
+    FJT_ASSERT_ERR(fj_eltwise_f32(rt, (fj_eltwise_op)999, 0, 0, src, buf, 64), FJ_ERR_INVALID_ARG);
+    FJT_ASSERT_ERR(fj_eltwise_f32(rt, (fj_eltwise_op)0, 0, 0, src, buf, 64), FJ_ERR_INVALID_ARG);
+    FJT_ASSERT_ERR(fj_eltwise_f32(rt, (fj_eltwise_op)-1, 0, 0, src, buf, 64), FJ_ERR_INVALID_ARG);
     ck_assert_msg(all_eq(buf, 5.0f, 80), "dst written by a failed call");
 
     /* n == 0: a no-op, NULL pointers allowed, but rt and op still checked. */
     ck_assert_int_eq(fj_eltwise_f32(rt, FJ_ELT_RELU, 0, 0, NULL, NULL, 0), FJ_OK);
     ck_assert_int_eq(fj_eltwise_f32(rt, FJ_ELT_RELU, 0, 0, src, buf, 0), FJ_OK);
-    ASSERT_ERR(fj_eltwise_f32(NULL, FJ_ELT_RELU, 0, 0, src, buf, 0), FJ_ERR_INVALID_ARG);
-    ASSERT_ERR(fj_eltwise_f32(rt, (fj_eltwise_op)999, 0, 0, src, buf, 0), FJ_ERR_INVALID_ARG);
+    FJT_ASSERT_ERR(fj_eltwise_f32(NULL, FJ_ELT_RELU, 0, 0, src, buf, 0), FJ_ERR_INVALID_ARG);
+    FJT_ASSERT_ERR(fj_eltwise_f32(rt, (fj_eltwise_op)999, 0, 0, src, buf, 0), FJ_ERR_INVALID_ARG);
     ck_assert(all_eq(buf, 5.0f, 80));
 
     /* Overlap other than in place: rejected, and the data stays. */
     for (int i = 0; i < 80; i++) buf[i] = (float)(i - 40);
     float keep[80];
     memcpy(keep, buf, sizeof keep);
-    ASSERT_ERR(fj_eltwise_f32(rt, FJ_ELT_RELU, 0, 0, buf, buf + 1, 64), FJ_ERR_INVALID_ARG);
-    ASSERT_ERR(fj_eltwise_f32(rt, FJ_ELT_RELU, 0, 0, buf + 1, buf, 64), FJ_ERR_INVALID_ARG);
-    ASSERT_ERR(fj_eltwise_f32(rt, FJ_ELT_RELU, 0, 0, buf, buf + 63, 64), FJ_ERR_INVALID_ARG);
-    ASSERT_ERR(fj_eltwise_f32(rt, FJ_ELT_RELU, 0, 0, buf + 63, buf, 64), FJ_ERR_INVALID_ARG);
+    FJT_ASSERT_ERR(fj_eltwise_f32(rt, FJ_ELT_RELU, 0, 0, buf, buf + 1, 64), FJ_ERR_INVALID_ARG);
+    FJT_ASSERT_ERR(fj_eltwise_f32(rt, FJ_ELT_RELU, 0, 0, buf + 1, buf, 64), FJ_ERR_INVALID_ARG);
+    FJT_ASSERT_ERR(fj_eltwise_f32(rt, FJ_ELT_RELU, 0, 0, buf, buf + 63, 64), FJ_ERR_INVALID_ARG);
+    FJT_ASSERT_ERR(fj_eltwise_f32(rt, FJ_ELT_RELU, 0, 0, buf + 63, buf, 64), FJ_ERR_INVALID_ARG);
     ck_assert_msg(memcmp(keep, buf, sizeof keep) == 0, "overlapping call changed the data");
     /* Adjacent (not overlapping) and in place are fine. */
     ck_assert_int_eq(fj_eltwise_f32(rt, FJ_ELT_RELU, 0, 0, buf, buf + 40, 40), FJ_OK);
     ck_assert_int_eq(fj_eltwise_f32(rt, FJ_ELT_RELU, 0, 0, buf, buf, 80), FJ_OK);
 
     /* A size whose byte count overflows. */
-    ASSERT_ERR(fj_eltwise_f32(rt, FJ_ELT_RELU, 0, 0, src, buf, SIZE_MAX / 2), FJ_OK);
+    FJT_ASSERT_ERR(fj_eltwise_f32(rt, FJ_ELT_RELU, 0, 0, src, buf, SIZE_MAX / 2), FJ_OK);
 
     /* The runtime still works after all that. */
     ck_assert_int_eq(fj_eltwise_f32(rt, FJ_ELT_RELU, 0, 0, src, buf, 64), FJ_OK);
@@ -212,13 +200,13 @@ static void still_works(fj_runtime *rt) {
 START_TEST(builder_create_bad) {
     fj_runtime *rt = make_rt(FJ_ISA_AVX2);
     fj_builder *b = NULL;
-    ASSERT_ERR(fj_builder_create(NULL, "x", 0, &b), FJ_OK);
-    ASSERT_ERR(fj_builder_create(rt, NULL, 0, &b), FJ_OK);
-    ASSERT_ERR(fj_builder_create(rt, "", 0, &b), FJ_OK);
-    ASSERT_ERR(fj_builder_create(rt, "x", 7, &b), FJ_OK);
-    ASSERT_ERR(fj_builder_create(rt, "x", -1, &b), FJ_OK);
-    ASSERT_ERR(fj_builder_create(rt, "x", 0, NULL), FJ_OK);
-    ASSERT_ERR(fj_builder_finish(NULL, NULL), FJ_OK);
+    FJT_ASSERT_ERR(fj_builder_create(NULL, "x", 0, &b), FJ_OK);
+    FJT_ASSERT_ERR(fj_builder_create(rt, NULL, 0, &b), FJ_OK);
+    FJT_ASSERT_ERR(fj_builder_create(rt, "", 0, &b), FJ_OK);
+    FJT_ASSERT_ERR(fj_builder_create(rt, "x", 7, &b), FJ_OK);
+    FJT_ASSERT_ERR(fj_builder_create(rt, "x", -1, &b), FJ_OK);
+    FJT_ASSERT_ERR(fj_builder_create(rt, "x", 0, NULL), FJ_OK);
+    FJT_ASSERT_ERR(fj_builder_finish(NULL, NULL), FJ_OK);
     fj_builder_destroy(NULL);
     fj_kernel_release(NULL);
     /* A builder abandoned midway. */

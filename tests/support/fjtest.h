@@ -13,6 +13,19 @@
 struct Suite;
 int fjt_run_suite(struct Suite *s);
 
+/* An error: status as expected (or just != OK if want == FJ_OK), a
+ * non-empty message (Check assertions: for test files that use Check). */
+#define FJT_ASSERT_ERR(expr, want)                                                          \
+    do {                                                                                    \
+        fj_status s_ = (expr);                                                              \
+        ck_assert_msg(s_ != FJ_OK, "%s succeeded", #expr);                                  \
+        if ((want) != FJ_OK)                                                                \
+            ck_assert_msg(s_ == (want), "%s: %s, expected %s (%s)", #expr, fj_status_str(s_), \
+                          fj_status_str(want), fj_last_error());                            \
+        ck_assert_msg(fj_last_error() && fj_last_error()[0], "%s: empty fj_last_error()", #expr); \
+    } while (0)
+#define FJT_ASSERT_INVALID(expr) FJT_ASSERT_ERR(expr, FJ_ERR_INVALID_ARG)
+
 /* 1 if the CPU has what framejit's AVX-512 path needs (F, BW, DQ, VL). */
 int fjt_have_avx512(void);
 /* A runtime for isa with `threads` threads and the verifier on; creation
