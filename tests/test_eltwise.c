@@ -459,6 +459,7 @@ static void tr_body(void *p) {
 
 /* loop index: bit 0 ISA, rest op - 1 (and relu with a slope as op 0) */
 START_TEST(trace) {
+    if (!fjt_can_trace("eltwise trace")) return;
     fj_isa isa = isa_of(_i);
     int op = (_i >> 1) + 1;
     fj_runtime *rt = make_rt(isa);

@@ -136,6 +136,7 @@ static void tr_body(void *p) {
     __asm__ volatile("" ::: "memory");
 }
 START_TEST(trace) {
+    if (!fjt_can_trace("softmax trace")) return;
     fj_isa isa = (_i & 1) ? FJ_ISA_AVX2 : FJ_ISA_AVX512;
     fj_runtime *rt = fjt_runtime(isa, 1);
     if (!rt) return;
