@@ -174,42 +174,108 @@ typedef struct plan_inputs {
     float act_alpha, act_beta;
 } plan_inputs;
 
-/* The last plan made on this thread (its kernel reference dropped): calls
+/* The last plan made on this thread and a reference to its kernel: calls
  * repeating a shape, typical of small GEMMs in a loop, skip the blocking
- * arithmetic. */
+ * arithmetic and the kernel table (its hash and lock were a fifth of a
+ * 32^3 call). The held kernel is not evictable; one per thread. */
 static _Thread_local struct {
     plan_inputs in;
-    gemm_plan p;
+    gemm_plan p;      /* p.kern is hold.k */
+    rt_khold hold;
+    int exit_hook;    /* the thread's exit drops hold */
 } memo;
+
+static pthread_key_t memo_key;
+static pthread_once_t memo_key_once = PTHREAD_ONCE_INIT;
+static int memo_key_ok;
+
+static void memo_exit(void *arg) {
+    (void)arg;
+    rt_khold_drop(&memo.hold);
+}
+static void memo_key_init(void) { memo_key_ok = pthread_key_create(&memo_key, memo_exit) == 0; }
 
 static fj_status plan_make(fj_runtime *rt, gemm_plan *p, int ta, int tb, int64_t m, int64_t n,
                            int64_t k, int64_t lda, int64_t ldb, int64_t ldc, float alpha,
                            float beta, int has_bias, int act, float act_alpha, float act_beta);
 
+/* This thread's memo plan if it is the plan of these inputs (on this very
+ * runtime), else NULL. Field by field: cheaper than building the inputs
+ * and comparing them whole, which a 16^3 call noticed. */
+static gemm_plan *memo_find(fj_runtime *rt, int ta, int tb, int64_t m, int64_t n, int64_t k,
+                            int64_t lda, int64_t ldb, int64_t ldc, int has_bias, int act,
+                            float act_alpha, float act_beta) {
+    const plan_inputs *i = &memo.in;
+    if (!rt_khold_valid(&memo.hold, rt, rt->serial) || i->m != m || i->n != n || i->k != k ||
+        i->lda != lda || i->ldb != ldb || i->ldc != ldc || i->ta != ta || i->tb != tb ||
+        i->has_bias != has_bias || i->act != act || i->isa != (int32_t)rt->isa ||
+        i->threads != rt_threads(rt) ||
+        i->gen != atomic_load_explicit(&tune_gen, memory_order_relaxed))
+        return NULL;
+    if (act && (memcmp(&i->act_alpha, &act_alpha, sizeof act_alpha) ||
+                memcmp(&i->act_beta, &act_beta, sizeof act_beta)))
+        return NULL;
+    return &memo.p;
+}
+
+/* Plans the problem and makes it this thread's memo (whose reference to
+ * the kernel is the one rt_kernel_acquire gave). */
+static fj_status memo_make(fj_runtime *rt, int ta, int tb, int64_t m, int64_t n, int64_t k,
+                           int64_t lda, int64_t ldb, int64_t ldc, int has_bias, int act,
+                           float act_alpha, float act_beta) {
+    gemm_plan p;
+    fj_status s = plan_make(rt, &p, ta, tb, m, n, k, lda, ldb, ldc, 1.0f, 0.0f, has_bias, act,
+                            act_alpha, act_beta);
+    if (s == FJ_OK) s = plan_kernel(&p);
+    if (s != FJ_OK) return s;
+    if (!memo.exit_hook) {
+        pthread_once(&memo_key_once, memo_key_init);
+        memo.exit_hook = 1;
+        if (memo_key_ok) pthread_setspecific(memo_key, &memo);
+    }
+    memo.in = (plan_inputs){.rt = rt, .m = m, .n = n, .k = k, .lda = lda, .ldb = ldb,
+                            .ldc = ldc, .ta = ta, .tb = tb, .isa = (int32_t)rt->isa,
+                            .threads = rt_threads(rt), .has_bias = has_bias, .act = act,
+                            .gen = atomic_load_explicit(&tune_gen, memory_order_relaxed),
+                            .act_alpha = act ? act_alpha : 0.0f,
+                            .act_beta = act ? act_beta : 0.0f};
+    rt_khold_set(&memo.hold, rt, p.kern);
+    memo.p = p;
+    return FJ_OK;
+}
+
 fj_status gemm_plan_init(fj_runtime *rt, gemm_plan *p, int ta, int tb, int64_t m, int64_t n,
                          int64_t k, int64_t lda, int64_t ldb, int64_t ldc, float alpha,
                          float beta, int has_bias, int act, float act_alpha, float act_beta) {
-    pthread_once(&tune_once, tune_init);
-    plan_inputs in;
-    memset(&in, 0, sizeof in); /* padding too: compared with memcmp */
-    in = (plan_inputs){.rt = rt, .m = m, .n = n, .k = k, .lda = lda, .ldb = ldb, .ldc = ldc,
-                       .ta = ta, .tb = tb, .isa = (int32_t)fj_runtime_isa(rt),
-                       .threads = rt_threads(rt), .has_bias = has_bias, .act = act,
-                       .gen = atomic_load_explicit(&tune_gen, memory_order_relaxed),
-                       .act_alpha = act ? act_alpha : 0.0f, .act_beta = act ? act_beta : 0.0f};
-    if (!memcmp(&in, &memo.in, sizeof in)) {
-        *p = memo.p;
-        p->alpha = alpha;
-        p->beta = beta;
-        return plan_kernel(p);
+    const gemm_plan *q;
+    fj_status s = gemm_plan_borrow(rt, &q, ta, tb, m, n, k, lda, ldb, ldc, alpha, beta,
+                                   has_bias, act, act_alpha, act_beta);
+    if (s != FJ_OK) {
+        memset(p, 0, sizeof *p);
+        return s;
     }
-    fj_status s = plan_make(rt, p, ta, tb, m, n, k, lda, ldb, ldc, alpha, beta, has_bias, act,
-                            act_alpha, act_beta);
-    if (s != FJ_OK) return s;
-    memo.in = in;
-    memo.p = *p;
-    memo.p.kern = NULL;
-    return plan_kernel(p);
+    *p = *q;
+    rt_kernel_ref(p->kern); /* held by the memo: not evictable meanwhile */
+    return FJ_OK;
+}
+
+fj_status gemm_plan_borrow(fj_runtime *rt, const gemm_plan **out, int ta, int tb, int64_t m,
+                           int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc,
+                           float alpha, float beta, int has_bias, int act, float act_alpha,
+                           float act_beta) {
+    pthread_once(&tune_once, tune_init);
+    gemm_plan *p = memo_find(rt, ta, tb, m, n, k, lda, ldb, ldc, has_bias, act, act_alpha,
+                             act_beta);
+    if (!p) {
+        fj_status s = memo_make(rt, ta, tb, m, n, k, lda, ldb, ldc, has_bias, act, act_alpha,
+                                act_beta);
+        if (s != FJ_OK) return s;
+        p = &memo.p;
+    }
+    p->alpha = alpha;
+    p->beta = beta;
+    *out = p;
+    return FJ_OK;
 }
 
 static fj_status plan_make(fj_runtime *rt, gemm_plan *p, int ta, int tb, int64_t m, int64_t n,
@@ -765,13 +831,13 @@ fj_status fj_gemm_f32(fj_runtime *rt, char transa, char transb, int64_t m, int64
     fj_status s = check_dims("fj_gemm_f32", transa, transb, m, n, k, lda, ldb, ldc, &ta, &tb);
     if (s == FJ_OK) s = check_ptrs("fj_gemm_f32", m, n, k, a, b, c);
     if (s != FJ_OK || m == 0 || n == 0) return s;
-    gemm_plan p;
-    s = gemm_plan_init(rt, &p, ta, tb, m, n, k, lda, ldb, ldc, alpha, beta, 0, 0, 0, 0);
+    const gemm_plan *p;
+    s = gemm_plan_borrow(rt, &p, ta, tb, m, n, k, lda, ldb, ldc, alpha, beta, 0, 0, 0, 0);
+    if (s != FJ_OK) return s;
     uint64_t t0 = rt_exec_begin();
-    if (s == FJ_OK) s = gemm_run(&p, a, b, NULL, c, rt_threads(rt));
+    s = gemm_run(p, a, b, NULL, c, rt_threads(rt));
     rt_exec_end(t0, "fj_gemm_f32", "m=%lld n=%lld k=%lld", (long long)m, (long long)n,
                 (long long)k);
-    gemm_plan_release(&p);
     return s;
 }
 

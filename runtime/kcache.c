@@ -8,7 +8,10 @@
  * (rt_kernel_acquire .. rt_kernel_unref, i.e. while it runs). New
  * references are only ever taken through the table, under kc_lock, so a
  * kernel whose count is 1 there is held by nobody else and cannot become
- * held while kc_lock is kept: that is what makes eviction safe.
+ * held while kc_lock is kept: that is what makes eviction safe. The one
+ * other way is rt_kernel_ref on a kernel the caller holds already (its
+ * count is then at least 2 and eviction leaves it alone), which is how
+ * thread-local memos (rt_khold) keep theirs.
  *
  * Eviction is driven by the code cache (cc_place, when a kernel would not
  * fit): it picks the least recently used arena, whose last use is the
@@ -203,7 +206,42 @@ static void kc_evict_free(void *ctx, void *detached) {
     atomic_fetch_add_explicit(&rt->kc_evictions, n, memory_order_relaxed);
 }
 
+/* ---- held references (rt_khold) ---------------------------------------
+ * A memo may outlive the runtime of its kernel (destroy frees every kernel,
+ * held or not), and another runtime may then be made at the same address:
+ * serials tell them apart. Dropping a held reference needs the runtime
+ * alive, which this list of live runtimes answers; destroy leaves it
+ * before freeing anything, so an unref made under live_lock never races
+ * with the kernel's freeing (and never frees: the table's reference stays
+ * until destroy). */
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static fj_runtime *live;
+static atomic_uint_least64_t last_serial;
+
+void rt_khold_drop(rt_khold *h) {
+    if (!h->k) return;
+    pthread_mutex_lock(&live_lock);
+    for (fj_runtime *r = live; r; r = r->live_next)
+        if (r == h->rt && r->serial == h->serial) {
+            rt_kernel_unref(h->k);
+            break;
+        }
+    pthread_mutex_unlock(&live_lock);
+    *h = (rt_khold){0};
+}
+
+void rt_khold_set(rt_khold *h, fj_runtime *rt, fj_kernel *k) {
+    if (h->k && rt_khold_valid(h, rt, rt->serial)) rt_kernel_unref(h->k); /* rt is alive */
+    else rt_khold_drop(h);
+    *h = (rt_khold){rt, rt->serial, k};
+}
+
 void rt_kcache_init(fj_runtime *rt) {
+    rt->serial = atomic_fetch_add_explicit(&last_serial, 1, memory_order_relaxed) + 1;
+    pthread_mutex_lock(&live_lock);
+    rt->live_next = live;
+    live = rt;
+    pthread_mutex_unlock(&live_lock);
     /* .retire destroys the arena's unwind registration before its memory
      * goes back (invariant 4). */
     cc_hooks h = {.ctx = rt, .evict_detach = kc_evict_detach, .evict_free = kc_evict_free,
@@ -223,6 +261,11 @@ fj_status fj_test_kernel_get(fj_runtime *rt, const void *key, size_t key_len, co
 }
 
 void rt_kcache_clear(fj_runtime *rt) {
+    pthread_mutex_lock(&live_lock);
+    fj_runtime **pp = &live;
+    while (*pp && *pp != rt) pp = &(*pp)->live_next;
+    if (*pp) *pp = rt->live_next;
+    pthread_mutex_unlock(&live_lock);
     for (size_t i = 0; i < rt->kc_nbuckets; i++)
         for (rt_kslot *s = rt->kc_buckets[i], *next; s; s = next) {
             next = s->next;

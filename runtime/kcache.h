@@ -32,10 +32,34 @@ FJ_INTERNAL void *rt_kernel_fn(const fj_kernel *k);
 
 /* Called by fj_runtime_create once the code cache exists: installs the
  * eviction hooks (kernels nobody holds are evicted, least recently
- * acquired arena first). */
+ * acquired arena first) and gives rt its serial. */
 FJ_INTERNAL void rt_kcache_init(fj_runtime *rt);
-/* Called by fj_runtime_destroy: drops the cache's references. */
+/* Called by fj_runtime_destroy: drops the cache's references (and ends
+ * rt_khold_drop's claim on rt's kernels). */
 FJ_INTERNAL void rt_kcache_clear(fj_runtime *rt);
+
+/* A reference kept across calls in a thread-local memo, so that a hot
+ * path (a small GEMM in a loop) reuses its kernel without the table and
+ * its lock. The held reference keeps the kernel from eviction; the memo
+ * may outlive its runtime, so it is checked against the runtime's serial
+ * before use and dropped through a registry of live runtimes. */
+typedef struct rt_khold {
+    const fj_runtime *rt;
+    uint64_t serial;
+    fj_kernel *k;
+} rt_khold;
+
+/* k is h's kernel and usable: h holds a kernel of this very runtime (not
+ * of an earlier one at the same address). */
+static inline int rt_khold_valid(const rt_khold *h, const fj_runtime *rt, uint64_t serial) {
+    return h->k && h->rt == rt && h->serial == serial;
+}
+/* Drops h's old reference (see rt_khold_drop), then keeps k, whose
+ * reference passes to h. */
+FJ_INTERNAL void rt_khold_set(rt_khold *h, fj_runtime *rt, fj_kernel *k);
+/* Drops h's reference if its runtime still exists (a destroyed runtime
+ * freed the kernel already); h is empty afterwards. */
+FJ_INTERNAL void rt_khold_drop(rt_khold *h);
 
 /* For tests and framejit-bench, exported but not in the public header:
  * rt_kernel_acquire with a builder callback, i.e. a cached, evictable

@@ -23,6 +23,8 @@ typedef struct rt_pool rt_pool;
 
 struct fj_runtime {
     fj_options opts;
+    uint64_t serial;         /* unique per runtime ever created (rt_khold) */
+    struct fj_runtime *live_next; /* the live runtimes' list (kcache.c) */
     fj_isa isa;
     uint32_t features;       /* X64_F_* of the CPU */
     unsigned uw_backends;    /* UW_* */

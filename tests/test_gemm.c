@@ -14,6 +14,7 @@
 #include <check.h>
 #include <float.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,7 @@
 #include "fjtest.h"
 #include "framejit.h"
 #include "runtime/gemm_int.h"
+#include "runtime/rt.h"
 
 /* ---- random numbers ----------------------------------------------------- */
 
@@ -675,6 +677,74 @@ START_TEST(repeat_shapes) {
 }
 END_TEST
 
+/* References held beyond the kernel table's own one, over all of rt's
+ * kernels (only GEMM runs on these runtimes: no pinned eltwise slots). */
+static long extra_refs(fj_runtime *rt) {
+    long n = 0;
+    pthread_mutex_lock(&rt->lock);
+    for (struct fj_kernel *k = rt->kernels; k; k = k->next) n += atomic_load(&k->refs) - 1;
+    pthread_mutex_unlock(&rt->lock);
+    return n;
+}
+
+static void small_gemm(fj_runtime *rt, int64_t m, int64_t n, int64_t k) {
+    gcase t = {.m = m, .n = n, .k = k, .alpha = 1.0f, .beta = 0.0f, .lda = k, .ldb = n, .ldc = n};
+    gbufs g;
+    bufs_make(&t, &g);
+    fj_status s = fj_gemm_f32(rt, 'N', 'N', m, n, k, 1.0f, g.a, k, g.b, n, 0.0f, g.c, n);
+    ck_assert_msg(s == FJ_OK, "%s", fj_last_error());
+    check_result(&t, &g, g.c, NULL, 0, 0, 0, "small_gemm");
+    bufs_free(&g);
+}
+
+static void *gemm_thread(void *rt) {
+    small_gemm(rt, 32, 32, 32);
+    return NULL;
+}
+
+/* fj_gemm_f32 keeps its last kernel per thread (no table lookup on a
+ * repeat): exactly one extra reference per thread, dropped when the thread
+ * exits, moved when it calls another runtime, never touched once its
+ * runtime is gone. */
+START_TEST(memo_refs) {
+    fj_runtime *rt = fjt_runtime(FJ_ISA_AVX512, 1);
+    if (!rt) rt = fjt_runtime(FJ_ISA_AVX2, 1);
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, gemm_thread, rt), 0);
+    ck_assert_int_eq(pthread_join(th, NULL), 0);
+    ck_assert_int_eq(extra_refs(rt), 0);
+    small_gemm(rt, 32, 32, 32);
+    ck_assert_int_eq(extra_refs(rt), 1);
+    small_gemm(rt, 32, 32, 32);
+    ck_assert_int_eq(extra_refs(rt), 1);
+    small_gemm(rt, 7, 33, 5);
+    ck_assert_int_eq(extra_refs(rt), 1);
+    /* A handle of the memo's shape holds its own reference. */
+    fj_gemm_desc d = {.transa = 'N', .transb = 'N', .m = 7, .n = 33, .k = 5, .lda = 5,
+                      .ldb = 33, .ldc = 33, .alpha = 1.0f};
+    fj_gemm *h;
+    ck_assert_int_eq(fj_gemm_create(rt, &d, &h), FJ_OK);
+    ck_assert_int_eq(extra_refs(rt), 2);
+    fj_gemm_destroy(h);
+    ck_assert_int_eq(extra_refs(rt), 1);
+    /* Another runtime: the memo moves there. */
+    fj_runtime *rt2 = fjt_runtime(FJ_ISA_AVX2, 1);
+    small_gemm(rt2, 32, 32, 32);
+    ck_assert_int_eq(extra_refs(rt), 0);
+    ck_assert_int_eq(extra_refs(rt2), 1);
+    /* Its runtime destroyed under it: the memo is dropped without a touch
+     * (ASan would see one), including by a runtime made at its address. */
+    fj_runtime_destroy(rt2);
+    rt2 = fjt_runtime(FJ_ISA_AVX2, 1);
+    small_gemm(rt2, 32, 32, 32);
+    ck_assert_int_eq(extra_refs(rt2), 1);
+    fj_runtime_destroy(rt2);
+    small_gemm(rt, 32, 32, 32);
+    ck_assert_int_eq(extra_refs(rt), 1);
+    fj_runtime_destroy(rt);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("gemm");
     TCase *tc = tcase_create("gemm");
@@ -685,6 +755,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, threads_bitwise);
     tcase_add_test(tc, wide_blocks);
     tcase_add_test(tc, repeat_shapes);
+    tcase_add_test(tc, memo_refs);
     tcase_add_loop_test(tc, epilogue, 0, 2);
     tcase_add_test(tc, wide_epilogue);
     tcase_add_loop_test(tc, trace_unwind, 0, 2);
