@@ -184,6 +184,7 @@ static int row_minlen(const x64_row *r) {
     else if (r->enc == XE_VEX) n += map == XM_0F && r->w != XW_1 ? 2 : 3;
     else n += 4;
     if (r->enc == XE_LEG && r->w == XW_1) n += 1;   /* REX.W */
+    if (r->flags & XF_RM0) n += 1;                  /* its fixed ModRM */
     for (int i = 0; i < 4 && r->opd[i]; i++) {
         int c = X64_OPD_CLASS(r->opd[i]), slot = X64_OPD_SLOT(r->opd[i]);
         if (slot == XS_E || slot == XS_L) n += 1;   /* ModRM / is4 byte */
@@ -529,6 +530,8 @@ static int emit(const x64_form *f, uint8_t *out, x64_enc_info *info, int *head) 
         int at = (int)(p - out);
         p += emit_modrm(p, regf, f->rm, r->enc == XE_EVEX ? disp_scale(f) : 1, &disp_at);
         if (disp_at >= 0) disp_at += at;
+    } else if (r->flags & XF_RM0) {
+        *p++ = (uint8_t)(0xC0 | (r->ext & 7) << 3);
     }
     int rel_at = -1;
     if (f->relsz) {
@@ -779,6 +782,7 @@ static void fill(const x64_row *r, const x64_opnd *ops, int nops, int cc, int s,
 static int tmpl_make(int row, const x64_opnd *ops, int nops, int cc, int fs, int fl,
                      uint64_t *head, uint64_t *plan, uint64_t *plan2) {
     const x64_row *r = &x64_rows[row];
+    if (r->flags & XF_RM0) return 0;   /* its ModRM is no operand's: not a template */
     x64_form f;
     fill(r, ops, nops, cc, fs, fl, &f);
     uint8_t buf[X64_MAX_LEN + 8];

@@ -264,6 +264,11 @@ const x64_row x64_rows[] = {
     ROW(VPBROADCASTD, EVEX, P38, 0x7C, 0, -1, VXYZ, NONE, 0, F, G(V), E(R32)),
     ROW(VFPCLASSPS, EVEX, P3A, 0x66, 0, -1, VXYZ, FV, 0, DQ, G(K), E(VMB), A(U8)),
     ROW(VPTERNLOGD, EVEX, P3A, 0x25, 0, -1, VXYZ, FV, 0, F, G(V), H(V), E(VMB), A(U8)),
+
+    /* ---- later additions (FJ_OPS_LATER) ---- */
+    ROW(VMOVNTPS, VEX, N0F, 0x2B, 0, -1, VXY, NONE, 0, AVX, E(MV), G(V)),
+    ROW(VMOVNTPS, EVEX, N0F, 0x2B, 0, -1, VXYZ, FVM, XF_NOK, F, E(MV), G(V)),
+    ROW(SFENCE, LEG, M0F, 0xAE, 0, 7, 0, NONE, XF_RM0, 0, 0),
 };
 
 const int x64_nrows = (int)(sizeof x64_rows / sizeof x64_rows[0]);

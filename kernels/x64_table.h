@@ -38,6 +38,7 @@ enum {
     XF_I2 = 2,   /* integer VEX op: the 256-bit form needs AVX2 */
     XF_NOK = 4,  /* EVEX form that takes no write mask */
     XF_LIG = 8,  /* scalar: vector length ignored (encoded as 0, no AVX512VL) */
+    XF_RM0 = 16, /* no operands, a ModRM of mod 11, reg = ext, rm 0 (the fences) */
 };
 
 /* Row sz: sizes the generic classes (R, RM, RAX / V, VM, VMB, MV) accept.

@@ -286,6 +286,10 @@ static const golden cases[] = {
     { "vfpclassps k1, zmm2, 0x22", "62 f3 7d 48 66 ca 22", X(VFPCLASSPS), 3, { KR(1), ZMM(2), IMM(0x22) } },
     { "vpternlogd zmm0, zmm1, zmm2, 0xe4", "62 f3 75 48 25 c2 e4", X(VPTERNLOGD), 4, { ZMM(0), ZMM(1), ZMM(2), IMM(0xe4) } },
     { "vpternlogd zmm3, zmm17, dword ptr [rax+0x40]{1to16}, 0xe4", "62 f3 75 50 25 58 10 e4", X(VPTERNLOGD), 4, { ZMM(3), ZMM(17), BC(RAX, 0x40), IMM(0xe4) } },
+    { "vmovntps zmmword ptr [rdi+0x40], zmm1", "62 f1 7c 48 2b 4f 01", X(VMOVNTPS), 2, { M(512, RDI, 0x40), ZMM(1) } },
+    { "vmovntps ymmword ptr [rax], ymm2", "c5 fc 2b 10", X(VMOVNTPS), 2, { M(256, RAX, 0), YMM(2) } },
+    { "vmovntps zmmword ptr [r9+rcx*4+0x100], zmm17", "62 c1 7c 48 2b 4c 89 04", X(VMOVNTPS), 2, { MEM(512, X64_R9, X64_RCX, 4, 0x100), ZMM(17) } },
+    { "sfence", "0f ae f8", X(SFENCE), 0, { IMM(0) } },
 };
 
 static int unhex(const char *s, uint8_t *out) {
