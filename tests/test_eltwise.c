@@ -16,6 +16,7 @@
 #include "fjtest.h"
 #include "framejit.h"
 #include "kernels/eltwise.h"
+#include "runtime/eltslot.h"
 
 int main(void);
 
@@ -360,6 +361,51 @@ START_TEST(threads_agree) {
 }
 END_TEST
 
+/* Large arrays into other arrays go through the streaming kernels from
+ * dst's first 64-byte boundary on: bitwise what the plain kernels give
+ * (run here in pieces below the threshold), for every misalignment of
+ * dst, 1 and 2 threads, nothing written outside dst. loop index: bit 0
+ * ISA, bit 1 threads, rest an op of the list. */
+START_TEST(streaming) {
+    static const int ops[] = {FJ_ELT_RELU, FJ_ELT_LINEAR, FJ_ELT_EXP, FJ_ELT_TANH,
+                              FJ_ELT_GELU_ERF, FJ_ELT_HARDSWISH};
+    fj_isa isa = isa_of(_i);
+    int threads = 1 + (_i >> 1 & 1), op = ops[_i >> 2];
+    fj_runtime *rt = fjt_runtime(isa, threads), *plain = make_rt(isa);
+    if (!rt || !plain) {
+        if (rt) fj_runtime_destroy(rt);
+        if (plain) fj_runtime_destroy(plain);
+        return;
+    }
+    seed(4242 + _i);
+    size_t n = (1u << 20) + 4093, pad = 32; /* above the threshold, odd tail */
+    float *x = malloc(n * sizeof *x), *want = malloc((n + 2 * pad) * sizeof *want),
+          *got = malloc((n + 2 * pad) * sizeof *got);
+    ck_assert(x && want && got);
+    for (size_t i = 0; i < n; i++)
+        x[i] = i % 97 == 0 ? f_of(rnd() << 16 | rnd()) : rndf(-12, 12);
+    for (size_t mis = 0; mis < 16; mis++) {
+        float *w = want + pad + mis, *g = got + pad + mis;
+        for (size_t i = 0; i < n + 2 * pad; i++) want[i] = got[i] = -7.0f;
+        for (size_t at = 0; at < n; at += 65536) {
+            size_t len = n - at < 65536 ? n - at : 65536;
+            ck_assert_int_eq(fj_eltwise_f32(plain, (fj_eltwise_op)op, alphas[op], betas[op],
+                                            x + at, w + at, len), FJ_OK);
+        }
+        ck_assert_int_eq(fj_eltwise_f32(rt, (fj_eltwise_op)op, alphas[op], betas[op], x, g, n),
+                         FJ_OK);
+        ck_assert_msg(memcmp(want, got, (n + 2 * pad) * sizeof *got) == 0,
+                      "%s %s %d threads, dst misaligned by %zu floats: differs from the plain "
+                      "kernel (or wrote outside dst)", op_name(op), isa_name(isa), threads, mis);
+    }
+    free(x);
+    free(want);
+    free(got);
+    fj_runtime_destroy(rt);
+    fj_runtime_destroy(plain);
+}
+END_TEST
+
 /* ---- bad input -------------------------------------------------------------------- */
 
 START_TEST(bad_input) {
@@ -484,6 +530,57 @@ START_TEST(trace) {
 }
 END_TEST
 
+/* The streaming kernels themselves, called directly on a short aligned
+ * array (through fj_eltwise_f32 they only run on millions of elements,
+ * too many to single-step): every instruction unwinds. */
+typedef struct trs_arg {
+    kg_elt_fn fn;
+    const float *src;
+    float *dst;
+    size_t n;
+    const float *params;
+} trs_arg;
+
+static void trs_body(void *p) {
+    trs_arg *a = p;
+    a->fn(a->src, a->dst, a->n, a->params);
+    __asm__ volatile("" ::: "memory");
+}
+
+/* loop index: bit 0 ISA, rest op - 1 */
+START_TEST(trace_stream) {
+    if (!fjt_can_trace("eltwise streaming trace")) return;
+    fj_isa isa = isa_of(_i);
+    int op = (_i >> 1) + 1;
+    fj_runtime *rt = make_rt(isa);
+    if (!rt) return;
+    int v = kg_elt_variant((fj_eltwise_op)op, alphas[op]);
+    fj_kernel *k;
+    ck_assert_int_eq(rt_elt_slot(rt, (kg_elt)(KG_ELT_STREAM0 + v), &k), FJ_OK);
+    int lanes = isa == FJ_ISA_AVX512 ? 16 : 8;
+    size_t n = (size_t)(16 * lanes + lanes + 3);
+    _Alignas(64) float src[300], dst[300];
+    for (size_t i = 0; i < n; i++) src[i] = (float)((int)(i % 11) - 5) * 0.7f;
+    const float params[2] = {alphas[op], betas[op]};
+    trs_arg a = {(kg_elt_fn)fj_kernel_entry(k), src, dst, n, params};
+    fjt_trace_opts o = {.root = (const void *)main};
+    fjt_trace_result *r = malloc(sizeof *r);
+    ck_assert_ptr_nonnull(r);
+    int ok = fjt_trace_kernel(trs_body, &a, &o, r);
+    ck_assert_msg(ok, "%s %s: %s (libunwind bad %ld, libgcc bad %ld, rbp bad %ld)", op_name(op),
+                  isa_name(isa), r->msg, r->lu_bad, r->gcc_bad, r->fp_bad);
+    ck_assert_int_gt(r->kernel_steps, 0);
+    ck_assert_int_eq(r->fp_miss, 2 * r->entries + r->rets);
+    free(r);
+    /* and what it wrote is what the plain kernel writes */
+    float want[300];
+    ck_assert_int_eq(fj_eltwise_f32(rt, (fj_eltwise_op)op, alphas[op], betas[op], src, want, n),
+                     FJ_OK);
+    ck_assert(memcmp(want, dst, n * sizeof(float)) == 0);
+    fj_runtime_destroy(rt);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("eltwise");
     TCase *t = tcase_create("eltwise");
@@ -493,9 +590,11 @@ static Suite *suite(void) {
     tcase_add_loop_test(t, parameters, 0, 2);
     tcase_add_loop_test(t, sizes, 0, 2 * nops);
     tcase_add_test(t, threads_agree);
+    tcase_add_loop_test(t, streaming, 0, 4 * 6);
     tcase_add_loop_test(t, bad_input, 0, 2);
     tcase_add_loop_test(t, emitter, 0, 2);
     tcase_add_loop_test(t, trace, 0, 2 * nops);
+    tcase_add_loop_test(t, trace_stream, 0, 2 * nops);
     suite_add_tcase(s, t);
     return s;
 }
