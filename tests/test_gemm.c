@@ -26,7 +26,7 @@
 
 /* ---- random numbers ----------------------------------------------------- */
 
-static uint64_t rng_state;
+static _Thread_local uint64_t rng_state; /* per thread: memo_threads draws in four */
 
 static uint64_t rnd(void) {
     uint64_t x = rng_state;
@@ -745,6 +745,38 @@ START_TEST(memo_refs) {
 }
 END_TEST
 
+/* Threads that call fj_gemm_f32 on a shared runtime and on runtimes of
+ * their own, made and destroyed as they go (their memos move between
+ * runtimes, some of them dead): right results, and once the threads are
+ * gone no reference is left on the shared runtime's kernels. */
+static fj_runtime *memo_shared;
+
+static void *memo_churn(void *arg) {
+    int id = (int)(intptr_t)arg;
+    seed(100 + (uint64_t)id);
+    for (int it = 0; it < 12; it++) {
+        fj_runtime *own = fjt_runtime(FJ_ISA_AUTO, 1);
+        int64_t d = 8 + (id * 7 + it * 5) % 40;
+        small_gemm(memo_shared, d, d + 3, d);
+        small_gemm(own, d, d, d + 1);
+        if (it % 3 == 0) fj_runtime_destroy(own);
+        small_gemm(memo_shared, 16, 16, 16);
+        if (it % 3 != 0) fj_runtime_destroy(own);
+    }
+    return NULL;
+}
+
+START_TEST(memo_threads) {
+    memo_shared = fjt_runtime(FJ_ISA_AUTO, 1);
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(pthread_create(&th[i], NULL, memo_churn, (void *)(intptr_t)i), 0);
+    for (int i = 0; i < 4; i++) ck_assert_int_eq(pthread_join(th[i], NULL), 0);
+    ck_assert_int_eq(extra_refs(memo_shared), 0);
+    fj_runtime_destroy(memo_shared);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("gemm");
     TCase *tc = tcase_create("gemm");
@@ -756,6 +788,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, wide_blocks);
     tcase_add_test(tc, repeat_shapes);
     tcase_add_test(tc, memo_refs);
+    tcase_add_test(tc, memo_threads);
     tcase_add_loop_test(tc, epilogue, 0, 2);
     tcase_add_test(tc, wide_epilogue);
     tcase_add_loop_test(tc, trace_unwind, 0, 2);
