@@ -27,7 +27,8 @@ static const char *const names[KG_ELT_STREAM0] = {
 };
 
 const char *kg_elt_name(kg_elt v) {
-    if (v >= KG_ELT_STREAM0 && v < KG_ELT__N) v -= KG_ELT_STREAM0;
+    if (v >= KG_ELT_LARGE0 && v < KG_ELT__N) v -= KG_ELT_LARGE0;
+    else if (v >= KG_ELT_STREAM0 && v < KG_ELT_LARGE0) v -= KG_ELT_STREAM0;
     return (unsigned)v < KG_ELT_STREAM0 ? names[v] : "?";
 }
 
@@ -388,8 +389,8 @@ static int emit_op_mem(kg_elt_state *s, fj_reg x, fj_opnd m, int dry) {
 }
 
 void kg_eltwise(fj_builder *b, kg_elt v) {
-    const int stream = v >= KG_ELT_STREAM0;
-    if (stream) v -= KG_ELT_STREAM0;
+    const int large = v >= KG_ELT_STREAM0, stream = large && v < KG_ELT_LARGE0;
+    if (large) v -= stream ? KG_ELT_STREAM0 : KG_ELT_LARGE0;
     if ((unsigned)v >= KG_ELT__NELT) { poison(b); return; }
     const fj_eltwise_op op = kg_elt_op(v);
     const fj_isa isa = fj_builder_isa(b);
@@ -439,11 +440,12 @@ void kg_eltwise(fj_builder *b, kg_elt v) {
     fj_emit(b, FJ_SUB, fj_r64(n), fj_imm(U * lanes));
     fj_emit(b, FJ_JB, fj_lbl(l_rest));
     fj_label_bind(b, l_loop);
-    /* Streaming means arrays far larger than the caches: the math ops do
-     * not keep enough loads in flight for the hardware prefetchers, so
-     * ask for src 2 KiB ahead (64 MiB: tanh 12 -> 16 GB/s, exp 14 -> 16;
-     * 1 and 4 KiB were worse or within noise). */
-    if (stream)
+    /* Arrays far larger than the caches: the math ops do not keep enough
+     * loads in flight for the hardware prefetchers, so ask for src 2 KiB
+     * ahead (64 MiB into another array: tanh 12 -> 16 GB/s, exp 14 -> 16;
+     * in place: exp 19 -> 22, gelu_erf 14 -> 18; 1 and 4 KiB were worse
+     * or within noise). */
+    if (large)
         for (int i = 0; i < U * vbytes; i += 64)
             fj_emit(b, FJ_PREFETCHT0, fj_mem(8, src, 2048 + i));
     if (fold) {

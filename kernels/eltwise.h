@@ -66,10 +66,12 @@ typedef enum kg_elt {
     /* softmax, log_softmax */
     KG_ELT_SOFTMAX = KG_ELT_REDUCE0 + FJ_REDUCE__COUNT - 1,
     KG_ELT_LOGSOFTMAX,
-    /* the element-wise variants again, storing with non-temporal stores
-     * (large out-of-place arrays): KG_ELT_STREAM0 + variant */
+    /* the element-wise variants again, for arrays far larger than the
+     * caches: KG_ELT_STREAM0 + variant (into another array, non-temporal
+     * stores), KG_ELT_LARGE0 + variant (in place); both prefetch src */
     KG_ELT_STREAM0,
-    KG_ELT__N = KG_ELT_STREAM0 + KG_ELT__NELT
+    KG_ELT_LARGE0 = KG_ELT_STREAM0 + KG_ELT__NELT,
+    KG_ELT__N = KG_ELT_LARGE0 + KG_ELT__NELT
 } kg_elt;
 
 /* Kernel signature: void k(const float *src, float *dst, size_t n,
@@ -87,11 +89,12 @@ static inline int kg_elt_variant(fj_eltwise_op op, float alpha) {
 FJ_INTERNAL fj_eltwise_op kg_elt_op(kg_elt v);
 /* "relu", "exp", ... */
 FJ_INTERNAL const char *kg_elt_name(kg_elt v);
-/* Emits the body of variant v (< KG_ELT__NELT, or a KG_ELT_STREAM0 one)
- * into b (KG_ELT_NARGS args). Errors stay sticky in b. A streaming kernel
- * needs dst 64-byte aligned and src not dst: its whole vectors go past
- * the caches (no read of dst's lines before they are written, which an
- * array far larger than the caches would pay for nothing). */
+/* Emits the body of variant v (< KG_ELT__NELT, or a KG_ELT_STREAM0 or
+ * KG_ELT_LARGE0 one) into b (KG_ELT_NARGS args). Errors stay sticky in b.
+ * A streaming kernel needs dst 64-byte aligned and src not dst: its whole
+ * vectors go past the caches (no read of dst's lines before they are
+ * written, which an array far larger than the caches would pay for
+ * nothing). */
 FJ_INTERNAL void kg_eltwise(fj_builder *b, kg_elt v);
 
 #endif

@@ -29,7 +29,7 @@ fj_status rt_elt_slot_slow(fj_runtime *rt, kg_elt v, fj_kernel **out) {
     char name[64];
     if (v < KG_ELT__NELT || v >= KG_ELT_STREAM0)
         snprintf(name, sizeof name, "fj_eltwise_%s_f32_%s%s", kg_elt_name(v),
-                 v >= KG_ELT_STREAM0 ? "nt_" : "", isa);
+                 v >= KG_ELT_LARGE0 ? "large_" : v >= KG_ELT_STREAM0 ? "stream_" : "", isa);
     else
         snprintf(name, sizeof name, "fj_%s_f32_%s", kg_elt_name(v), isa);
     /* Generated through the kernel cache, which makes concurrent first
@@ -105,17 +105,20 @@ __attribute__((noinline)) static fj_status run_slow(fj_runtime *rt, kg_elt v, fl
      * memory only to be overwritten, so from 64-byte alignment on the
      * stores stream past the caches (measured at 4-64 MiB: relu 12-15 ->
      * 18-21 GB/s; below 2 MiB per array the caches win). In place, the
-     * loads bring the lines in anyway and plain stores are faster. */
+     * loads bring the lines in anyway and plain stores are faster. Both
+     * large kernels prefetch src. */
     const int par = n >= PAR_MIN && rt->opts.threads > 1;
-    if (n >= PAR_MIN && src != dst && !((uintptr_t)dst & 3)) {
-        fj_kernel *ks;
-        if ((s = rt_elt_slot(rt, (kg_elt)(KG_ELT_STREAM0 + v), &ks)) != FJ_OK) return s;
-        size_t head = ((64 - ((uintptr_t)dst & 63)) & 63) / sizeof(float);
+    if (n >= PAR_MIN) {
+        int stream = src != dst && !((uintptr_t)dst & 3);
+        fj_kernel *kl;
+        s = rt_elt_slot(rt, (kg_elt)((stream ? KG_ELT_STREAM0 : KG_ELT_LARGE0) + v), &kl);
+        if (s != FJ_OK) return s;
+        size_t head = stream ? ((64 - ((uintptr_t)dst & 63)) & 63) / sizeof(float) : 0;
         if (head) fn(src, dst, head, params);
         src += head;
         dst += head;
         n -= head;
-        fn = (kg_elt_fn)ks->fn;
+        fn = (kg_elt_fn)kl->fn;
     }
     if (par) {
         par_ctx c = {fn, src, dst, n, params};

@@ -361,11 +361,12 @@ START_TEST(threads_agree) {
 }
 END_TEST
 
-/* Large arrays into other arrays go through the streaming kernels from
- * dst's first 64-byte boundary on: bitwise what the plain kernels give
- * (run here in pieces below the threshold), for every misalignment of
- * dst, 1 and 2 threads, nothing written outside dst. loop index: bit 0
- * ISA, bit 1 threads, rest an op of the list. */
+/* Large arrays go through the large kernels (into another array: the
+ * streaming ones, from dst's first 64-byte boundary on): bitwise what the
+ * plain kernels give (run here in pieces below the threshold), for every
+ * misalignment of dst, in place too, 1 and 2 threads, nothing written
+ * outside dst. loop index: bit 0 ISA, bit 1 threads, rest an op of the
+ * list. */
 START_TEST(streaming) {
     static const int ops[] = {FJ_ELT_RELU, FJ_ELT_LINEAR, FJ_ELT_EXP, FJ_ELT_TANH,
                               FJ_ELT_GELU_ERF, FJ_ELT_HARDSWISH};
@@ -397,6 +398,15 @@ START_TEST(streaming) {
         ck_assert_msg(memcmp(want, got, (n + 2 * pad) * sizeof *got) == 0,
                       "%s %s %d threads, dst misaligned by %zu floats: differs from the plain "
                       "kernel (or wrote outside dst)", op_name(op), isa_name(isa), threads, mis);
+        /* in place (the large kernels with plain stores), same bits */
+        if (mis % 5 == 0) {
+            memcpy(g, x, n * sizeof *g);
+            ck_assert_int_eq(fj_eltwise_f32(rt, (fj_eltwise_op)op, alphas[op], betas[op], g, g,
+                                            n), FJ_OK);
+            ck_assert_msg(memcmp(want, got, (n + 2 * pad) * sizeof *got) == 0,
+                          "%s %s %d threads, in place at misalignment %zu: differs from the "
+                          "plain kernel", op_name(op), isa_name(isa), threads, mis);
+        }
     }
     free(x);
     free(want);
@@ -530,9 +540,9 @@ START_TEST(trace) {
 }
 END_TEST
 
-/* The streaming kernels themselves, called directly on a short aligned
- * array (through fj_eltwise_f32 they only run on millions of elements,
- * too many to single-step): every instruction unwinds. */
+/* The large kernels themselves, called directly on a short aligned array
+ * (through fj_eltwise_f32 they only run on millions of elements, too many
+ * to single-step): every instruction unwinds. */
 typedef struct trs_arg {
     kg_elt_fn fn;
     const float *src;
@@ -547,16 +557,17 @@ static void trs_body(void *p) {
     __asm__ volatile("" ::: "memory");
 }
 
-/* loop index: bit 0 ISA, rest op - 1 */
-START_TEST(trace_stream) {
-    if (!fjt_can_trace("eltwise streaming trace")) return;
+/* loop index: bit 0 ISA, bit 1 streaming or in place, rest op - 1 */
+START_TEST(trace_large) {
+    if (!fjt_can_trace("eltwise large-kernel trace")) return;
     fj_isa isa = isa_of(_i);
-    int op = (_i >> 1) + 1;
+    int op = (_i >> 2) + 1;
     fj_runtime *rt = make_rt(isa);
     if (!rt) return;
     int v = kg_elt_variant((fj_eltwise_op)op, alphas[op]);
     fj_kernel *k;
-    ck_assert_int_eq(rt_elt_slot(rt, (kg_elt)(KG_ELT_STREAM0 + v), &k), FJ_OK);
+    kg_elt first = _i & 2 ? KG_ELT_LARGE0 : KG_ELT_STREAM0;
+    ck_assert_int_eq(rt_elt_slot(rt, (kg_elt)(first + v), &k), FJ_OK);
     int lanes = isa == FJ_ISA_AVX512 ? 16 : 8;
     size_t n = (size_t)(16 * lanes + lanes + 3);
     _Alignas(64) float src[300], dst[300];
@@ -594,7 +605,7 @@ static Suite *suite(void) {
     tcase_add_loop_test(t, bad_input, 0, 2);
     tcase_add_loop_test(t, emitter, 0, 2);
     tcase_add_loop_test(t, trace, 0, 2 * nops);
-    tcase_add_loop_test(t, trace_stream, 0, 2 * nops);
+    tcase_add_loop_test(t, trace_large, 0, 4 * nops);
     suite_add_tcase(s, t);
     return s;
 }
