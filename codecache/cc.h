@@ -126,6 +126,8 @@ FJ_INTERNAL const cc_entry *cc_lookup(uintptr_t pc);
 
 /* "file", "memfd" or "anonymous": how this cache's code is backed. */
 FJ_INTERNAL const char *cc_backing(const cc_cache *c);
+/* How many arenas the capacity holds (normal spans; at least 1). */
+FJ_INTERNAL size_t cc_arena_slots(const cc_cache *c);
 
 typedef struct cc_stats {
     size_t capacity;

@@ -572,6 +572,11 @@ int cc_current_arena(cc_cache *c, cc_arena_info *out) {
 
 void cc_arena_info_set_user(const cc_arena_info *a, void *user) { a->arena->user = user; }
 
+size_t cc_arena_slots(const cc_cache *c) {
+    size_t n = c->capacity / c->span;
+    return n ? n : 1;
+}
+
 size_t cc_arena_count(const cc_arena_info *a) {
     return atomic_load_explicit(&a->arena->count, memory_order_acquire);
 }

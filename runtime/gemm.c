@@ -174,13 +174,16 @@ typedef struct plan_inputs {
     float act_alpha, act_beta;
 } plan_inputs;
 
-/* The last plan made on this thread and a reference to its kernel: calls
- * repeating a shape, typical of small GEMMs in a loop, skip the blocking
- * arithmetic and the kernel table (its hash and lock were a fifth of a
- * 32^3 call). The held kernel is not evictable; one per thread. */
+/* The last plan made on this thread, usually with a reference to its
+ * kernel: calls repeating a shape, typical of small GEMMs in a loop, skip
+ * the blocking arithmetic and the kernel table (its hash and lock were a
+ * fifth of a 32^3 call). A held kernel keeps its arena from eviction, so
+ * the runtime bounds how many memos hold one (rt_khold_set); a memo
+ * without one looks its kernel up on each call. */
 static _Thread_local struct {
     plan_inputs in;
-    gemm_plan p;      /* p.kern is hold.k */
+    uint64_t serial;  /* in.rt's: tells it from a later runtime at its address */
+    gemm_plan p;      /* p.kern: hold.k, or NULL (lent for one call, see below) */
     rt_khold hold;
     int exit_hook;    /* the thread's exit drops hold */
 } memo;
@@ -206,7 +209,7 @@ static gemm_plan *memo_find(fj_runtime *rt, int ta, int tb, int64_t m, int64_t n
                             int64_t lda, int64_t ldb, int64_t ldc, int has_bias, int act,
                             float act_alpha, float act_beta) {
     const plan_inputs *i = &memo.in;
-    if (!rt_khold_valid(&memo.hold, rt, rt->serial) || i->m != m || i->n != n || i->k != k ||
+    if (i->rt != rt || memo.serial != rt->serial || i->m != m || i->n != n || i->k != k ||
         i->lda != lda || i->ldb != ldb || i->ldc != ldc || i->ta != ta || i->tb != tb ||
         i->has_bias != has_bias || i->act != act || i->isa != (int32_t)rt->isa ||
         i->threads != rt_threads(rt) ||
@@ -218,11 +221,11 @@ static gemm_plan *memo_find(fj_runtime *rt, int ta, int tb, int64_t m, int64_t n
     return &memo.p;
 }
 
-/* Plans the problem and makes it this thread's memo (whose reference to
- * the kernel is the one rt_kernel_acquire gave). */
+/* Plans the problem and makes it this thread's memo. *lent: the kernel's
+ * reference when the memo may not hold it (see gemm_plan_borrow). */
 static fj_status memo_make(fj_runtime *rt, int ta, int tb, int64_t m, int64_t n, int64_t k,
                            int64_t lda, int64_t ldb, int64_t ldc, int has_bias, int act,
-                           float act_alpha, float act_beta) {
+                           float act_alpha, float act_beta, fj_kernel **lent) {
     gemm_plan p;
     fj_status s = plan_make(rt, &p, ta, tb, m, n, k, lda, ldb, ldc, 1.0f, 0.0f, has_bias, act,
                             act_alpha, act_beta);
@@ -239,7 +242,8 @@ static fj_status memo_make(fj_runtime *rt, int ta, int tb, int64_t m, int64_t n,
                             .gen = atomic_load_explicit(&tune_gen, memory_order_relaxed),
                             .act_alpha = act ? act_alpha : 0.0f,
                             .act_beta = act ? act_beta : 0.0f};
-    rt_khold_set(&memo.hold, rt, p.kern);
+    memo.serial = rt->serial;
+    if (!rt_khold_set(&memo.hold, rt, p.kern)) *lent = p.kern;
     memo.p = p;
     return FJ_OK;
 }
@@ -248,34 +252,48 @@ fj_status gemm_plan_init(fj_runtime *rt, gemm_plan *p, int ta, int tb, int64_t m
                          int64_t k, int64_t lda, int64_t ldb, int64_t ldc, float alpha,
                          float beta, int has_bias, int act, float act_alpha, float act_beta) {
     const gemm_plan *q;
-    fj_status s = gemm_plan_borrow(rt, &q, ta, tb, m, n, k, lda, ldb, ldc, alpha, beta,
+    fj_kernel *lent;
+    fj_status s = gemm_plan_borrow(rt, &q, &lent, ta, tb, m, n, k, lda, ldb, ldc, alpha, beta,
                                    has_bias, act, act_alpha, act_beta);
     if (s != FJ_OK) {
         memset(p, 0, sizeof *p);
         return s;
     }
     *p = *q;
-    rt_kernel_ref(p->kern); /* held by the memo: not evictable meanwhile */
+    if (lent) memo.p.kern = NULL; /* the reference passes to p */
+    else rt_kernel_ref(p->kern);  /* held by the memo: not evictable meanwhile */
     return FJ_OK;
 }
 
-fj_status gemm_plan_borrow(fj_runtime *rt, const gemm_plan **out, int ta, int tb, int64_t m,
-                           int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc,
-                           float alpha, float beta, int has_bias, int act, float act_alpha,
-                           float act_beta) {
+fj_status gemm_plan_borrow(fj_runtime *rt, const gemm_plan **out, fj_kernel **lent, int ta,
+                           int tb, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
+                           int64_t ldc, float alpha, float beta, int has_bias, int act,
+                           float act_alpha, float act_beta) {
     pthread_once(&tune_once, tune_init);
+    *lent = NULL;
     gemm_plan *p = memo_find(rt, ta, tb, m, n, k, lda, ldb, ldc, has_bias, act, act_alpha,
                              act_beta);
     if (!p) {
         fj_status s = memo_make(rt, ta, tb, m, n, k, lda, ldb, ldc, has_bias, act, act_alpha,
-                                act_beta);
+                                act_beta, lent);
         if (s != FJ_OK) return s;
         p = &memo.p;
+    } else if (!p->kern) {
+        /* A memo without its kernel: the table's, for this call. */
+        fj_status s = plan_kernel(p);
+        if (s != FJ_OK) return s;
+        *lent = p->kern;
     }
     p->alpha = alpha;
     p->beta = beta;
     *out = p;
     return FJ_OK;
+}
+
+void gemm_plan_unborrow(fj_kernel *lent) {
+    if (!lent) return;
+    if (memo.p.kern == lent) memo.p.kern = NULL;
+    rt_kernel_unref(lent);
 }
 
 static fj_status plan_make(fj_runtime *rt, gemm_plan *p, int ta, int tb, int64_t m, int64_t n,
@@ -832,12 +850,14 @@ fj_status fj_gemm_f32(fj_runtime *rt, char transa, char transb, int64_t m, int64
     if (s == FJ_OK) s = check_ptrs("fj_gemm_f32", m, n, k, a, b, c);
     if (s != FJ_OK || m == 0 || n == 0) return s;
     const gemm_plan *p;
-    s = gemm_plan_borrow(rt, &p, ta, tb, m, n, k, lda, ldb, ldc, alpha, beta, 0, 0, 0, 0);
+    fj_kernel *lent;
+    s = gemm_plan_borrow(rt, &p, &lent, ta, tb, m, n, k, lda, ldb, ldc, alpha, beta, 0, 0, 0, 0);
     if (s != FJ_OK) return s;
     uint64_t t0 = rt_exec_begin();
     s = gemm_run(p, a, b, NULL, c, rt_threads(rt));
     rt_exec_end(t0, "fj_gemm_f32", "m=%lld n=%lld k=%lld", (long long)m, (long long)n,
                 (long long)k);
+    gemm_plan_unborrow(lent);
     return s;
 }
 

@@ -34,13 +34,16 @@ FJ_INTERNAL fj_status gemm_plan_init(fj_runtime *rt, gemm_plan *p, int ta, int t
                                      float alpha, float beta, int has_bias, int act,
                                      float act_alpha, float act_beta);
 /* The same plan for one call on this thread: *out is the thread's memo
- * (repeated shapes skip the planning and the kernel table), valid until
- * the thread plans again; it holds no reference of its own and is not
- * released. */
-FJ_INTERNAL fj_status gemm_plan_borrow(fj_runtime *rt, const gemm_plan **out, int ta, int tb,
-                                       int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
-                                       int64_t ldc, float alpha, float beta, int has_bias,
-                                       int act, float act_alpha, float act_beta);
+ * (repeated shapes skip the planning, and usually the kernel table),
+ * valid until the thread plans again. *lent is NULL when the memo holds
+ * the kernel, else a reference for this call, given back with
+ * gemm_plan_unborrow after it. */
+FJ_INTERNAL fj_status gemm_plan_borrow(fj_runtime *rt, const gemm_plan **out, fj_kernel **lent,
+                                       int ta, int tb, int64_t m, int64_t n, int64_t k,
+                                       int64_t lda, int64_t ldb, int64_t ldc, float alpha,
+                                       float beta, int has_bias, int act, float act_alpha,
+                                       float act_beta);
+FJ_INTERNAL void gemm_plan_unborrow(fj_kernel *lent);
 FJ_INTERNAL void gemm_plan_release(gemm_plan *p);
 /* C = act(alpha*op(A)*op(B) + beta*C + bias) with up to `threads` threads. */
 FJ_INTERNAL fj_status gemm_run(const gemm_plan *p, const float *a, const float *b,

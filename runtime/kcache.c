@@ -218,26 +218,39 @@ static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
 static fj_runtime *live;
 static atomic_uint_least64_t last_serial;
 
+static void khold_release(fj_runtime *rt, fj_kernel *k) {
+    rt_kernel_unref(k);
+    atomic_fetch_sub_explicit(&rt->khold_n, 1, memory_order_relaxed);
+}
+
 void rt_khold_drop(rt_khold *h) {
     if (!h->k) return;
     pthread_mutex_lock(&live_lock);
     for (fj_runtime *r = live; r; r = r->live_next)
         if (r == h->rt && r->serial == h->serial) {
-            rt_kernel_unref(h->k);
+            khold_release(r, h->k);
             break;
         }
     pthread_mutex_unlock(&live_lock);
     *h = (rt_khold){0};
 }
 
-void rt_khold_set(rt_khold *h, fj_runtime *rt, fj_kernel *k) {
-    if (h->k && rt_khold_valid(h, rt, rt->serial)) rt_kernel_unref(h->k); /* rt is alive */
+int rt_khold_set(rt_khold *h, fj_runtime *rt, fj_kernel *k) {
+    if (h->k && rt_khold_valid(h, rt, rt->serial)) khold_release(rt, h->k); /* rt is alive */
     else rt_khold_drop(h);
+    *h = (rt_khold){0};
+    if (atomic_fetch_add_explicit(&rt->khold_n, 1, memory_order_relaxed) >= rt->khold_max) {
+        atomic_fetch_sub_explicit(&rt->khold_n, 1, memory_order_relaxed);
+        return 0;
+    }
     *h = (rt_khold){rt, rt->serial, k};
+    return 1;
 }
 
 void rt_kcache_init(fj_runtime *rt) {
     rt->serial = atomic_fetch_add_explicit(&last_serial, 1, memory_order_relaxed) + 1;
+    size_t q = cc_arena_slots(rt->cache) / 4;
+    rt->khold_max = q < 1 ? 1 : q > 1 << 20 ? 1 << 20 : (int)q;
     pthread_mutex_lock(&live_lock);
     rt->live_next = live;
     live = rt;

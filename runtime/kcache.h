@@ -54,9 +54,12 @@ typedef struct rt_khold {
 static inline int rt_khold_valid(const rt_khold *h, const fj_runtime *rt, uint64_t serial) {
     return h->k && h->rt == rt && h->serial == serial;
 }
-/* Drops h's old reference (see rt_khold_drop), then keeps k, whose
- * reference passes to h. */
-FJ_INTERNAL void rt_khold_set(rt_khold *h, fj_runtime *rt, fj_kernel *k);
+/* Drops h's old reference (see rt_khold_drop), then keeps k if rt allows
+ * one more held kernel: a held kernel keeps its whole arena from
+ * eviction, so a runtime lets memos hold kernels in at most a quarter of
+ * its arenas' worth. Returns 1 when h took the caller's reference to k,
+ * 0 when h stays empty (the caller keeps its reference). */
+FJ_INTERNAL int rt_khold_set(rt_khold *h, fj_runtime *rt, fj_kernel *k);
 /* Drops h's reference if its runtime still exists (a destroyed runtime
  * freed the kernel already); h is empty afterwards. */
 FJ_INTERNAL void rt_khold_drop(rt_khold *h);

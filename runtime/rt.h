@@ -50,6 +50,10 @@ struct fj_runtime {
     /* [cache] LRU clock (under kc_lock) and counters for fj_cache_stats_get. */
     uint64_t kc_tick;
     atomic_uint_least64_t kc_hits, kc_misses, kc_evictions;
+    /* Kernels held by thread-local memos (rt_khold), and how many may be:
+     * each keeps its arena from eviction. */
+    atomic_int khold_n;
+    int khold_max;
     /* Thread pool, created on first parallel call (pool.c). */
     pthread_mutex_t pool_lock;
     rt_pool *pool;

@@ -745,6 +745,44 @@ START_TEST(memo_refs) {
 }
 END_TEST
 
+/* Held kernels keep their arenas from eviction: a runtime whose cache
+ * has room for few arenas lets one memo hold a kernel; another thread's
+ * calls then look their kernel up each time (and still compute right). */
+static pthread_barrier_t hold_bar;
+
+static void *hold_thread(void *rt) {
+    small_gemm(rt, 32, 32, 32);
+    pthread_barrier_wait(&hold_bar); /* holding */
+    pthread_barrier_wait(&hold_bar); /* main has checked */
+    return NULL;
+}
+
+START_TEST(memo_hold_limit) {
+    fj_options o;
+    fj_options_init(&o);
+    o.threads = 1;
+    o.cache_bytes = 64 << 10;
+    fj_runtime *rt = NULL;
+    ck_assert_int_eq(fj_runtime_create(&o, &rt), FJ_OK);
+    pthread_barrier_init(&hold_bar, NULL, 2);
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, hold_thread, rt), 0);
+    pthread_barrier_wait(&hold_bar);
+    ck_assert_int_eq(extra_refs(rt), 1);
+    for (int i = 0; i < 3; i++) {
+        small_gemm(rt, 16, 16, 16); /* the limit: lent for the call, given back */
+        ck_assert_int_eq(extra_refs(rt), 1);
+    }
+    pthread_barrier_wait(&hold_bar);
+    ck_assert_int_eq(pthread_join(th, NULL), 0);
+    ck_assert_int_eq(extra_refs(rt), 0);
+    small_gemm(rt, 24, 16, 16); /* a new plan may hold again */
+    ck_assert_int_eq(extra_refs(rt), 1);
+    pthread_barrier_destroy(&hold_bar);
+    fj_runtime_destroy(rt);
+}
+END_TEST
+
 /* Threads that call fj_gemm_f32 on a shared runtime and on runtimes of
  * their own, made and destroyed as they go (their memos move between
  * runtimes, some of them dead): right results, and once the threads are
@@ -789,6 +827,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, repeat_shapes);
     tcase_add_test(tc, memo_refs);
     tcase_add_test(tc, memo_threads);
+    tcase_add_test(tc, memo_hold_limit);
     tcase_add_loop_test(tc, epilogue, 0, 2);
     tcase_add_test(tc, wide_epilogue);
     tcase_add_loop_test(tc, trace_unwind, 0, 2);
