@@ -236,7 +236,9 @@ void rt_khold_drop(rt_khold *h) {
 }
 
 int rt_khold_set(rt_khold *h, fj_runtime *rt, fj_kernel *k) {
-    if (h->k && rt_khold_valid(h, rt, rt->serial)) khold_release(rt, h->k); /* rt is alive */
+    /* A kernel of this very runtime (not of an earlier one at its address),
+     * which the caller keeps alive: no registry needed. */
+    if (h->k && h->rt == rt && h->serial == rt->serial) khold_release(rt, h->k);
     else rt_khold_drop(h);
     *h = (rt_khold){0};
     if (atomic_fetch_add_explicit(&rt->khold_n, 1, memory_order_relaxed) >= rt->khold_max) {

@@ -49,11 +49,6 @@ typedef struct rt_khold {
     fj_kernel *k;
 } rt_khold;
 
-/* k is h's kernel and usable: h holds a kernel of this very runtime (not
- * of an earlier one at the same address). */
-static inline int rt_khold_valid(const rt_khold *h, const fj_runtime *rt, uint64_t serial) {
-    return h->k && h->rt == rt && h->serial == serial;
-}
 /* Drops h's old reference (see rt_khold_drop), then keeps k if rt allows
  * one more held kernel: a held kernel keeps its whole arena from
  * eviction, so a runtime lets memos hold kernels in at most a quarter of
