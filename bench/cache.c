@@ -281,7 +281,7 @@ static long ev_detach(void *ctx, const cc_arena_info *a, void **det) {
 
 static void ev_free(void *ctx, void *det) {
     ev_owner *o = ctx;
-    cc_arena_info a = {0, 0, 0, NULL, det};
+    cc_arena_info a = {.arena = det};
     size_t n = cc_arena_count(&a);
     for (size_t i = 0; i < n; i++) {
         cc_entry *e = cc_arena_entry(&a, i);

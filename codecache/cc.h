@@ -38,6 +38,8 @@ typedef struct cc_arena_info {
     uintptr_t lo, hi;   /* its RX code span; never handed out again */
     void *user;         /* the owner's pointer for this arena (cc_arena_set_user) */
     cc_arena *arena;    /* opaque, for cc_arena_count / cc_arena_entry */
+    uintptr_t aux;      /* the owner's room next to the code (cc_config.aux_room) */
+    size_t aux_len;
 } cc_arena_info;
 
 typedef struct cc_hooks {
@@ -70,6 +72,13 @@ typedef struct cc_config {
                           (FRAMEJIT_HUGEPAGES=1); the log says what happened */
     int reclaim_ms;    /* how long the records of a retired arena stay
                           readable (names returned by lookups); 0 = 1000 */
+    /* Address space each arena keeps for its owner right after its own
+     * block (bytes for a code span of `span`; NULL: none): PROT_NONE,
+     * private anonymous, the owner's to make read-write while the arena
+     * lives, given back with the arena. For tables that must lie within
+     * 32-bit offsets of the code, which free address space near code that
+     * is never reused stops offering once many arenas have come and gone. */
+    size_t (*aux_room)(size_t span);
 } cc_config;
 
 /* A placed kernel. start/size/name and the arena fields are immutable once
@@ -80,6 +89,8 @@ typedef struct cc_entry {
     const char *name;    /* owned by the cache */
     uint64_t arena_id;   /* the arena holding it (cc_arena_info.id) */
     uintptr_t arena_lo, arena_hi;
+    uintptr_t arena_aux; /* cc_arena_info.aux / aux_len of that arena */
+    size_t arena_aux_len;
     void *owner;         /* the owner's object (cc_set_owner); the owner
                             synchronizes its reads and writes itself */
 } cc_entry;

@@ -263,7 +263,8 @@ static fj_status map_views(cc_arena *a, size_t span) {
 
 static atomic_uint_least64_t arena_ids;
 
-fj_status cc_arena_new(int kind, size_t span, size_t min_code, int huge, cc_arena **out) {
+fj_status cc_arena_new(int kind, size_t span, size_t min_code, int huge,
+                       size_t (*aux_room)(size_t span), cc_arena **out) {
     *out = NULL;
     size_t unit = huge ? CC_HUGE : page_size();
     if (min_code > SIZE_MAX / 4) return fj_fail(FJ_ERR_INVALID_ARG, "codecache: kernel too large");
@@ -296,10 +297,16 @@ fj_status cc_arena_new(int kind, size_t span, size_t min_code, int huge, cc_aren
         a->rw_len = a->code_off + span + a->meta_room;
     }
     a->blk_len = kind == CC_ANON ? span : a->code_off + span + a->meta_room + a->rw_len;
+    size_t views = a->blk_len;
+    if (aux_room) {
+        a->aux_len = round_up(aux_room(span), page_size());
+        a->blk_len += a->aux_len;
+    }
     fj_status st = va_carve(a->blk_len, unit, &a->blk);
     if (st != FJ_OK) goto fail;
     a->lo = a->blk + a->code_off;
     a->hi = a->lo + span;
+    if (a->aux_len) a->aux = a->blk + views; /* stays as va_carve reserved it */
     if (kind != CC_ANON) {
         st = open_backing(a);
         if (st == FJ_OK) st = map_views(a, span);

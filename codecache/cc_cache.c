@@ -15,6 +15,7 @@ struct cc_cache {
     int huge;              /* huge-page arenas */
     size_t capacity;
     size_t span;           /* normal code span of an arena */
+    size_t (*aux_room)(size_t span); /* cc_config.aux_room */
     size_t held;           /* bytes consumed in arenas not retired (vs capacity) */
     size_t mapped;         /* spans of those arenas */
     size_t narenas;
@@ -107,7 +108,7 @@ static int all_dead(cc_arena *a) {
 }
 
 static cc_arena_info info_of(cc_arena *a) {
-    return (cc_arena_info){a->id, a->lo, a->hi, a->user, a};
+    return (cc_arena_info){a->id, a->lo, a->hi, a->user, a, a->aux, a->aux_len};
 }
 
 /* ------------------------------------------------------------------------
@@ -262,7 +263,7 @@ static pthread_once_t stale_once = PTHREAD_ONCE_INIT;
 fj_status cc_create(const cc_config *cfg, cc_cache **out) {
     if (!out) return fj_fail(FJ_ERR_INVALID_ARG, "codecache: cc_create: out is NULL");
     *out = NULL;
-    cc_config conf = {0, 1, 0, 0};
+    cc_config conf = {0, 1, 0, 0, NULL};
     if (cfg) conf = *cfg;
     cc_cache *c = fj_calloc(1, sizeof *c);
     if (!c) return fj_fail(FJ_ERR_NO_MEMORY, "codecache: cache descriptor");
@@ -271,6 +272,7 @@ fj_status cc_create(const cc_config *cfg, cc_cache **out) {
     c->capacity = conf.capacity ? conf.capacity : CC_DEFAULT_CAPACITY;
     c->huge = conf.huge_pages != 0;
     c->span = span_for(c->capacity, c->huge);
+    c->aux_room = conf.aux_room;
     c->reclaim_ns = (uint64_t)(conf.reclaim_ms > 0 ? conf.reclaim_ms : 1000) * 1000000u;
 
     /* Once per process: files of processes that died meanwhile wait for
@@ -281,7 +283,7 @@ fj_status cc_create(const cc_config *cfg, cc_cache **out) {
     fj_status st = FJ_ERR_OS;
     cc_arena *a = NULL;
     for (int kind = conf.code_file ? CC_FILE : CC_MEMFD; kind <= CC_ANON; kind++) {
-        st = cc_arena_new(kind, c->span, 0, c->huge, &a);
+        st = cc_arena_new(kind, c->span, 0, c->huge, c->aux_room, &a);
         if (st == FJ_OK) break;
         if (kind != CC_ANON)
             fj_log(1, "codecache: %s backing unavailable (%s), trying the next", cc_kind_name(kind),
@@ -366,7 +368,7 @@ static fj_status reserve(cc_cache *c, size_t len, cc_txn *t, cc_arena **work) {
         if (st != FJ_OK || fits) return st;
     }
     cc_arena *a;
-    st = cc_arena_new(c->kind, c->span, len, c->huge, &a);
+    st = cc_arena_new(c->kind, c->span, len, c->huge, c->aux_room, &a);
     if (st != FJ_OK) return st;
     cc_arena *old = c->cur;
     st = attach(c, a);
@@ -511,6 +513,8 @@ fj_status cc_place(cc_cache *c, const uint8_t *code, size_t len, const char *nam
     r->e.arena_id = t.a->id;
     r->e.arena_lo = t.a->lo;
     r->e.arena_hi = t.a->hi;
+    r->e.arena_aux = t.a->aux;
+    r->e.arena_aux_len = t.a->aux_len;
     r->e.owner = NULL;
     r->arena = t.a;
     atomic_init(&r->dead, 0);

@@ -103,6 +103,8 @@ struct cc_arena {
     size_t code_off;                 /* file offset of lo: header page(s) first */
     size_t file_len;                 /* bytes from file offset 0 backed for code */
     size_t meta_room;                /* file: metadata bytes after the span (view at hi) */
+    uintptr_t aux;                   /* the owner's room at the block's end (cc_config) */
+    size_t aux_len;
     void *image;                     /* the image writer's state (cc_image_set_state) */
     void (*image_free)(void *);
     size_t cursor;                   /* next free byte, relative to lo */
@@ -132,9 +134,10 @@ typedef struct cc_txn {
 /* Creates an arena of the given kind with at least min_code bytes of code
  * span (rounded up to `span`, its normal size); fills everything but
  * slot/owner/next. huge: 2 MiB aligned span and code offset, full chunks
- * collapsed into huge pages as placement fills them. */
+ * collapsed into huge pages as placement fills them. aux_room: see
+ * cc_config. */
 FJ_INTERNAL fj_status cc_arena_new(int kind, size_t span, size_t min_code, int huge,
-                                   cc_arena **out);
+                                   size_t (*aux_room)(size_t span), cc_arena **out);
 /* Gives the arena's memory back (keeps its addresses reserved as PROT_NONE
  * forever), closes and unlinks its file. The descriptor stays valid. */
 FJ_INTERNAL void cc_arena_release(cc_arena *a);

@@ -36,10 +36,10 @@ void fj_builder_destroy(fj_builder *b) { kb_free(b); }
 /* An arena's unwind registration (libgcc and libunwind tables, gdb
  * objects), empty. */
 static fj_status arena_unwind_new(fj_runtime *rt, uint64_t id, uintptr_t lo, uintptr_t hi,
-                                  uw_arena **out) {
+                                  uintptr_t aux, size_t aux_len, uw_arena **out) {
     char name[48];
     snprintf(name, sizeof name, "framejit-arena-%llu", (unsigned long long)id);
-    return uw_arena_create(rt->uw_backends, lo, hi, name, out);
+    return uw_arena_create_at(rt->uw_backends, lo, hi, name, aux, aux_len, out);
 }
 
 /* Made together with the runtime's first code arena, so that the first
@@ -49,7 +49,8 @@ void rt_arena_unwind_early(fj_runtime *rt) {
     cc_arena_info ai;
     if (!rt->uw_backends || !cc_current_arena(rt->cache, &ai) || ai.user) return;
     uw_arena *ua;
-    if (arena_unwind_new(rt, ai.id, ai.lo, ai.hi, &ua) == FJ_OK) cc_arena_info_set_user(&ai, ua);
+    if (arena_unwind_new(rt, ai.id, ai.lo, ai.hi, ai.aux, ai.aux_len, &ua) == FJ_OK)
+        cc_arena_info_set_user(&ai, ua);
 }
 
 /* Unwind info is registered per code arena, not per kernel: with
@@ -60,7 +61,8 @@ static fj_status arena_register(fj_runtime *rt, cc_entry *e, const uw_func *f) {
     if (!rt->uw_backends) return FJ_OK;
     uw_arena *ua = cc_arena_user(e);
     if (!ua) {
-        fj_status s = arena_unwind_new(rt, e->arena_id, e->arena_lo, e->arena_hi, &ua);
+        fj_status s = arena_unwind_new(rt, e->arena_id, e->arena_lo, e->arena_hi, e->arena_aux,
+                                       e->arena_aux_len, &ua);
         if (s != FJ_OK) return s;
         cc_arena_set_user(e, ua);
     }

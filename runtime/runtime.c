@@ -102,7 +102,8 @@ fj_status fj_runtime_create(const fj_options *opts, fj_runtime **out) {
     }
     const char *cf = getenv("FRAMEJIT_CODE_FILE");
     cc_config cfg = {.capacity = o.cache_bytes, .code_file = !(cf && !strcmp(cf, "0")),
-                     .huge_pages = o.huge_pages || fj_env_flag("FRAMEJIT_HUGEPAGES")};
+                     .huge_pages = o.huge_pages || fj_env_flag("FRAMEJIT_HUGEPAGES"),
+                     .aux_room = rt->uw_backends & UW_LIBUNWIND ? uw_arena_room : NULL};
     s = cc_create(&cfg, &rt->cache);
     if (s != FJ_OK) {
         fj_free(rt->dump_dir);

@@ -815,6 +815,28 @@ START_TEST(memo_threads) {
 }
 END_TEST
 
+/* Two threads making and destroying runtimes side by side: code
+ * addresses are never reused, so the code moves on through the address
+ * space; libunwind's tables must stay within 32-bit offsets of it (they
+ * once ran out of room after ~150 runtimes a thread). */
+static void *churn_thread(void *arg) {
+    (void)arg;
+    seed(91);
+    for (int i = 0; i < 400; i++) {
+        fj_runtime *r = fjt_runtime(FJ_ISA_AUTO, 1);
+        small_gemm(r, 8, 8, 8);
+        fj_runtime_destroy(r);
+    }
+    return NULL;
+}
+
+START_TEST(runtime_churn) {
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) ck_assert_int_eq(pthread_create(&th[i], NULL, churn_thread, NULL), 0);
+    for (int i = 0; i < 2; i++) ck_assert_int_eq(pthread_join(th[i], NULL), 0);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("gemm");
     TCase *tc = tcase_create("gemm");
@@ -828,6 +850,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, memo_refs);
     tcase_add_test(tc, memo_threads);
     tcase_add_test(tc, memo_hold_limit);
+    tcase_add_test(tc, runtime_churn);
     tcase_add_loop_test(tc, epilogue, 0, 2);
     tcase_add_test(tc, wide_epilogue);
     tcase_add_loop_test(tc, trace_unwind, 0, 2);

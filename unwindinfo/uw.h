@@ -78,6 +78,15 @@ typedef struct uw_arena uw_arena;
  * registered and *out is NULL. */
 FJ_INTERNAL fj_status uw_arena_create(unsigned backends, uintptr_t lo, uintptr_t hi,
                                       const char *name, uw_arena **out);
+/* The same, with [room, room + room_len): address space reserved next to
+ * the code (PROT_NONE, private anonymous, owned by the caller) for the
+ * tables that must lie within 32-bit offsets of it (libunwind's); used
+ * when it holds uw_arena_room(hi - lo) bytes. */
+FJ_INTERNAL fj_status uw_arena_create_at(unsigned backends, uintptr_t lo, uintptr_t hi,
+                                         const char *name, uintptr_t room, size_t room_len,
+                                         uw_arena **out);
+/* Bytes of such room an arena spanning span bytes uses with libunwind. */
+FJ_INTERNAL size_t uw_arena_room(size_t span);
 /* Makes f unwindable by every chosen back-end before returning FJ_OK.
  * f must lie in [lo, hi) and start at or above the end of the previous
  * kernel; its name and records are copied. On failure f is registered with

@@ -86,6 +86,13 @@ void uw_arena_destroy(uw_arena *a) {
 
 fj_status uw_arena_create(unsigned backends, uintptr_t lo, uintptr_t hi, const char *name,
                           uw_arena **out) {
+    return uw_arena_create_at(backends, lo, hi, name, 0, 0, out);
+}
+
+size_t uw_arena_room(size_t span) { return uw_unw_table_room(span); }
+
+fj_status uw_arena_create_at(unsigned backends, uintptr_t lo, uintptr_t hi, const char *name,
+                             uintptr_t room, size_t room_len, uw_arena **out) {
     if (!out) return fj_fail(FJ_ERR_INVALID_ARG, "uw_arena_create: NULL output");
     *out = NULL;
     if (backends & ~(unsigned)UW_ALL)
@@ -104,7 +111,8 @@ fj_status uw_arena_create(unsigned backends, uintptr_t lo, uintptr_t hi, const c
     a->name = fj_strdup(name);
     if (!a->name) st = fj_fail(FJ_ERR_NO_MEMORY, "uw_arena_create: out of memory");
     if (st == FJ_OK && (backends & UW_LIBGCC)) st = uw_gcc_table_create(lo, hi, &a->gcc);
-    if (st == FJ_OK && (backends & UW_LIBUNWIND)) st = uw_unw_table_create(lo, hi, name, &a->unw);
+    if (st == FJ_OK && (backends & UW_LIBUNWIND))
+        st = uw_unw_table_create(lo, hi, name, room, room_len, &a->unw);
     if (st != FJ_OK) {
         uw_arena_destroy(a);
         return st;

@@ -85,7 +85,12 @@ typedef struct uw_region {
     uint8_t *p;
     size_t len;        /* reserved */
     size_t committed;  /* read-write prefix */
+    int lent;          /* the range is the caller's (uw_region_adopt): never unmapped */
 } uw_region;
+/* Uses [p, p + len), address space the caller has reserved (PROT_NONE,
+ * private anonymous; p and len page-aligned), as the region: committed as
+ * it fills, and given back to PROT_NONE, without its pages, on release. */
+FJ_INTERNAL void uw_region_adopt(uw_region *r, void *p, size_t len);
 /* Reserves len bytes; near != 0: within +-2 GiB of [near, near_hi) (libunwind's
  * 32-bit table offsets), else anywhere. */
 FJ_INTERNAL fj_status uw_region_reserve(uw_region *r, size_t len, uintptr_t near,
@@ -140,7 +145,11 @@ FJ_INTERNAL fj_status uw_gcc_table_check(const struct uw_gcc_table *t);
 struct uw_unw_table;
 /* *out = NULL (and FJ_OK) when libunwind is not installed. */
 FJ_INTERNAL fj_status uw_unw_table_create(uintptr_t lo, uintptr_t hi, const char *name,
+                                          uintptr_t room, size_t room_len,
                                           struct uw_unw_table **out);
+/* Bytes of address space the libunwind table of a span of span bytes
+ * needs (uw_arena_room). */
+FJ_INTERNAL size_t uw_unw_table_room(size_t span);
 FJ_INTERNAL fj_status uw_unw_table_prepare(struct uw_unw_table *t, const uw_func *f);
 FJ_INTERNAL void uw_unw_table_publish(struct uw_unw_table *t);
 FJ_INTERNAL void uw_unw_table_destroy(struct uw_unw_table *t);

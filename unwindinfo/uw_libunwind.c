@@ -132,8 +132,13 @@ struct uw_unw_table {
     char *name;
 };
 
-fj_status uw_unw_table_create(uintptr_t lo, uintptr_t hi, const char *name,
-                              struct uw_unw_table **out) {
+size_t uw_unw_table_room(size_t span) {
+    size_t cap = span / 16 + 1, fde_at = (cap * sizeof(table_entry) + 4095) & ~(size_t)4095;
+    return (fde_at + 4 * span + 4096 + 4095) & ~(size_t)4095;
+}
+
+fj_status uw_unw_table_create(uintptr_t lo, uintptr_t hi, const char *name, uintptr_t room,
+                              size_t room_len, struct uw_unw_table **out) {
     *out = NULL;
     pthread_once(&load_once, load);
     if (!dyn_register) return FJ_OK;
@@ -158,7 +163,13 @@ fj_status uw_unw_table_create(uintptr_t lo, uintptr_t hi, const char *name,
     uw_buf b = {0};
     uint8_t *cie = NULL;
     size_t cie_len = 0;
-    fj_status st = uw_region_reserve(&t->mem, t->fde_at + 4 * (hi - lo) + 4096, lo, hi);
+    fj_status st = FJ_OK;
+    /* Room the code cache set aside next to the code is within reach by
+     * construction; searching for some is the fallback (address space
+     * near code that is never reused fills up as runtimes come and go). */
+    size_t need = uw_unw_table_room(hi - lo);
+    if (room && room_len >= need) uw_region_adopt(&t->mem, (void *)room, need);
+    else st = uw_region_reserve(&t->mem, need, lo, hi);
     if (st != FJ_OK) goto fail;
     uw_cie_put(&b, 1);
     if ((st = uw_buf_take(&b, &cie, &cie_len)) != FJ_OK) goto fail;

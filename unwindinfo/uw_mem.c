@@ -72,7 +72,17 @@ fj_status uw_region_commit(uw_region *r, size_t upto) {
     return FJ_OK;
 }
 
+void uw_region_adopt(uw_region *r, void *p, size_t len) {
+    *r = (uw_region){.p = p, .len = len, .lent = 1};
+}
+
 void uw_region_release(uw_region *r) {
-    if (r->p) munmap(r->p, r->len);
+    if (r->p && r->lent && r->committed) {
+        /* The owner's range stays reserved: back to PROT_NONE, pages freed. */
+        (void)madvise(r->p, r->committed, MADV_DONTNEED);
+        (void)mprotect(r->p, r->committed, PROT_NONE);
+    } else if (r->p && !r->lent) {
+        munmap(r->p, r->len);
+    }
     *r = (uw_region){0};
 }
