@@ -165,11 +165,12 @@ static fj_status plan_kernel(gemm_plan *p) {
     return rt_kernel_acquire(p->rt, &d, &p->kern);
 }
 
-/* Everything a plan depends on but alpha and beta. */
+/* Everything a plan depends on but alpha and beta (and the runtime's ISA
+ * and thread count, fixed for its life: the runtime is in here). */
 typedef struct plan_inputs {
     fj_runtime *rt;
     int64_t m, n, k, lda, ldb, ldc;
-    int32_t ta, tb, isa, threads, has_bias, act;
+    int32_t ta, tb, has_bias, act;
     unsigned gen;
     float act_alpha, act_beta;
 } plan_inputs;
@@ -199,8 +200,8 @@ static void memo_exit(void *arg) {
 static void memo_key_init(void) { memo_key_ok = pthread_key_create(&memo_key, memo_exit) == 0; }
 
 static fj_status plan_make(fj_runtime *rt, gemm_plan *p, int ta, int tb, int64_t m, int64_t n,
-                           int64_t k, int64_t lda, int64_t ldb, int64_t ldc, float alpha,
-                           float beta, int has_bias, int act, float act_alpha, float act_beta);
+                           int64_t k, int64_t lda, int64_t ldb, int64_t ldc, int has_bias,
+                           int act, float act_alpha, float act_beta);
 
 /* This thread's memo plan if it is the plan of these inputs (on this very
  * runtime), else NULL. Field by field: cheaper than building the inputs
@@ -211,8 +212,7 @@ static gemm_plan *memo_find(fj_runtime *rt, int ta, int tb, int64_t m, int64_t n
     const plan_inputs *i = &memo.in;
     if (i->rt != rt || memo.serial != rt->serial || i->m != m || i->n != n || i->k != k ||
         i->lda != lda || i->ldb != ldb || i->ldc != ldc || i->ta != ta || i->tb != tb ||
-        i->has_bias != has_bias || i->act != act || i->isa != (int32_t)rt->isa ||
-        i->threads != rt_threads(rt) ||
+        i->has_bias != has_bias || i->act != act ||
         i->gen != atomic_load_explicit(&tune_gen, memory_order_relaxed))
         return NULL;
     if (act && (memcmp(&i->act_alpha, &act_alpha, sizeof act_alpha) ||
@@ -227,8 +227,8 @@ static fj_status memo_make(fj_runtime *rt, int ta, int tb, int64_t m, int64_t n,
                            int64_t lda, int64_t ldb, int64_t ldc, int has_bias, int act,
                            float act_alpha, float act_beta, fj_kernel **lent) {
     gemm_plan p;
-    fj_status s = plan_make(rt, &p, ta, tb, m, n, k, lda, ldb, ldc, 1.0f, 0.0f, has_bias, act,
-                            act_alpha, act_beta);
+    fj_status s = plan_make(rt, &p, ta, tb, m, n, k, lda, ldb, ldc, has_bias, act, act_alpha,
+                            act_beta);
     if (s == FJ_OK) s = plan_kernel(&p);
     if (s != FJ_OK) return s;
     if (!memo.exit_hook) {
@@ -237,8 +237,7 @@ static fj_status memo_make(fj_runtime *rt, int ta, int tb, int64_t m, int64_t n,
         if (memo_key_ok) pthread_setspecific(memo_key, &memo);
     }
     memo.in = (plan_inputs){.rt = rt, .m = m, .n = n, .k = k, .lda = lda, .ldb = ldb,
-                            .ldc = ldc, .ta = ta, .tb = tb, .isa = (int32_t)rt->isa,
-                            .threads = rt_threads(rt), .has_bias = has_bias, .act = act,
+                            .ldc = ldc, .ta = ta, .tb = tb, .has_bias = has_bias, .act = act,
                             .gen = atomic_load_explicit(&tune_gen, memory_order_relaxed),
                             .act_alpha = act ? act_alpha : 0.0f,
                             .act_beta = act ? act_beta : 0.0f};
@@ -296,13 +295,13 @@ void gemm_plan_unborrow(fj_kernel *lent) {
     rt_kernel_unref(lent);
 }
 
+/* The plan without alpha and beta (gemm_plan_borrow sets them per call). */
 static fj_status plan_make(fj_runtime *rt, gemm_plan *p, int ta, int tb, int64_t m, int64_t n,
-                           int64_t k, int64_t lda, int64_t ldb, int64_t ldc, float alpha,
-                           float beta, int has_bias, int act, float act_alpha, float act_beta) {
+                           int64_t k, int64_t lda, int64_t ldb, int64_t ldc, int has_bias,
+                           int act, float act_alpha, float act_beta) {
     memset(p, 0, sizeof *p);
     *p = (gemm_plan){.rt = rt, .ta = ta, .tb = tb, .m = m, .n = n, .k = k, .lda = lda,
-                     .ldb = ldb, .ldc = ldc, .alpha = alpha, .beta = beta,
-                     .has_post = has_bias || act};
+                     .ldb = ldb, .ldc = ldc, .has_post = has_bias || act};
     int avx512 = fj_runtime_isa(rt) == FJ_ISA_AVX512;
     p->lanes = avx512 ? 16 : 8;
     p->nv = avx512 ? tune.nv512 : tune.nv2;
