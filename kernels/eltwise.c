@@ -27,8 +27,8 @@ static const char *const names[KG_ELT_STREAM0] = {
 };
 
 const char *kg_elt_name(kg_elt v) {
-    if (v >= KG_ELT_LARGE0 && v < KG_ELT__N) v -= KG_ELT_LARGE0;
-    else if (v >= KG_ELT_STREAM0 && v < KG_ELT_LARGE0) v -= KG_ELT_STREAM0;
+    int kind;
+    v = kg_elt_base(v, &kind);
     return (unsigned)v < KG_ELT_STREAM0 ? names[v] : "?";
 }
 
@@ -389,8 +389,9 @@ static int emit_op_mem(kg_elt_state *s, fj_reg x, fj_opnd m, int dry) {
 }
 
 void kg_eltwise(fj_builder *b, kg_elt v) {
-    const int large = v >= KG_ELT_STREAM0, stream = large && v < KG_ELT_LARGE0;
-    if (large) v -= stream ? KG_ELT_STREAM0 : KG_ELT_LARGE0;
+    int kind;
+    v = kg_elt_base(v, &kind);
+    const int large = kind != KG_ELT_PLAIN, stream = kind == KG_ELT_STREAMING;
     if ((unsigned)v >= KG_ELT__NELT) { poison(b); return; }
     const fj_eltwise_op op = kg_elt_op(v);
     const fj_isa isa = fj_builder_isa(b);

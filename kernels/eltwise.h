@@ -85,6 +85,17 @@ static inline int kg_elt_variant(fj_eltwise_op op, float alpha) {
     if (op == FJ_ELT_RELU) return alpha == 0.0f ? KG_ELT_RELU : KG_ELT_LEAKY_RELU;
     return (int)op - 1; /* the enums run in parallel from leaky_relu on */
 }
+/* Kinds of element-wise kernel a slot holds (see KG_ELT_STREAM0). */
+enum { KG_ELT_PLAIN, KG_ELT_STREAMING, KG_ELT_LARGE };
+/* The variant slot v runs, and (kind) which kernel of it: v itself for
+ * the plain and non-element-wise slots. */
+static inline kg_elt kg_elt_base(kg_elt v, int *kind) {
+    *kind = v >= KG_ELT_LARGE0 ? KG_ELT_LARGE : v >= KG_ELT_STREAM0 ? KG_ELT_STREAMING
+                                                                  : KG_ELT_PLAIN;
+    return *kind == KG_ELT_LARGE       ? v - KG_ELT_LARGE0
+           : *kind == KG_ELT_STREAMING ? v - KG_ELT_STREAM0
+                                       : v;
+}
 /* The op a variant computes. */
 FJ_INTERNAL fj_eltwise_op kg_elt_op(kg_elt v);
 /* "relu", "exp", ... */

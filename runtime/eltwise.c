@@ -19,7 +19,8 @@
 
 static void gen_slot(fj_builder *b, const void *ctx) {
     kg_elt v = *(const kg_elt *)ctx;
-    if (v < KG_ELT__NELT || v >= KG_ELT_STREAM0) kg_eltwise(b, v);
+    int kind;
+    if (kg_elt_base(v, &kind) < KG_ELT__NELT) kg_eltwise(b, v);
     else if (v < KG_ELT_SOFTMAX) kg_reduce(b, (fj_reduce_op)(v - KG_ELT_REDUCE0 + 1));
     else kg_softmax(b, v == KG_ELT_LOGSOFTMAX);
 }
@@ -27,9 +28,10 @@ static void gen_slot(fj_builder *b, const void *ctx) {
 fj_status rt_elt_slot_slow(fj_runtime *rt, kg_elt v, fj_kernel **out) {
     const char *isa = rt->isa == FJ_ISA_AVX512 ? "avx512" : "avx2";
     char name[64];
-    if (v < KG_ELT__NELT || v >= KG_ELT_STREAM0)
-        snprintf(name, sizeof name, "fj_eltwise_%s_f32_%s%s", kg_elt_name(v),
-                 v >= KG_ELT_LARGE0 ? "large_" : v >= KG_ELT_STREAM0 ? "stream_" : "", isa);
+    static const char *const kinds[] = {"", "stream_", "large_"};
+    int kind;
+    if (kg_elt_base(v, &kind) < KG_ELT__NELT)
+        snprintf(name, sizeof name, "fj_eltwise_%s_f32_%s%s", kg_elt_name(v), kinds[kind], isa);
     else
         snprintf(name, sizeof name, "fj_%s_f32_%s", kg_elt_name(v), isa);
     /* Generated through the kernel cache, which makes concurrent first
