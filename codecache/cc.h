@@ -72,7 +72,7 @@ typedef struct cc_config {
                           (FRAMEJIT_HUGEPAGES=1); the log says what happened */
     int reclaim_ms;    /* how long the records of a retired arena stay
                           readable (names returned by lookups); 0 = 1000 */
-    /* Address space each arena keeps for its owner right after its own
+    /* Address space each arena keeps for its owner at the end of its own
      * block (bytes for a code span of `span`; NULL: none): PROT_NONE,
      * private anonymous, the owner's to make read-write while the arena
      * lives, given back with the arena. For tables that must lie within

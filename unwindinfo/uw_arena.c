@@ -89,8 +89,6 @@ fj_status uw_arena_create(unsigned backends, uintptr_t lo, uintptr_t hi, const c
     return uw_arena_create_at(backends, lo, hi, name, 0, 0, out);
 }
 
-size_t uw_arena_room(size_t span) { return uw_unw_table_room(span); }
-
 fj_status uw_arena_create_at(unsigned backends, uintptr_t lo, uintptr_t hi, const char *name,
                              uintptr_t room, size_t room_len, uw_arena **out) {
     if (!out) return fj_fail(FJ_ERR_INVALID_ARG, "uw_arena_create: NULL output");

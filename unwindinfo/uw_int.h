@@ -147,9 +147,6 @@ struct uw_unw_table;
 FJ_INTERNAL fj_status uw_unw_table_create(uintptr_t lo, uintptr_t hi, const char *name,
                                           uintptr_t room, size_t room_len,
                                           struct uw_unw_table **out);
-/* Bytes of address space the libunwind table of a span of span bytes
- * needs (uw_arena_room). */
-FJ_INTERNAL size_t uw_unw_table_room(size_t span);
 FJ_INTERNAL fj_status uw_unw_table_prepare(struct uw_unw_table *t, const uw_func *f);
 FJ_INTERNAL void uw_unw_table_publish(struct uw_unw_table *t);
 FJ_INTERNAL void uw_unw_table_destroy(struct uw_unw_table *t);

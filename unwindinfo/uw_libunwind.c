@@ -132,7 +132,8 @@ struct uw_unw_table {
     char *name;
 };
 
-size_t uw_unw_table_room(size_t span) {
+/* The arena table's size: it is the one that must lie near the code. */
+size_t uw_arena_room(size_t span) {
     size_t cap = span / 16 + 1, fde_at = (cap * sizeof(table_entry) + 4095) & ~(size_t)4095;
     return (fde_at + 4 * span + 4096 + 4095) & ~(size_t)4095;
 }
@@ -167,7 +168,7 @@ fj_status uw_unw_table_create(uintptr_t lo, uintptr_t hi, const char *name, uint
     /* Room the code cache set aside next to the code is within reach by
      * construction; searching for some is the fallback (address space
      * near code that is never reused fills up as runtimes come and go). */
-    size_t need = uw_unw_table_room(hi - lo);
+    size_t need = uw_arena_room(hi - lo);
     if (room && room_len >= need) uw_region_adopt(&t->mem, (void *)room, need);
     else st = uw_region_reserve(&t->mem, need, lo, hi);
     if (st != FJ_OK) goto fail;
