@@ -199,10 +199,12 @@ static void still_works(fj_runtime *rt) {
 
 START_TEST(builder_create_bad) {
     fj_runtime *rt = make_rt(FJ_ISA_AVX2);
-    fj_builder *b = NULL;
+    fj_builder *b = (fj_builder *)1;
     FJT_ASSERT_ERR(fj_builder_create(NULL, "x", 0, &b), FJ_OK);
+    ck_assert_ptr_null(b);
     FJT_ASSERT_ERR(fj_builder_create(rt, NULL, 0, &b), FJ_OK);
     FJT_ASSERT_ERR(fj_builder_create(rt, "", 0, &b), FJ_OK);
+    FJT_ASSERT_ERR(fj_builder_create(rt, "bad name", 0, &b), FJ_OK);
     FJT_ASSERT_ERR(fj_builder_create(rt, "x", 7, &b), FJ_OK);
     FJT_ASSERT_ERR(fj_builder_create(rt, "x", -1, &b), FJ_OK);
     FJT_ASSERT_ERR(fj_builder_create(rt, "x", 0, NULL), FJ_OK);
