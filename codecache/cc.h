@@ -101,6 +101,11 @@ FJ_INTERNAL void cc_set_hooks(cc_cache *c, const cc_hooks *h);
 /* Unmaps everything (the retire hook runs for each arena still holding
  * memory). None of its kernels may be running. NULL ok. */
 FJ_INTERNAL void cc_destroy(cc_cache *c);
+/* Around fork (FJ_FORK_* phases, runtime/fork.c): c's lock, and the
+ * process-wide locks of the arena table and the address space (in the
+ * child also the lookups in flight, which the other threads left). */
+FJ_INTERNAL void cc_fork(cc_cache *c, int phase);
+FJ_INTERNAL void cc_fork_global(int phase);
 
 /* Copies len bytes of position-independent code into executable memory
  * and publishes it for cc_lookup, evicting least recently used arenas if

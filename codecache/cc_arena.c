@@ -121,6 +121,8 @@ const char *cc_kind_name(int kind) {
 static pthread_mutex_t va_lock = PTHREAD_MUTEX_INITIALIZER;
 static uintptr_t va_cur, va_end;
 
+void cc_arena_fork(int phase) { fj_fork_mutex(&va_lock, phase); }
+
 /* n bytes at an address aligned to align (a power of two >= the page). */
 static fj_status va_carve(size_t n, size_t align, uintptr_t *out) {
     fj_status st = FJ_OK;

@@ -74,6 +74,19 @@ static void grace_wait(void) {
     while (atomic_load(&g_readers[old & 1]) != 0) sched_yield();
 }
 
+void cc_fork_global(int phase) {
+    fj_fork_mutex(&g_lock, phase);
+    cc_arena_fork(phase);
+    /* Lookups other threads were making when the process was copied never
+     * end in the child; their counts would stall its next grace period. */
+    if (phase == FJ_FORK_CHILD) {
+        atomic_store(&g_readers[0], 0);
+        atomic_store(&g_readers[1], 0);
+    }
+}
+
+void cc_fork(cc_cache *c, int phase) { fj_fork_mutex(&c->lock, phase); }
+
 static fj_status publish(cc_arena *a) {
     pthread_mutex_lock(&g_lock);
     int n = atomic_load_explicit(&g_nslots, memory_order_relaxed);

@@ -159,6 +159,8 @@ FJ_INTERNAL void cc_huge_describe(char *buf, size_t n);
 FJ_INTERNAL uint64_t cc_now_ns(void);
 /* getpid(), cached (reset in a child of fork). */
 FJ_INTERNAL pid_t cc_self_pid(void);
+/* The address-space lock around fork (cc_fork_global). */
+FJ_INTERNAL void cc_arena_fork(int phase);
 
 /* ---- cc_cache.c ---- */
 

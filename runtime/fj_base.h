@@ -4,6 +4,7 @@
 #ifndef FJ_BASE_H
 #define FJ_BASE_H
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -28,6 +29,18 @@ FJ_INTERNAL int fj_env_flag(const char *name);
 FJ_INTERNAL int fj_verbose(void);
 /* One line on stderr, prefixed "framejit: ", only if fj_verbose() >= level. */
 FJ_INTERNAL void fj_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* fork() safety (runtime/fork.c). Before fork every layer takes its locks
+ * (FJ_FORK_PREPARE), so that no other thread is inside framejit's shared
+ * state when the process is copied; the parent then releases them
+ * (FJ_FORK_PARENT) and the child, where only the forking thread exists,
+ * makes them anew (FJ_FORK_CHILD). */
+enum { FJ_FORK_PREPARE, FJ_FORK_PARENT, FJ_FORK_CHILD };
+static inline void fj_fork_mutex(pthread_mutex_t *m, int phase) {
+    if (phase == FJ_FORK_PREPARE) pthread_mutex_lock(m);
+    else if (phase == FJ_FORK_PARENT) pthread_mutex_unlock(m);
+    else pthread_mutex_init(m, NULL);
+}
 
 /* Metadata allocation (mimalloc). Executable memory never comes from here.
  * Each can be made to fail by the fault-injection hook below. */

@@ -32,6 +32,8 @@ typedef struct rt_image_stats {
     uint64_t kernels;       /* kernels in it */
 } rt_image_stats;
 FJ_INTERNAL void rt_image_get_stats(rt_image_stats *st);
+/* The image writer's lock around fork (FJ_FORK_* phases, fork.c). */
+FJ_INTERNAL void rt_image_fork(int phase);
 
 /* ---- verbose.c -------------------------------------------------------------
  * FRAMEJIT_VERBOSE=1: rt_verbose_kernel prints one CSV line per kernel

@@ -249,6 +249,28 @@ int rt_khold_set(rt_khold *h, fj_runtime *rt, fj_kernel *k) {
     return 1;
 }
 
+void rt_live_fork(int phase) { fj_fork_mutex(&live_lock, phase); }
+
+fj_runtime *rt_live_first(void) { return live; }
+
+void rt_kcache_fork_child(fj_runtime *rt) {
+    /* A key another thread was generating when the process was copied: its
+     * kernel never arrives here, and a lookup would wait for it forever.
+     * The next acquire generates it again. */
+    for (size_t i = 0; i < rt->kc_nbuckets; i++)
+        for (rt_kslot **pp = &rt->kc_buckets[i]; *pp;) {
+            rt_kslot *s = *pp;
+            if (s->k) {
+                pp = &s->next;
+                continue;
+            }
+            *pp = s->next;
+            rt->kc_count--;
+            fj_free(s->key);
+            fj_free(s);
+        }
+}
+
 void rt_kcache_init(fj_runtime *rt) {
     rt->serial = atomic_fetch_add_explicit(&last_serial, 1, memory_order_relaxed) + 1;
     size_t q = cc_arena_slots(rt->cache) / 4;

@@ -37,6 +37,13 @@ FJ_INTERNAL void rt_kcache_init(fj_runtime *rt);
 /* Called by fj_runtime_destroy: drops the cache's references (and ends
  * rt_khold_drop's claim on rt's kernels). */
 FJ_INTERNAL void rt_kcache_clear(fj_runtime *rt);
+/* fork (runtime/fork.c): the live runtimes' list lock (FJ_FORK_* phases)
+ * and its first runtime (under that lock; rt->live_next goes on); in the
+ * child, rt_kcache_fork_child forgets keys whose generation was in flight
+ * on another thread. */
+FJ_INTERNAL void rt_live_fork(int phase);
+FJ_INTERNAL fj_runtime *rt_live_first(void);
+FJ_INTERNAL void rt_kcache_fork_child(fj_runtime *rt);
 
 /* A reference kept across calls in a thread-local memo, so that a hot
  * path (a small GEMM in a loop) reuses its kernel without the table and

@@ -143,6 +143,12 @@ fj_status rt_pool_create(int workers, rt_pool **out) {
     return FJ_OK;
 }
 
+void rt_pool_forget(rt_pool *p) {
+    if (!p) return;
+    fj_free(p->threads);
+    fj_free(p);
+}
+
 void rt_pool_destroy(rt_pool *p) {
     if (!p) return;
     pthread_mutex_lock(&p->lock);

@@ -22,5 +22,8 @@ FJ_INTERNAL int rt_threads(const fj_runtime *rt);
 typedef struct rt_pool rt_pool;
 FJ_INTERNAL fj_status rt_pool_create(int workers, rt_pool **out);
 FJ_INTERNAL void rt_pool_destroy(rt_pool *p);
+/* In a forked child: frees an inherited pool whose threads stayed in the
+ * parent (nothing to wake or join; its locks may be held by them). */
+FJ_INTERNAL void rt_pool_forget(rt_pool *p);
 
 #endif

@@ -68,6 +68,9 @@ FJ_INTERNAL void rt_arena_retire(void *ctx, const cc_arena_info *a);
 /* The first arena's unwind registration, made at runtime creation. */
 FJ_INTERNAL void rt_arena_unwind_early(fj_runtime *rt);
 
+/* Installs the fork handlers (fork.c), once per process. */
+FJ_INTERNAL void rt_fork_init(void);
+
 /* Assembles b, verifies, places, registers unwind info; frees b. */
 FJ_INTERNAL fj_status rt_finish(fj_runtime *rt, fj_builder *b, fj_kernel **out);
 

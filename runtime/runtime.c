@@ -110,12 +110,15 @@ fj_status fj_runtime_create(const fj_options *opts, fj_runtime **out) {
         fj_free(rt);
         return s;
     }
-    rt_kcache_init(rt); /* [cache] eviction hooks */
     pthread_mutex_init(&rt->lock, NULL);
     pthread_mutex_init(&rt->place_lock, NULL);
     pthread_mutex_init(&rt->kc_lock, NULL);
     pthread_cond_init(&rt->kc_cond, NULL);
     pthread_mutex_init(&rt->pool_lock, NULL);
+    rt_fork_init();
+    /* [cache] eviction hooks; also makes rt live, where fork's handlers
+     * take its locks (initialized above). */
+    rt_kcache_init(rt);
     rt_arena_unwind_early(rt);
 #if FJ_FP_TAX_PROBE
     if (rt->features & KB_NOFP)

@@ -95,6 +95,8 @@ FJ_INTERNAL fj_status uw_arena_add(uw_arena *a, const uw_func *f);
 /* Deregisters everything and frees the arena. Call it before the code
  * span is unmapped. NULL ok. */
 FJ_INTERNAL void uw_arena_destroy(uw_arena *a);
+/* The layer's locks around fork (FJ_FORK_* phases, runtime/fork.c). */
+FJ_INTERNAL void uw_fork(int phase);
 
 typedef struct uw_arena_stats {
     size_t kernels;

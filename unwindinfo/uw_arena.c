@@ -8,6 +8,7 @@
  * kernel. So a failed add leaves no back-end knowing the kernel. */
 #include "unwindinfo/uw_int.h"
 
+#include <pthread.h>
 #include <string.h>
 
 /* gdb: kernels go into chunks (uw_gdbjit.c) that grow in place; a chunk
@@ -28,6 +29,19 @@ struct uw_arena {
     size_t nchunks, chunks_cap;
     uw_buf fde;               /* scratch: the FDE being added */
 };
+
+/* Held across the calls below that reach libgcc's and libunwind's own
+ * registration locks, so that fork (uw_fork) never copies one of those
+ * held by a thread of ours. */
+static pthread_mutex_t arena_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void uw_fork(int phase) {
+    if (phase == FJ_FORK_PREPARE) fj_fork_mutex(&arena_lock, phase);
+    uw_gdb_fork(phase);
+    uw_jitdump_fork(phase);
+    uw_perfmap_fork(phase);
+    if (phase != FJ_FORK_PREPARE) fj_fork_mutex(&arena_lock, phase);
+}
 
 /* Room for one more element in a growable array (doubling). */
 static fj_status reserve_one(void **p, size_t *cap, size_t n, size_t elem) {
@@ -72,8 +86,7 @@ static fj_status gdb_stage(uw_arena *a, const uw_func *f, struct uw_gdb_chunk **
 
 /* ---- API ----------------------------------------------------------------- */
 
-void uw_arena_destroy(uw_arena *a) {
-    if (!a) return;
+static void arena_destroy(uw_arena *a) {
     /* Newest first, the reverse of registration. */
     while (a->nchunks) uw_gdb_chunk_free(a->chunks[--a->nchunks]);
     uw_unw_table_destroy(a->unw);
@@ -82,6 +95,13 @@ void uw_arena_destroy(uw_arena *a) {
     fj_free(a->fde.p);
     fj_free(a->name);
     fj_free(a);
+}
+
+void uw_arena_destroy(uw_arena *a) {
+    if (!a) return;
+    pthread_mutex_lock(&arena_lock);
+    arena_destroy(a);
+    pthread_mutex_unlock(&arena_lock);
 }
 
 fj_status uw_arena_create(unsigned backends, uintptr_t lo, uintptr_t hi, const char *name,
@@ -108,13 +128,13 @@ fj_status uw_arena_create_at(unsigned backends, uintptr_t lo, uintptr_t hi, cons
     fj_status st = FJ_OK;
     a->name = fj_strdup(name);
     if (!a->name) st = fj_fail(FJ_ERR_NO_MEMORY, "uw_arena_create: out of memory");
+    pthread_mutex_lock(&arena_lock);
     if (st == FJ_OK && (backends & UW_LIBGCC)) st = uw_gcc_table_create(lo, hi, &a->gcc);
     if (st == FJ_OK && (backends & UW_LIBUNWIND))
         st = uw_unw_table_create(lo, hi, name, room, room_len, &a->unw);
-    if (st != FJ_OK) {
-        uw_arena_destroy(a);
-        return st;
-    }
+    if (st != FJ_OK) arena_destroy(a);
+    pthread_mutex_unlock(&arena_lock);
+    if (st != FJ_OK) return st;
     fj_log(2, "unwind: arena %s at %#lx..%#lx (%s%s%s)", name, (unsigned long)lo,
            (unsigned long)hi, a->gcc ? " libgcc" : "", a->unw ? " libunwind" : "",
            backends & UW_GDB ? " gdb" : "");
@@ -122,7 +142,7 @@ fj_status uw_arena_create_at(unsigned backends, uintptr_t lo, uintptr_t hi, cons
     return FJ_OK;
 }
 
-fj_status uw_arena_add(uw_arena *a, const uw_func *f) {
+static fj_status arena_add(uw_arena *a, const uw_func *f) {
     if (!a || !f) return fj_fail(FJ_ERR_INVALID_ARG, "uw_arena_add: NULL argument");
     fj_status st = uw_check_func(f);
     if (st != FJ_OK) return st;
@@ -153,6 +173,13 @@ fj_status uw_arena_add(uw_arena *a, const uw_func *f) {
     return FJ_OK;
 fail:
     uw_gdb_chunk_free(fresh);  /* never registered; a staged kernel elsewhere is just dropped */
+    return st;
+}
+
+fj_status uw_arena_add(uw_arena *a, const uw_func *f) {
+    pthread_mutex_lock(&arena_lock);
+    fj_status st = arena_add(a, f);
+    pthread_mutex_unlock(&arena_lock);
     return st;
 }
 

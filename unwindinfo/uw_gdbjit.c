@@ -41,6 +41,8 @@ FJ_GDB_EXPORT __attribute__((noinline)) void __jit_debug_register_code(void) {
  * interleaving updates between the list change and the hook call. */
 static pthread_mutex_t jit_lock = PTHREAD_MUTEX_INITIALIZER;
 
+void uw_gdb_fork(int phase) { fj_fork_mutex(&jit_lock, phase); }
+
 struct uw_gdb_entry {
     struct jit_code_entry e;
     uint8_t *elf;

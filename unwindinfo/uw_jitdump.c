@@ -52,6 +52,8 @@ struct jd_unwind {
 };
 
 static pthread_mutex_t jd_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void uw_jitdump_fork(int phase) { fj_fork_mutex(&jd_lock, phase); }
 static int jd_fd = -1;
 static pid_t jd_pid;
 static void *jd_marker;

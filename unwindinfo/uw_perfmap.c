@@ -13,6 +13,8 @@
 #include <unistd.h>
 
 static pthread_mutex_t map_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void uw_perfmap_fork(int phase) { fj_fork_mutex(&map_lock, phase); }
 static int map_fd = -1;
 static pid_t map_pid;
 
