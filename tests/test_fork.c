@@ -10,6 +10,7 @@
 #undef FJ_TEST
 
 #include <check.h>
+#include <glob.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -118,6 +119,16 @@ static void child_deadline(void) {
     alarm(CHILD_ALARM_S);
 }
 
+/* Code files a process left in /dev/shm. */
+static size_t files_of(pid_t pid) {
+    char pat[64];
+    snprintf(pat, sizeof pat, "/dev/shm/framejit-%d-*", (int)pid);
+    glob_t g;
+    size_t n = glob(pat, 0, NULL, &g) == 0 ? g.gl_pathc : 0;
+    globfree(&g);
+    return n;
+}
+
 /* Waits for a child; its failure as text (NULL when it exited 0). */
 static const char *child_result(pid_t pid, char *buf, size_t n) {
     int st;
@@ -150,6 +161,7 @@ START_TEST(child_uses_runtime) {
     uint8_t *pbytes = malloc(psz);
     memcpy(pbytes, fj_kernel_entry(pk), psz);
 
+    size_t parent_files = files_of(getpid());
     pid_t pid = fork();
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
@@ -176,6 +188,10 @@ START_TEST(child_uses_runtime) {
     char why[128];
     const char *err = child_result(pid, why, sizeof why);
     ck_assert_msg(!err, "%s", err ? err : "");
+    /* The child's runtimes took their files with them, and only theirs
+     * (destroying the inherited runtime in the child kept the parent's). */
+    ck_assert_uint_eq(files_of(pid), 0);
+    ck_assert_uint_eq(files_of(getpid()), parent_files);
     /* The parent is unchanged by what the child did. */
     ck_assert_int_eq(memcmp(fj_kernel_entry(pk), pbytes, psz), 0);
     ck_assert_int_eq(call0(pk), 41);
