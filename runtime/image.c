@@ -33,10 +33,10 @@ typedef struct img_arena {
 } img_arena;
 
 static pthread_mutex_t img_lock = PTHREAD_MUTEX_INITIALIZER;
-
-void rt_image_fork(int phase) { fj_fork_mutex(&img_lock, phase); }
 static rt_image_stats stats;
 static int logged_skip;
+
+void rt_image_fork(int phase) { fj_fork_mutex(&img_lock, phase); }
 
 /* The arena's retirement frees it (cc_arena_release). */
 static void arena_free(void *p) {
