@@ -132,10 +132,21 @@ struct uw_unw_table {
     char *name;
 };
 
+/* The table's layout for a code span: *cap entries (kernels start at
+ * least 16 bytes apart; the code cache aligns them further), the CIE/FDE
+ * area from *fde_at on, with four times the code span for FDE bytes, which
+ * no real kernel's CFI comes near. Returns the whole size. Reserved address
+ * space costs nothing until it is written. */
+static size_t table_layout(size_t span, size_t *cap, size_t *fde_at) {
+    *cap = span / 16 + 1;
+    *fde_at = (*cap * sizeof(table_entry) + 4095) & ~(size_t)4095;
+    return (*fde_at + 4 * span + 4096 + 4095) & ~(size_t)4095;
+}
+
 /* The arena table's size: it is the one that must lie near the code. */
 size_t uw_arena_room(size_t span) {
-    size_t cap = span / 16 + 1, fde_at = (cap * sizeof(table_entry) + 4095) & ~(size_t)4095;
-    return (fde_at + 4 * span + 4096 + 4095) & ~(size_t)4095;
+    size_t cap, fde_at;
+    return table_layout(span, &cap, &fde_at);
 }
 
 fj_status uw_unw_table_create(uintptr_t lo, uintptr_t hi, const char *name, uintptr_t room,
@@ -153,14 +164,9 @@ fj_status uw_unw_table_create(uintptr_t lo, uintptr_t hi, const char *name, uint
         fj_free(t);
         return fj_fail(FJ_ERR_NO_MEMORY, "libunwind: out of memory");
     }
-    /* Kernels start at least 16 bytes apart (the code cache aligns them
-     * further); FDE bytes get four times the code span, which no real
-     * kernel's CFI comes near. Reserved address space costs nothing until
-     * it is written. */
     t->lo = lo;
     t->hi = hi;
-    t->cap = (hi - lo) / 16 + 1;
-    t->fde_at = (t->cap * sizeof(table_entry) + 4095) & ~(size_t)4095;
+    const size_t need = table_layout(hi - lo, &t->cap, &t->fde_at);
     uw_buf b = {0};
     uint8_t *cie = NULL;
     size_t cie_len = 0;
@@ -168,7 +174,6 @@ fj_status uw_unw_table_create(uintptr_t lo, uintptr_t hi, const char *name, uint
     /* Room the code cache set aside next to the code is within reach by
      * construction; searching for some is the fallback (address space
      * near code that is never reused fills up as runtimes come and go). */
-    size_t need = uw_arena_room(hi - lo);
     if (room && room_len >= need) uw_region_adopt(&t->mem, (void *)room, need);
     else st = uw_region_reserve(&t->mem, need, lo, hi);
     if (st != FJ_OK) goto fail;
