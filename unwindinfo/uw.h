@@ -123,11 +123,6 @@ FJ_INTERNAL fj_status uw_arena_check(const uw_arena *a);
  * readelf -wf. Buffer fj_malloc'ed. */
 FJ_INTERNAL fj_status uw_elf_build(const uw_func *fns, size_t n, const uint8_t *code, uint8_t **out,
                                    size_t *len);
-/* The same with .eh_frame given (eh_len bytes, CIE first, zero terminator;
- * FDE addresses as uw_elf_build would write them). */
-FJ_INTERNAL fj_status uw_elf_build_eh(const uw_func *fns, size_t n, const uint8_t *code,
-                                      const uint8_t *eh, size_t eh_len, uint8_t **out,
-                                      size_t *len);
 
 /* FRAMEJIT_DUMP: writes DIR/<name>.<seq>.o. Failures are logged
  * (FRAMEJIT_VERBOSE) and returned, never fatal to the kernel. */

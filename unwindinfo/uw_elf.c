@@ -42,29 +42,10 @@ static uint64_t addr_align(uintptr_t a) {
     return al;
 }
 
-fj_status uw_elf_build(const uw_func *fns, size_t n, const uint8_t *code, uint8_t **out,
-                       size_t *len) {
-    if (!out || !len) return fj_fail(FJ_ERR_INVALID_ARG, "uw_elf_build: NULL output");
-    uintptr_t lo, hi;
-    fj_status st = uw_check_funcs(fns, n, &lo, &hi);
-    if (st != FJ_OK) return st;
-    /* A .o for tools gets section-relative FDEs; the GDB object absolute
-     * ones (gdb adds no section offset for JIT objects). */
-    uint8_t *eh = NULL;
-    size_t eh_len = 0;
-    st = uw_eh_frame_build_at(fns, n, code ? lo : 0, &eh, &eh_len, NULL);
-    if (st != FJ_OK) return st;
-    st = uw_elf_build_eh(fns, n, code, eh, eh_len, out, len);
-    fj_free(eh);
-    return st;
-}
-
-fj_status uw_elf_build_eh(const uw_func *fns, size_t n, const uint8_t *code, const uint8_t *eh,
-                          size_t eh_len, uint8_t **out, size_t *len) {
-    if (!out || !len || !eh) return fj_fail(FJ_ERR_INVALID_ARG, "uw_elf_build: NULL argument");
-    uintptr_t lo, hi;
-    fj_status st = uw_check_funcs(fns, n, &lo, &hi);
-    if (st != FJ_OK) return st;
+/* The ELF around fns (checked; covering [lo, hi)) and their .eh_frame. */
+static fj_status build_elf(const uw_func *fns, size_t n, uintptr_t lo, uintptr_t hi,
+                           const uint8_t *code, const uint8_t *eh, size_t eh_len, uint8_t **out,
+                           size_t *len) {
     const int gdb = code == NULL;
 
     /* String and symbol tables first, so their sizes are known. */
@@ -149,6 +130,23 @@ fj_status uw_elf_build_eh(const uw_func *fns, size_t n, const uint8_t *code, con
         uw_elf_header(b.p, ET_REL, 0, 0, shoff, SEC__N, SEC_SHSTRTAB);
     }
     return uw_buf_take(&b, out, len);
+}
+
+fj_status uw_elf_build(const uw_func *fns, size_t n, const uint8_t *code, uint8_t **out,
+                       size_t *len) {
+    if (!out || !len) return fj_fail(FJ_ERR_INVALID_ARG, "uw_elf_build: NULL output");
+    uintptr_t lo, hi;
+    fj_status st = uw_check_funcs(fns, n, &lo, &hi);
+    if (st != FJ_OK) return st;
+    /* A .o for tools gets section-relative FDEs; the GDB object absolute
+     * ones (gdb adds no section offset for JIT objects). */
+    uint8_t *eh = NULL;
+    size_t eh_len = 0;
+    st = uw_eh_frame_build_at(fns, n, code ? lo : 0, &eh, &eh_len, NULL);
+    if (st != FJ_OK) return st;
+    st = build_elf(fns, n, lo, hi, code, eh, eh_len, out, len);
+    fj_free(eh);
+    return st;
 }
 
 void uw_elf_header(void *dst, uint16_t type, uint64_t phoff, uint16_t phnum, uint64_t shoff,
