@@ -63,15 +63,20 @@ fj_status uw_gdb_entry_new(const uw_func *fns, size_t n, struct uw_gdb_entry **o
     return FJ_OK;
 }
 
-void uw_gdb_entry_link(struct uw_gdb_entry *g) {
-    pthread_mutex_lock(&jit_lock);
-    g->e.prev_entry = NULL;
-    g->e.next_entry = __jit_debug_descriptor.first_entry;
-    if (g->e.next_entry) g->e.next_entry->prev_entry = &g->e;
-    __jit_debug_descriptor.first_entry = &g->e;
-    __jit_debug_descriptor.relevant_entry = &g->e;
+/* Puts e at the head of the list and tells gdb; jit_lock held. */
+static void jit_link_locked(struct jit_code_entry *e) {
+    e->prev_entry = NULL;
+    e->next_entry = __jit_debug_descriptor.first_entry;
+    if (e->next_entry) e->next_entry->prev_entry = e;
+    __jit_debug_descriptor.first_entry = e;
+    __jit_debug_descriptor.relevant_entry = e;
     __jit_debug_descriptor.action_flag = JIT_REGISTER_FN;
     __jit_debug_register_code();
+}
+
+void uw_gdb_entry_link(struct uw_gdb_entry *g) {
+    pthread_mutex_lock(&jit_lock);
+    jit_link_locked(&g->e);
     __jit_debug_descriptor.action_flag = JIT_NOACTION;
     pthread_mutex_unlock(&jit_lock);
 }
@@ -88,13 +93,18 @@ static void jit_unlink_locked(struct jit_code_entry *e) {
     __jit_debug_register_code();
 }
 
-void uw_gdb_entry_unlink(struct uw_gdb_entry *g) {
-    if (!g) return;
+/* The same, taking jit_lock, and the descriptor left idle. */
+static void jit_unlink(struct jit_code_entry *e) {
     pthread_mutex_lock(&jit_lock);
-    jit_unlink_locked(&g->e);
+    jit_unlink_locked(e);
     __jit_debug_descriptor.action_flag = JIT_NOACTION;
     __jit_debug_descriptor.relevant_entry = NULL;
     pthread_mutex_unlock(&jit_lock);
+}
+
+void uw_gdb_entry_unlink(struct uw_gdb_entry *g) {
+    if (!g) return;
+    jit_unlink(&g->e);
     uw_gdb_entry_free(g);
 }
 
@@ -282,15 +292,8 @@ void uw_gdb_chunk_publish(struct uw_gdb_chunk *c) {
     c->kernels++;
 
     const int old = c->live, cur = old < 0 ? 0 : !old;
-    struct jit_code_entry *n = &c->e[cur];
     pthread_mutex_lock(&jit_lock);
-    n->prev_entry = NULL;
-    n->next_entry = __jit_debug_descriptor.first_entry;
-    if (n->next_entry) n->next_entry->prev_entry = n;
-    __jit_debug_descriptor.first_entry = n;
-    __jit_debug_descriptor.relevant_entry = n;
-    __jit_debug_descriptor.action_flag = JIT_REGISTER_FN;
-    __jit_debug_register_code();
+    jit_link_locked(&c->e[cur]);
     if (old >= 0) jit_unlink_locked(&c->e[old]);
     __jit_debug_descriptor.action_flag = JIT_NOACTION;
     pthread_mutex_unlock(&jit_lock);
@@ -302,13 +305,7 @@ size_t uw_gdb_chunk_bytes(const struct uw_gdb_chunk *c) { return sizeof *c + c->
 
 void uw_gdb_chunk_free(struct uw_gdb_chunk *c) {
     if (!c) return;
-    if (c->live >= 0) {
-        pthread_mutex_lock(&jit_lock);
-        jit_unlink_locked(&c->e[c->live]);
-        __jit_debug_descriptor.action_flag = JIT_NOACTION;
-        __jit_debug_descriptor.relevant_entry = NULL;
-        pthread_mutex_unlock(&jit_lock);
-    }
+    if (c->live >= 0) jit_unlink(&c->e[c->live]);
     fj_free(c->elf);
     fj_free(c);
 }
