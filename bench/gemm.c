@@ -329,10 +329,11 @@ void bench_gemm(const bench_ctx *c) {
     /* FJ_BENCH_GEMM_THREADS=1 or 2: those rows only; 0: none (generation
      * and frame-pointer tax rows only). */
     const char *tl = getenv("FJ_BENCH_GEMM_THREADS");
+    const int tsel = tl ? atoi(tl) : -1;
     int tmin = 1, tmax = 2;
-    if (tl && atoi(tl) >= 0 && atoi(tl) <= 2) {
-        tmin = atoi(tl) ? atoi(tl) : 3;
-        tmax = atoi(tl);
+    if (tsel >= 0 && tsel <= 2) {
+        tmin = tsel ? tsel : 3;
+        tmax = tsel;
     }
     for (int t = tmin; t <= tmax; t++) {
         double peak = bench_fma_peak(avx512, 1) * t;
