@@ -4,6 +4,7 @@
  * limits the run to those shapes (N alone: NxNxN); FJ_BENCH_GEMM_THREADS=1 (or 2)
  * keeps only the one-thread (two-thread) rows, =0 neither. */
 #include <dlfcn.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -237,9 +238,20 @@ static void gen_time(const bench_ctx *c, shape s, int used) {
 /* ---- frame-pointer tax (measurement builds only) ------------------------
  * With -Dfp_tax_probe=true, a runtime created with FRAMEJIT_FP_TAX_PROBE=1
  * builds its GEMM kernels with rbp as one more GPR and no frame pointer.
- * Both runtimes run each shape on one thread in alternating ~10 ms blocks
- * (rotated order); the tax is how much longer the frame-pointer kernels
- * take, from the medians of the calling thread's CPU time per call. */
+ * The two runtimes run each shape on one thread in pairs of short adjacent
+ * blocks (~2 ms each, which one goes first alternates), timed by the
+ * calling thread's CPU time. Each pair gives one ratio, fp time / nofp
+ * time: both halves saw nearly the same machine, so the slow drifts of a
+ * shared host (which move a whole-run median by a few %) cancel in it. The
+ * tax is the median ratio - 1, with a distribution-free 95% interval for
+ * that median from the order statistics of the ratios. */
+#if FJ_FP_TAX_PROBE
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+#endif
+
 static void fp_tax(const bench_ctx *c, fj_runtime *normal) {
 #if FJ_FP_TAX_PROBE
     fj_options o;
@@ -255,8 +267,11 @@ static void fp_tax(const bench_ctx *c, fj_runtime *normal) {
     }
     const char *only = getenv("FJ_BENCH_GEMM_SHAPES");
     printf("# gemm: frame-pointer tax, 1 thread: rbp frame vs rbp as a GPR (probe build), "
-           "alternating blocks, median CPU time; tax = fp time / nofp time - 1\n");
-    enum { BLOCKS = 2 * 32 };
+           "pairs of adjacent ~2 ms blocks, thread CPU time; tax = median over pairs of "
+           "fp time / nofp time - 1, [95%% interval of that median]\n");
+    enum { MAX_PAIRS = 201 };
+    const double block_ns = 2e6, budget_ns = c->quick ? 3e8 : 1e9;
+    const int min_pairs = c->quick ? 11 : 41;
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         shape s = shapes[i];
         if (c->quick && (s.m > 1024 || s.m == 16)) continue;
@@ -264,17 +279,23 @@ static void fp_tax(const bench_ctx *c, fj_runtime *normal) {
         gemm_bufs g = {s, rand_buf((size_t)s.m * s.k), rand_buf((size_t)s.k * s.n),
                        rand_buf((size_t)s.m * s.n)};
         fj_runtime *rt[2] = {normal, probe};
-        double t[2][BLOCKS];
+        static double t[2][MAX_PAIRS], ratio[MAX_PAIRS];
         long calls = 1;
-        int blocks = c->reps * 2 > BLOCKS ? BLOCKS : c->reps * 2, ok = g.a && g.b && g.c;
+        int pairs = 0, ok = g.a && g.b && g.c;
         for (int v = 0; v < 2 && ok; v++) ok = run_variant(V_FJ, rt[v], &g); /* generate */
         if (ok) {
             double t0 = thread_cpu_ns();
             run_variant(V_FJ, normal, &g);
             double one = thread_cpu_ns() - t0;
-            calls = (long)(1e7 / (one > 1 ? one : 1)) + 1;
+            if (one < 1) one = 1;
+            calls = (long)(block_ns / one) + 1;
+            double per_pair = 2.0 * (double)calls * one;
+            pairs = (int)(budget_ns / per_pair);
+            /* The big shapes take one call a block (20-150 ms): at least
+             * min_pairs of them anyway, or their interval spans +-3%. */
+            pairs = pairs < min_pairs ? min_pairs : pairs > MAX_PAIRS ? MAX_PAIRS : pairs;
         }
-        for (int r = 0; r < blocks && ok; r++)
+        for (int r = 0; r < pairs && ok; r++)
             for (int j = 0; j < 2; j++) {
                 int v = (r + j) & 1;
                 double c0 = thread_cpu_ns();
@@ -282,13 +303,28 @@ static void fp_tax(const bench_ctx *c, fj_runtime *normal) {
                 t[v][r] = (thread_cpu_ns() - c0) / (double)calls;
             }
         if (ok) {
+            for (int r = 0; r < pairs; r++) ratio[r] = t[0][r] / t[1][r];
+            qsort(ratio, (size_t)pairs, sizeof ratio[0], cmp_double);
+            /* Ranks (1-based) lo..hi bracket the median with >= 95%
+             * confidence: n/2 -+ 1.96 sqrt(n)/2 (normal approximation of
+             * the binomial; n >= 11 here). */
+            double half = 0.98 * sqrt((double)pairs);
+            int lo = (int)floor(pairs / 2.0 - half), hi = (int)ceil(pairs / 2.0 + 1 + half);
+            if (lo < 1) lo = 1;
+            if (hi > pairs) hi = pairs;
+            double med = pairs & 1 ? ratio[pairs / 2]
+                                   : 0.5 * (ratio[pairs / 2 - 1] + ratio[pairs / 2]);
             double flops = 2.0 * s.m * s.n * s.k;
-            double fp = bench_median(t[0], blocks), nofp = bench_median(t[1], blocks);
+            double fp = bench_median(t[0], pairs), nofp = bench_median(t[1], pairs);
             char name[64];
             snprintf(name, sizeof name, "fp tax %dx%dx%d 1t", s.m, s.n, s.k);
             bench_row("gemm", name, "framejit rbp frame", flops / fp, "GFLOP/s", 0);
             bench_row("gemm", name, "framejit rbp as GPR", flops / nofp, "GFLOP/s", 0);
-            bench_row("gemm", name, "tax", 100.0 * (fp / nofp - 1.0), "%", fp / nofp);
+            printf("# gemm: %s: %d pairs of %ld call%s\n", name, pairs, calls,
+                   calls == 1 ? "" : "s");
+            bench_row("gemm", name, "tax", 100.0 * (med - 1.0), "%", med);
+            bench_row("gemm", name, "tax 95% low", 100.0 * (ratio[lo - 1] - 1.0), "%", 0);
+            bench_row("gemm", name, "tax 95% high", 100.0 * (ratio[hi - 1] - 1.0), "%", 0);
         } else {
             fprintf(stderr, "bench gemm fp tax: %dx%dx%d failed: %s\n", s.m, s.n, s.k,
                     fj_last_error());
