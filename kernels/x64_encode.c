@@ -940,6 +940,141 @@ static inline __attribute__((always_inline)) int encode(x64_op op, const x64_opn
     return encode_slow(op, ops, nops, sig, detail, rex, out, info, use_memo);
 }
 
+/* ---- register-only vector forms ------------------------------------------
+ * Most instructions of eltwise bodies and GEMM tiles name only vector
+ * registers of one width (shifts and ternary logic add an imm8). Their
+ * bytes are a fixed pattern, a VEX or EVEX prefix, the opcode and a ModRM
+ * of mod 11, with each register's bits in known fields. So the row the
+ * full search picks for (mnemonic, width, any register >= 16, register
+ * count, imm8) is looked up once and kept as a few fields, and encoding is
+ * then a handful of shifts: no operand keys and no memo probe. A form is
+ * checked against the full search on several register assignments before
+ * it is kept; one that does not fit the pattern (or fails the check) is
+ * kept as absent and its instructions take x64_encode.
+ *
+ * One 64-bit word per form, indexed directly (nothing to hash or
+ * compare), written at most once with the same value by any thread:
+ *   bit 0 known, 1 present, 2 EVEX, 3-4 map, 5-6 pp, 7 W, 8-9 L'L,
+ *   10-17 opcode, 18-20 ModRM.reg operand (7: /ext), 21-22 ModRM.rm
+ *   operand, 23-25 vvvv operand (7: none), 26-28 ext, 29-31 is4 operand
+ *   (7: none), 32-47 features. */
+enum { VF_NONE = 7 };
+static _Atomic uint64_t vforms[X64_OP_COUNT][3][2][3][2];
+
+static int vf_fill(uint64_t f, const uint8_t *reg, int64_t imm, int has_imm, uint8_t *out) {
+    unsigned map = f >> 3 & 3, pp = f >> 5 & 3, w = f >> 7 & 1, l = f >> 8 & 3;
+    unsigned gop = f >> 18 & 7, eop = f >> 21 & 3, hop = f >> 23 & 7;
+    unsigned g = gop == VF_NONE ? (f >> 26 & 7) : reg[gop], e = reg[eop];
+    unsigned h = hop == VF_NONE ? 0 : reg[hop], lop = f >> 29 & 7;
+    uint8_t *p = out;
+    if (f & 4) {
+        *p++ = 0x62;
+        *p++ = (uint8_t)((~g & 8) << 4 | (~e & 16) << 2 | (~e & 8) << 2 | (~g & 16) | map);
+        *p++ = (uint8_t)(w << 7 | (~h & 15) << 3 | 4 | pp);
+        *p++ = (uint8_t)(l << 5 | (~h & 16) >> 1);
+    } else if (map == XM_0F && !w && e < 8) {
+        *p++ = 0xC5;
+        *p++ = (uint8_t)((~g & 8) << 4 | (~h & 15) << 3 | l << 2 | pp);
+    } else {
+        *p++ = 0xC4;
+        *p++ = (uint8_t)((~g & 8) << 4 | 1 << 6 | (~e & 8) << 2 | map);
+        *p++ = (uint8_t)(w << 7 | (~h & 15) << 3 | l << 2 | pp);
+    }
+    *p++ = (uint8_t)(f >> 10);
+    *p++ = (uint8_t)(0xC0 | (g & 7) << 3 | (e & 7));
+    if (lop != VF_NONE) *p++ = (uint8_t)(reg[lop] << 4);
+    if (has_imm) *p++ = (uint8_t)imm;
+    return (int)(p - out);
+}
+
+/* The form's word: the full search on canonical operands, the row read
+ * back, then the check. */
+static __attribute__((noinline)) uint64_t vf_make(x64_op op, int bits, int hi, int nregs,
+                                                  int has_imm) {
+    if (!atomic_load_explicit(&index_ready, memory_order_acquire))
+        pthread_once(&index_once, index_init);
+    x64_opnd o[4];
+    int n = nregs + has_imm;
+    for (int i = 0; i < n; i++) {
+        o[i] = (x64_opnd){.kind = X64_K_VEC, .bits = (uint16_t)bits, .reg = hi ? 16 : 0,
+                          .base = X64_NOREG, .index = X64_NOREG};
+        if (i == nregs) o[i] = (x64_opnd){.kind = X64_K_IMM, .imm = 0x5a, .base = X64_NOREG,
+                                          .index = X64_NOREG};
+    }
+    uint64_t sig = SIG_NONE;
+    int rex = 0;
+    for (int i = 0; i < n; i++) {
+        unsigned d;
+        sig ^= (uint64_t)(SH_NONE ^ key_of(&o[i], &d, &rex)) << (16 * i);
+    }
+    uint8_t buf[X64_MAX_LEN + 8], mine[X64_MAX_LEN + 8];
+    x64_enc_info info;
+    int row = -1, fs = 0, fl = 0;
+    if (search(op, o, n, sig, rex, buf, &info, &row, &fs, &fl) <= 0) return 1;
+    const x64_row *r = &x64_rows[row];
+    if (r->enc == XE_LEG || (r->flags & (XF_RM0 | XF_CC)) || r->w == XW_S) return 1;
+    unsigned gop = VF_NONE, eop = VF_NONE, hop = VF_NONE, lop = VF_NONE;
+    for (int i = 0; i < n; i++) {
+        int slot = X64_OPD_SLOT(r->opd[i]), c = X64_OPD_CLASS(r->opd[i]);
+        if (i == nregs) {
+            if (slot != XS_AUTO || (c != XC_I8 && c != XC_U8)) return 1;
+        } else if (slot == XS_G && gop == VF_NONE) gop = (unsigned)i;
+        else if (slot == XS_E && eop == VF_NONE) eop = (unsigned)i;
+        else if (slot == XS_H && hop == VF_NONE) hop = (unsigned)i;
+        else if (slot == XS_L && lop == VF_NONE && !has_imm) lop = (unsigned)i;
+        else return 1;
+    }
+    if (eop == VF_NONE || (gop == VF_NONE) != (r->ext >= 0)) return 1;
+    unsigned l = fl == 512 ? 2 : fl == 256 ? 1 : 0;
+    if (r->flags & XF_LIG) l = 0;
+    uint64_t f = 1 | 2 | (uint64_t)(r->enc == XE_EVEX) << 2 | (uint64_t)X64_PFX_MAP(r->pfx) << 3 |
+                 (uint64_t)X64_PFX_PP(r->pfx) << 5 | (uint64_t)(r->w == XW_1) << 7 |
+                 (uint64_t)l << 8 | (uint64_t)r->opc << 10 | (uint64_t)gop << 18 |
+                 (uint64_t)eop << 21 | (uint64_t)hop << 23 |
+                 (uint64_t)(r->ext >= 0 ? r->ext : 0) << 26 | (uint64_t)lop << 29 |
+                 (uint64_t)info.features << 32;
+    if (info.features >> 16) return 1;
+    /* Register numbers with every bit pattern in every slot. */
+    static const uint8_t lo[4][4] = {{1, 2, 3, 4}, {9, 10, 11, 12}, {15, 0, 8, 7},
+                                     {6, 14, 13, 5}};
+    static const uint8_t high[4][4] = {{16, 17, 18, 19}, {31, 9, 24, 2}, {5, 30, 0, 17},
+                                       {25, 3, 11, 16}};
+    for (int t = 0; t < 4; t++) {
+        const uint8_t *rg = hi ? high[t] : lo[t];
+        int any = 0;
+        for (int i = 0; i < nregs; i++) {
+            o[i].reg = rg[i];
+            any |= rg[i] >= 16;
+        }
+        if (hi && !any) continue;
+        int len = x64_encode_search(op, o, n, buf, &info);
+        if (len <= 0 || (info.features >> 16) || info.features != (uint32_t)(f >> 32) ||
+            vf_fill(f, rg, 0x5a, has_imm, mine) != len || memcmp(buf, mine, (size_t)len))
+            return 1;
+    }
+    return f;
+}
+
+int x64_encode_vregs(x64_op op, int bits, const uint8_t *reg, int nregs, int64_t imm,
+                     int has_imm, uint8_t *out, uint32_t *features) {
+    if ((unsigned)op - 1u >= X64_OP_COUNT - 1u || nregs < 2 || nregs > 4) return 0;
+    if (has_imm && (imm < 0 || imm > 127)) return 0;   /* in range for both imm8 kinds */
+    int wi = bits == 512 ? 2 : bits == 256 ? 1 : bits == 128 ? 0 : -1;
+    unsigned any = 0;
+    for (int i = 0; i < nregs; i++) any |= reg[i];
+    if (wi < 0 || any >= 32) return 0;
+    int hi = any >> 4 & 1;
+    _Atomic uint64_t *slot = &vforms[op][wi][hi][nregs - 2][has_imm != 0];
+    uint64_t f = atomic_load_explicit(slot, memory_order_relaxed);
+    if (!f) {
+        f = vf_make(op, bits, hi, nregs, has_imm != 0);
+        atomic_store_explicit(slot, f, memory_order_relaxed);
+    }
+    if (!(f & 2)) return 0;
+    *features = (uint32_t)(f >> 32);
+    return vf_fill(f, reg, imm, has_imm, out);
+}
+
 int x64_encode(x64_op op, const x64_opnd *ops, int nops, uint8_t *out, x64_enc_info *info) {
     return encode(op, ops, nops, out, info, 1);
 }

@@ -374,7 +374,7 @@ START_TEST(test_differential) {
     memset(per_op, 0, sizeof per_op);
     nfail = 0;
     fail_msg[0] = 0;
-    long compared = 0;
+    long compared = 0, vregs_compared = 0;
     for (long it = 0; it < iters; it++) {
         const x64_row *row = &x64_rows[it % x64_nrows];
         x64_opnd ops[4];
@@ -403,6 +403,25 @@ START_TEST(test_differential) {
             report(op, ops, nops, code, len, NULL, NULL, "memo hit differs from the full search");
             continue;
         }
+        /* So must the register-only templates, where they apply. */
+        uint8_t vr[4];
+        int nv = 0, vbits = ops[0].bits, vimm = nops > 0 && ops[nops - 1].kind == X64_K_IMM;
+        for (int i = 0; i < nops - vimm && nv >= 0; i++)
+            if (ops[i].kind == X64_K_VEC && ops[i].bits == vbits && !ops[i].mask && !ops[i].zero)
+                vr[nv++] = ops[i].reg;
+            else
+                nv = -1;
+        uint32_t vfeat = 0;
+        int vlen = nv >= 2 ? x64_encode_vregs(op, vbits, vr, nv, vimm ? ops[nops - 1].imm : 0,
+                                              vimm, ref, &vfeat)
+                           : 0;
+        if (vlen > 0) {
+            vregs_compared++;
+            if (vlen != len || memcmp(ref, code, (size_t)len) || vfeat != info.features) {
+                report(op, ops, nops, code, len, NULL, NULL, "register template differs");
+                continue;
+            }
+        }
         ZydisDecodedInstruction zi;
         ZydisDecodedOperand zo[ZYDIS_MAX_OPERAND_COUNT];
         if (!ZYAN_SUCCESS(ZydisDecoderDecodeFull(&dec, code, (ZyanUSize)len, &zi, zo))) {
@@ -417,6 +436,7 @@ START_TEST(test_differential) {
     ck_assert_msg(nfail == 0, "%d of %ld encodings mismatched (seed 0x%" PRIx64 "); first:\n%s", nfail, iters,
                   seed, fail_msg);
     ck_assert_int_ge(compared, iters);
+    if (iters >= 100000) ck_assert_int_gt(vregs_compared, iters / 50);
     if (iters >= 100000)
         for (int op = 1; op < X64_OP_COUNT; op++)
             ck_assert_msg(per_op[op] > 0, "mnemonic %s never encoded and verified", x64_op_name((x64_op)op));
