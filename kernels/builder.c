@@ -76,6 +76,8 @@ struct fj_builder {
     size_t len, cap;
 
     uint32_t tag[4][32];   /* live tag per class and physical register, 0 = free */
+    uint32_t live[4];      /* bit p: tag[class][p] != 0 (the allocators' view) */
+    uint32_t next_tag, tag_end;  /* this builder's block of handle tags */
     uint32_t arg_tag[6];   /* the tag each argument register was created with */
     uint32_t label_salt;   /* high bits of this builder's label ids */
     uint32_t gpr_ever;     /* GPRs ever handed out (callee-saved to save) */
@@ -132,10 +134,22 @@ static inline int grow(fj_builder *b, void **p, size_t *cap, size_t need, size_t
 
 /* ---- creation ------------------------------------------------------- */
 
+/* Tags come from the process-wide counter in blocks (one atomic add per
+ * TAG_BLOCK handles instead of one per handle), so they stay unique across
+ * builders as before: a handle of another builder, or of a released
+ * register, does not match the live tag. */
+enum { TAG_BLOCK = 256 };
+
 static uint32_t new_handle(fj_builder *b, int cls, unsigned phys) {
-    uint32_t t = atomic_fetch_add(&tag_counter, 1) & 0x1ffffffu;
-    if (t == 0) t = atomic_fetch_add(&tag_counter, 1) & 0x1ffffffu;
+    if (b->next_tag == b->tag_end) {
+        b->next_tag = atomic_fetch_add(&tag_counter, TAG_BLOCK) & 0x1ffffffu;
+        b->tag_end = b->next_tag + TAG_BLOCK;
+        if (b->tag_end > 0x2000000u) b->tag_end = 0x2000000u;   /* at the wrap */
+        if (b->next_tag == 0) b->next_tag = 1;                     /* 0 means free */
+    }
+    uint32_t t = b->next_tag++;
     b->tag[cls][phys] = t;
+    b->live[cls] |= 1u << phys;
     if (cls == RC_GPR) b->gpr_ever |= 1u << phys;
     if (cls == RC_VEC) b->used_vec = 1;
     return ((uint32_t)cls << 30) | (phys << 25) | t;
@@ -230,8 +244,9 @@ fj_reg fj_gpr(fj_builder *b) {
 fj_reg fj_vreg(fj_builder *b) {
     fj_reg r = {0};
     if (!b) return r;
-    for (int i = 0; i < b->nvec; i++)
-        if (!b->tag[RC_VEC][i]) { r.id = new_handle(b, RC_VEC, (unsigned)i); return r; }
+    uint32_t pool = b->nvec == 32 ? 0xffffffffu : (1u << b->nvec) - 1;
+    uint32_t free_ = ~b->live[RC_VEC] & pool;
+    if (free_) { r.id = new_handle(b, RC_VEC, (unsigned)__builtin_ctz(free_)); return r; }
     kb_fail(b, "out of vector registers (%d)", b->nvec);
     return r;
 }
@@ -240,8 +255,8 @@ fj_reg fj_kreg(fj_builder *b) {
     fj_reg r = {0};
     if (!b) return r;
     if (b->isa != FJ_ISA_AVX512) { kb_fail(b, "mask registers need the AVX-512 ISA"); return r; }
-    for (unsigned i = 1; i < 8; i++) /* k0 cannot be a write mask: not in the pool */
-        if (!b->tag[RC_K][i]) { r.id = new_handle(b, RC_K, i); return r; }
+    uint32_t free_ = ~b->live[RC_K] & 0xfeu; /* k0 cannot be a write mask: not in the pool */
+    if (free_) { r.id = new_handle(b, RC_K, (unsigned)__builtin_ctz(free_)); return r; }
     kb_fail(b, "out of mask registers (k1-k7)");
     return r;
 }
@@ -273,6 +288,7 @@ void fj_release(fj_builder *b, fj_reg r) {
     int cls = (int)H_CLASS(r.id);
     if (cls < RC_GPR || phys_of(b, r, cls, "fj_release") < 0) return;
     b->tag[cls][H_PHYS(r.id)] = 0;
+    b->live[cls] &= ~(1u << H_PHYS(r.id));
 }
 
 /* ---- frame and constants -------------------------------------------- */
@@ -549,6 +565,35 @@ static void jump(fj_builder *b, x64_op op, int li) {
 
 /* ---- instructions --------------------------------------------------- */
 
+/* Vector registers of one width only (and maybe a last imm8): the
+ * encoder's template path (x64_encode_vregs), for most of the
+ * instructions of a compute loop. Returns 1 when it emitted the
+ * instruction, 0 to leave it to the general path (which also reports any
+ * error: a stale handle, a width the target lacks, a form with no such
+ * operands). */
+static inline int emit_vregs(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
+    unsigned bits = ops[0].bits;
+    int has_imm = ops[nops - 1].kind == FJ_OPND_IMM, nregs = nops - has_imm;
+    if (bits > (unsigned)b->vbits || nregs < 2) return 0;
+    uint8_t reg[4];
+    for (int i = 0; i < nregs; i++) {
+        const fj_opnd *o = &ops[i];
+        uint32_t id = o->reg.id;
+        unsigned p = H_PHYS(id);
+        if (o->kind != FJ_OPND_REG || o->bits != bits || o->mask.id || H_CLASS(id) != RC_VEC ||
+            b->tag[RC_VEC][p] != H_TAG(id) || !H_TAG(id))
+            return 0;
+        reg[i] = (uint8_t)p;
+    }
+    if (!grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return 1;
+    uint32_t feat = 0;
+    int n = x64_encode_vregs((x64_op)op, (int)bits, reg, nregs, has_imm ? ops[nops - 1].val : 0,
+                             has_imm, b->code + b->len, &feat);
+    if (n <= 0 || (feat & ~b->features)) return 0;
+    b->len += (size_t)n;
+    return 1;
+}
+
 void fj_emitv(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
     if (!b || b->err) return;
     if (op <= FJ_OP_NONE || op >= FJ_OP_COUNT) { kb_fail(b, "unknown instruction %d", (int)op); return; }
@@ -556,6 +601,9 @@ void fj_emitv(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
         kb_fail(b, "%s: %d operands (0..4, non-NULL)", x64_op_name((x64_op)op), nops);
         return;
     }
+    /* Before the checks below: none of those mnemonics has a form whose
+     * operands are all vector registers. */
+    if (nops >= 2 && ops[0].kind == FJ_OPND_REG && emit_vregs(b, op, ops, nops)) return;
     switch (op) {
     case FJ_PUSH: case FJ_POP: case FJ_RET: case FJ_LEAVE:
         kb_fail(b, "%s is not available to kernels: it would move rsp behind the CFI's back "

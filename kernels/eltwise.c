@@ -227,6 +227,7 @@ static void init_state(kg_elt_state *s, fj_builder *b, fj_isa isa, fj_eltwise_op
     s->b = b;
     s->op = op;
     s->avx512 = isa == FJ_ISA_AVX512;
+    s->vbits = s->avx512 ? 512 : 256;
     s->alpha = alpha;
     s->beta = beta;
     if (op == FJ_ELT_RELU && alpha == ELT_KEY_ALPHA) s->op = FJ_ELT_LEAKY_RELU;
