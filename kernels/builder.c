@@ -565,30 +565,72 @@ static void jump(fj_builder *b, x64_op op, int li) {
 
 /* ---- instructions --------------------------------------------------- */
 
-/* Vector registers of one width only (and maybe a last imm8): the
- * encoder's template path (x64_encode_vregs), for most of the
- * instructions of a compute loop. Returns 1 when it emitted the
- * instruction, 0 to leave it to the general path (which also reports any
- * error: a stale handle, a width the target lacks, a form with no such
- * operands). */
-static inline int emit_vregs(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
-    unsigned bits = ops[0].bits;
-    int has_imm = ops[nops - 1].kind == FJ_OPND_IMM, nregs = nops - has_imm;
-    if (bits > (unsigned)b->vbits || nregs < 2) return 0;
-    uint8_t reg[4];
-    for (int i = 0; i < nregs; i++) {
+/* The encoder's template paths, for most instructions of a compute loop:
+ * vector registers of one width only (x64_encode_vregs), or zmm registers
+ * and one [base + disp] operand, maybe a write mask on operand 0
+ * (x64_encode_vmem); either with a last imm8. Returns 1 when it emitted
+ * the instruction, 0 to leave it to the general path (which also reports
+ * any error: a stale handle, a width the target lacks, no such form). */
+static inline int live_phys(const fj_builder *b, fj_reg r, int cls) {
+    uint32_t id = r.id;
+    unsigned p = H_PHYS(id);
+    return H_CLASS(id) == (unsigned)cls && H_TAG(id) && b->tag[cls][p] == H_TAG(id) ? (int)p : -1;
+}
+
+static inline int emit_fast(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
+    int has_imm = ops[nops - 1].kind == FJ_OPND_IMM, nv = nops - has_imm, mem = -1;
+    unsigned bits = 0;
+    uint8_t reg[4] = {0};
+    int base = 0;
+    for (int i = 0; i < nv; i++) {
         const fj_opnd *o = &ops[i];
-        uint32_t id = o->reg.id;
-        unsigned p = H_PHYS(id);
-        if (o->kind != FJ_OPND_REG || o->bits != bits || o->mask.id || H_CLASS(id) != RC_VEC ||
-            b->tag[RC_VEC][p] != H_TAG(id) || !H_TAG(id))
+        if (i && o->mask.id) return 0;
+        if (o->kind == FJ_OPND_REG) {
+            int p = live_phys(b, o->reg, RC_VEC);
+            if (p < 0 || (bits && o->bits != bits)) return 0;
+            bits = o->bits;
+            reg[i] = (uint8_t)p;
+        } else if (o->kind == FJ_OPND_MEM && mem < 0 && !o->index.id &&
+                   o->val >= INT32_MIN && o->val <= INT32_MAX) {
+            base = live_phys(b, o->reg, RC_GPR);   /* not the frame or the pool */
+            if (base < 0) return 0;
+            mem = i;
+        } else {
             return 0;
-        reg[i] = (uint8_t)p;
+        }
     }
+    if (!bits || bits > (unsigned)b->vbits || nv < 1 + (mem < 0)) return 0;
     if (!grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return 1;
     uint32_t feat = 0;
-    int n = x64_encode_vregs((x64_op)op, (int)bits, reg, nregs, has_imm ? ops[nops - 1].val : 0,
+    int n;
+    if (mem < 0) {
+        if (ops[0].mask.id) return 0;
+        n = x64_encode_vregs((x64_op)op, (int)bits, reg, nv, has_imm ? ops[nops - 1].val : 0,
                              has_imm, b->code + b->len, &feat);
+    } else {
+        int k = 0;
+        if (bits != 512 || (ops[0].mask.id && (k = live_phys(b, ops[0].mask, RC_K)) < 0)) return 0;
+        /* Field by field: a zeroing initializer compiles to rep stos,
+         * which costs more than the rest of this path. */
+        x64_opnd x[4];
+        for (int i = 0; i < nops; i++) {
+            const fj_opnd *o = &ops[i];
+            x64_opnd *d = &x[i];
+            d->kind = i == mem ? X64_K_MEM : o->kind == FJ_OPND_IMM ? X64_K_IMM : X64_K_VEC;
+            d->bits = i == mem ? o->bits : d->kind == X64_K_VEC ? 512 : 0;
+            d->reg = reg[i];
+            d->base = i == mem ? (uint8_t)base : X64_NOREG;
+            d->index = X64_NOREG;
+            d->scale = 1;
+            d->bcst = i == mem ? o->bcst : 0;
+            d->mask = d->zero = 0;
+            d->disp = i == mem ? (int32_t)o->val : 0;
+            d->imm = o->val;
+        }
+        x[0].mask = (uint8_t)k;
+        x[0].zero = k ? ops[0].zero : 0;
+        n = x64_encode_vmem((x64_op)op, x, nops, b->code + b->len, &feat);
+    }
     if (n <= 0 || (feat & ~b->features)) return 0;
     b->len += (size_t)n;
     return 1;
@@ -601,9 +643,9 @@ void fj_emitv(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
         kb_fail(b, "%s: %d operands (0..4, non-NULL)", x64_op_name((x64_op)op), nops);
         return;
     }
-    /* Before the checks below: none of those mnemonics has a form whose
-     * operands are all vector registers. */
-    if (nops >= 2 && ops[0].kind == FJ_OPND_REG && emit_vregs(b, op, ops, nops)) return;
+    /* Before the checks below: none of those mnemonics has a form with a
+     * vector register operand. */
+    if (nops >= 2 && emit_fast(b, op, ops, nops)) return;
     switch (op) {
     case FJ_PUSH: case FJ_POP: case FJ_RET: case FJ_LEAVE:
         kb_fail(b, "%s is not available to kernels: it would move rsp behind the CFI's back "

@@ -1067,6 +1067,138 @@ int x64_encode_vregs(x64_op op, int bits, const uint8_t *reg, int nregs, int64_t
     return vf_fill(f, reg, imm, has_imm, out);
 }
 
+/* ---- 512-bit forms with one [base + disp] operand -------------------------
+ * The loads, stores and memory-source arithmetic of AVX-512 loops (relu's
+ * vmaxps from memory, a GEMM tile's broadcasts, B loads and C updates):
+ * zmm registers, one memory operand with a GPR base and no index, maybe a
+ * write mask on operand 0, {1to16} and an imm8. Only EVEX encodes zmm, and
+ * EVEX rows do not differ in length, so the row the search picks depends
+ * on the pattern alone, never on the registers or the displacement: kept
+ * per pattern, the encoding is the EVEX prefix from the registers, the
+ * opcode, and the ModRM/SIB/disp8*N the full encoder would write.
+ *
+ * The patterns are too many to index directly: a 2-way hashed table of
+ * words holding the pattern and its form together (one atomic load, never
+ * torn), refilled by the search on a miss.
+ *   bits 0-20: the pattern (key_vmem), 21: present, 22-23 map, 24-25 pp,
+ *   26 W, 27-34 opcode, 35-37 ModRM.reg operand (7: /ext), 38-40 vvvv
+ *   operand (7: none), 41-43 ext, 44-46 log2 of the disp8 scale N,
+ *   47-55 features. */
+enum { VM_BITS = 9, VM_N = 1 << VM_BITS, VM_KEY = (1 << 21) - 1 };
+static _Atomic uint64_t vmforms[VM_N];
+
+/* The pattern: mnemonic, operand count, where the memory operand is, its
+ * width, broadcast, masking, immediate. Never 0 (nops >= 2). */
+static uint64_t key_vmem(x64_op op, const x64_opnd *ops, int nops, int mem) {
+    const x64_opnd *m = &ops[mem];
+    unsigned mb = m->bits == 0 ? 0 : (unsigned)__builtin_ctz(m->bits) - 2;  /* 8..512: 1..7 */
+    int imm = ops[nops - 1].kind == X64_K_IMM;
+    return (uint64_t)op | (uint64_t)(nops - 1) << 8 | (uint64_t)mem << 10 |
+           (uint64_t)(mb & 7) << 12 | (uint64_t)m->bcst << 15 |
+           (uint64_t)(ops[0].mask != 0) << 16 | (uint64_t)ops[0].zero << 17 | (uint64_t)imm << 18;
+}
+
+static unsigned vm_slot(uint64_t key) {
+    return (unsigned)((key * 0x9e3779b97f4a7c15ull) >> (64 - VM_BITS)) & ~1u;
+}
+
+/* The form for ops' pattern (absent: the present bit clear). */
+static __attribute__((noinline)) uint64_t vm_make(x64_op op, const x64_opnd *ops, int nops,
+                                                  int mem, uint64_t key) {
+    if (!atomic_load_explicit(&index_ready, memory_order_acquire))
+        pthread_once(&index_once, index_init);
+    x64_opnd o[4];
+    for (int i = 0; i < nops; i++) o[i] = ops[i];
+    o[mem].base = X64_RAX;   /* canonical: no SIB, no REX bits, no displacement */
+    o[mem].disp = 0;
+    for (int i = 0; i < nops; i++)
+        if (o[i].kind == X64_K_VEC) o[i].reg = 0;
+    if (o[0].mask) o[0].mask = 1;
+    uint64_t sig = SIG_NONE;
+    int rex = 0;
+    for (int i = 0; i < nops; i++) {
+        unsigned d;
+        int sh = key_of(&o[i], &d, &rex);
+        if (sh < 0) return key;
+        sig ^= (uint64_t)(SH_NONE ^ sh) << (16 * i);
+    }
+    uint8_t buf[X64_MAX_LEN + 8];
+    x64_enc_info info;
+    int row = -1, fs = 0, fl = 0;
+    if (search(op, o, nops, sig, rex, buf, &info, &row, &fs, &fl) <= 0) return key;
+    const x64_row *r = &x64_rows[row];
+    if (r->enc != XE_EVEX || (r->flags & (XF_RM0 | XF_CC)) || r->w == XW_S) return key;
+    unsigned gop = VF_NONE, hop = VF_NONE;
+    for (int i = 0; i < nops; i++) {
+        int slot = X64_OPD_SLOT(r->opd[i]), c = X64_OPD_CLASS(r->opd[i]);
+        if (o[i].kind == X64_K_IMM) {
+            if (slot != XS_AUTO || (c != XC_I8 && c != XC_U8)) return key;
+        } else if (i == mem) {
+            if (slot != XS_E) return key;
+        } else if (slot == XS_G && gop == VF_NONE) gop = (unsigned)i;
+        else if (slot == XS_H && hop == VF_NONE) hop = (unsigned)i;
+        else return key;
+    }
+    if ((gop == VF_NONE) != (r->ext >= 0) || (info.features >> 9)) return key;
+    x64_form f;
+    fill(r, o, nops, op_cc[op], fs, fl, &f);
+    int n = disp_scale(&f);
+    if (fl != 512 || (r->flags & XF_LIG) || n & (n - 1)) return key;
+    return key | 1ull << 21 | (uint64_t)X64_PFX_MAP(r->pfx) << 22 |
+           (uint64_t)X64_PFX_PP(r->pfx) << 24 | (uint64_t)(r->w == XW_1) << 26 |
+           (uint64_t)r->opc << 27 | (uint64_t)gop << 35 | (uint64_t)hop << 38 |
+           (uint64_t)(r->ext >= 0 ? r->ext : 0) << 41 | (uint64_t)__builtin_ctz((unsigned)n) << 44 |
+           (uint64_t)info.features << 47;
+}
+
+int x64_encode_vmem(x64_op op, const x64_opnd *ops, int nops, uint8_t *out,
+                    uint32_t *features) {
+    if ((unsigned)op - 1u >= X64_OP_COUNT - 1u || nops < 2 || nops > 4) return 0;
+    int mem = -1, imm = ops[nops - 1].kind == X64_K_IMM;
+    for (int i = 0; i < nops - imm; i++) {
+        const x64_opnd *o = &ops[i];
+        if (o->kind == X64_K_VEC && o->bits == 512 && o->reg < 32) continue;
+        if (o->kind != X64_K_MEM || mem >= 0 || o->base >= 16 || o->index != X64_NOREG ||
+            (o->bits & (o->bits - 1)) || o->bits > 512 || o->bits == 1 || o->bits == 2 ||
+            o->bits == 4)
+            return 0;
+        mem = i;
+    }
+    if (mem < 0 || ops[0].mask >= 8 || (ops[0].zero && !ops[0].mask) ||
+        (imm && (ops[nops - 1].imm < 0 || ops[nops - 1].imm > 127)))
+        return 0;
+    for (int i = 1; i < nops; i++)
+        if (ops[i].mask || ops[i].zero) return 0;
+    uint64_t key = key_vmem(op, ops, nops, mem);
+    unsigned s = vm_slot(key);
+    uint64_t f = atomic_load_explicit(&vmforms[s], memory_order_relaxed);
+    if ((f & VM_KEY) != key) {
+        s ^= 1;
+        f = atomic_load_explicit(&vmforms[s], memory_order_relaxed);
+        if ((f & VM_KEY) != key) {
+            f = vm_make(op, ops, nops, mem, key);
+            atomic_store_explicit(&vmforms[s], f, memory_order_relaxed);
+        }
+    }
+    if (!(f >> 21 & 1)) return 0;
+    const x64_opnd *m = &ops[mem];
+    unsigned map = f >> 22 & 3, pp = f >> 24 & 3, w = f >> 26 & 1;
+    unsigned gop = f >> 35 & 7, hop = f >> 38 & 7;
+    unsigned g = gop == VF_NONE ? (f >> 41 & 7) : ops[gop].reg;
+    unsigned h = hop == VF_NONE ? 0 : ops[hop].reg, b = m->base;
+    uint8_t *p = out;
+    *p++ = 0x62;
+    *p++ = (uint8_t)((~g & 8) << 4 | 1 << 6 | (~b & 8) << 2 | (~g & 16) | map);
+    *p++ = (uint8_t)(w << 7 | (~h & 15) << 3 | 4 | pp);
+    *p++ = (uint8_t)(ops[0].zero << 7 | 2 << 5 | m->bcst << 4 | (~h & 16) >> 1 | ops[0].mask);
+    *p++ = (uint8_t)(f >> 27);
+    int disp_at = -1;
+    p += emit_modrm(p, (int)g, m, 1 << (f >> 44 & 7), &disp_at);
+    if (imm) *p++ = (uint8_t)ops[nops - 1].imm;
+    *features = (uint32_t)(f >> 47 & 0x1ff);
+    return (int)(p - out);
+}
+
 int x64_encode(x64_op op, const x64_opnd *ops, int nops, uint8_t *out, x64_enc_info *info) {
     return encode(op, ops, nops, out, info, 1);
 }

@@ -374,7 +374,7 @@ START_TEST(test_differential) {
     memset(per_op, 0, sizeof per_op);
     nfail = 0;
     fail_msg[0] = 0;
-    long compared = 0, vregs_compared = 0;
+    long compared = 0, vregs_compared = 0, vmem_compared = 0;
     for (long it = 0; it < iters; it++) {
         const x64_row *row = &x64_rows[it % x64_nrows];
         x64_opnd ops[4];
@@ -422,6 +422,16 @@ START_TEST(test_differential) {
                 continue;
             }
         }
+        /* And the 512-bit memory forms (x64_encode_vmem checks its own
+         * operands: 0 for anything else). */
+        vlen = x64_encode_vmem(op, ops, nops, ref, &vfeat);
+        if (vlen > 0) {
+            vmem_compared++;
+            if (vlen != len || memcmp(ref, code, (size_t)len) || vfeat != info.features) {
+                report(op, ops, nops, code, len, NULL, NULL, "memory-form template differs");
+                continue;
+            }
+        }
         ZydisDecodedInstruction zi;
         ZydisDecodedOperand zo[ZYDIS_MAX_OPERAND_COUNT];
         if (!ZYAN_SUCCESS(ZydisDecoderDecodeFull(&dec, code, (ZyanUSize)len, &zi, zo))) {
@@ -437,6 +447,9 @@ START_TEST(test_differential) {
                   seed, fail_msg);
     ck_assert_int_ge(compared, iters);
     if (iters >= 100000) ck_assert_int_gt(vregs_compared, iters / 50);
+    if (iters >= 100000) ck_assert_int_gt(vmem_compared, iters / 100);
+    fprintf(stderr, "x64_zydis: %ld register-template and %ld memory-form encodings compared\n",
+            vregs_compared, vmem_compared);
     if (iters >= 100000)
         for (int op = 1; op < X64_OP_COUNT; op++)
             ck_assert_msg(per_op[op] > 0, "mnemonic %s never encoded and verified", x64_op_name((x64_op)op));
