@@ -567,8 +567,8 @@ static void jump(fj_builder *b, x64_op op, int li) {
 
 /* The encoder's template paths, for most instructions of a compute loop:
  * vector registers of one width only (x64_encode_vregs), or zmm registers
- * and one [base + disp] operand, maybe a write mask on operand 0
- * (x64_encode_vmem); either with a last imm8. Returns 1 when it emitted
+ * and one [base (+ index*scale) + disp] operand, maybe a write mask on
+ * operand 0 (x64_encode_vmem); either with a last imm8. Returns 1 when it emitted
  * the instruction, 0 to leave it to the general path (which also reports
  * any error: a stale handle, a width the target lacks, no such form). */
 static inline int live_phys(const fj_builder *b, fj_reg r, int cls) {
@@ -581,7 +581,7 @@ static inline int emit_fast(fj_builder *b, fj_op op, const fj_opnd *ops, int nop
     int has_imm = ops[nops - 1].kind == FJ_OPND_IMM, nv = nops - has_imm, mem = -1;
     unsigned bits = 0;
     uint8_t reg[4] = {0};
-    int base = 0;
+    int base = 0, index = X64_NOREG;
     for (int i = 0; i < nv; i++) {
         const fj_opnd *o = &ops[i];
         if (i && o->mask.id) return 0;
@@ -590,10 +590,11 @@ static inline int emit_fast(fj_builder *b, fj_op op, const fj_opnd *ops, int nop
             if (p < 0 || (bits && o->bits != bits)) return 0;
             bits = o->bits;
             reg[i] = (uint8_t)p;
-        } else if (o->kind == FJ_OPND_MEM && mem < 0 && !o->index.id &&
-                   o->val >= INT32_MIN && o->val <= INT32_MAX) {
+        } else if (o->kind == FJ_OPND_MEM && mem < 0 && o->val >= INT32_MIN &&
+                   o->val <= INT32_MAX) {
             base = live_phys(b, o->reg, RC_GPR);   /* not the frame or the pool */
-            if (base < 0) return 0;
+            index = o->index.id ? live_phys(b, o->index, RC_GPR) : X64_NOREG;
+            if (base < 0 || index < 0) return 0;
             mem = i;
         } else {
             return 0;
@@ -620,8 +621,8 @@ static inline int emit_fast(fj_builder *b, fj_op op, const fj_opnd *ops, int nop
             d->bits = i == mem ? o->bits : d->kind == X64_K_VEC ? 512 : 0;
             d->reg = reg[i];
             d->base = i == mem ? (uint8_t)base : X64_NOREG;
-            d->index = X64_NOREG;
-            d->scale = 1;
+            d->index = i == mem ? (uint8_t)index : X64_NOREG;
+            d->scale = i == mem ? o->scale : 1;
             d->bcst = i == mem ? o->bcst : 0;
             d->mask = d->zero = 0;
             d->disp = i == mem ? (int32_t)o->val : 0;

@@ -93,9 +93,9 @@ FJ_INTERNAL int x64_encode_search(x64_op op, const x64_opnd *ops, int nops, uint
  * also explains errors). */
 FJ_INTERNAL int x64_encode_vregs(x64_op op, int bits, const uint8_t *reg, int nregs,
                                  int64_t imm, int has_imm, uint8_t *out, uint32_t *features);
-/* 512-bit instructions with one [base + disp] memory operand (GPR base,
- * no index), zmm registers otherwise, maybe a write mask on operand 0 and
- * a last imm8 (0..127): the same bytes as x64_encode from a per-pattern
+/* 512-bit instructions with one [base (+ index*scale) + disp] memory
+ * operand (GPR base), zmm registers otherwise, maybe a write mask on
+ * operand 0 and a last imm8 (0..127): the same bytes as x64_encode from a per-pattern
  * form (see x64_encode.c). Returns the length and the features, or 0
  * when the operands are not of that kind or the pattern has no form (use
  * x64_encode). */

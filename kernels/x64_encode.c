@@ -1067,10 +1067,10 @@ int x64_encode_vregs(x64_op op, int bits, const uint8_t *reg, int nregs, int64_t
     return vf_fill(f, reg, imm, has_imm, out);
 }
 
-/* ---- 512-bit forms with one [base + disp] operand -------------------------
+/* ---- 512-bit forms with one [base (+ index*scale) + disp] operand --------
  * The loads, stores and memory-source arithmetic of AVX-512 loops (relu's
  * vmaxps from memory, a GEMM tile's broadcasts, B loads and C updates):
- * zmm registers, one memory operand with a GPR base and no index, maybe a
+ * zmm registers, one memory operand with a GPR base, maybe a
  * write mask on operand 0, {1to16} and an imm8. Only EVEX encodes zmm, and
  * EVEX rows do not differ in length, so the row the search picks depends
  * on the pattern alone, never on the registers or the displacement: kept
@@ -1088,14 +1088,15 @@ enum { VM_BITS = 9, VM_N = 1 << VM_BITS, VM_KEY = (1 << 21) - 1 };
 static _Atomic uint64_t vmforms[VM_N];
 
 /* The pattern: mnemonic, operand count, where the memory operand is, its
- * width, broadcast, masking, immediate. Never 0 (nops >= 2). */
+ * width, broadcast, index or not, masking, immediate. Never 0 (nops >= 2). */
 static uint64_t key_vmem(x64_op op, const x64_opnd *ops, int nops, int mem) {
     const x64_opnd *m = &ops[mem];
     unsigned mb = m->bits == 0 ? 0 : (unsigned)__builtin_ctz(m->bits) - 2;  /* 8..512: 1..7 */
     int imm = ops[nops - 1].kind == X64_K_IMM;
     return (uint64_t)op | (uint64_t)(nops - 1) << 8 | (uint64_t)mem << 10 |
            (uint64_t)(mb & 7) << 12 | (uint64_t)m->bcst << 15 |
-           (uint64_t)(ops[0].mask != 0) << 16 | (uint64_t)ops[0].zero << 17 | (uint64_t)imm << 18;
+           (uint64_t)(ops[0].mask != 0) << 16 | (uint64_t)ops[0].zero << 17 | (uint64_t)imm << 18 |
+           (uint64_t)(m->index != X64_NOREG) << 19;
 }
 
 static unsigned vm_slot(uint64_t key) {
@@ -1109,8 +1110,12 @@ static __attribute__((noinline)) uint64_t vm_make(x64_op op, const x64_opnd *ops
         pthread_once(&index_once, index_init);
     x64_opnd o[4];
     for (int i = 0; i < nops; i++) o[i] = ops[i];
-    o[mem].base = X64_RAX;   /* canonical: no SIB, no REX bits, no displacement */
+    o[mem].base = X64_RAX;   /* canonical: no REX bits, no displacement */
     o[mem].disp = 0;
+    if (o[mem].index != X64_NOREG) {
+        o[mem].index = X64_RCX;
+        o[mem].scale = 1;
+    }
     for (int i = 0; i < nops; i++)
         if (o[i].kind == X64_K_VEC) o[i].reg = 0;
     if (o[0].mask) o[0].mask = 1;
@@ -1158,7 +1163,10 @@ int x64_encode_vmem(x64_op op, const x64_opnd *ops, int nops, uint8_t *out,
     for (int i = 0; i < nops - imm; i++) {
         const x64_opnd *o = &ops[i];
         if (o->kind == X64_K_VEC && o->bits == 512 && o->reg < 32) continue;
-        if (o->kind != X64_K_MEM || mem >= 0 || o->base >= 16 || o->index != X64_NOREG ||
+        if (o->kind != X64_K_MEM || mem >= 0 || o->base >= 16 ||
+            (o->index != X64_NOREG &&
+             (o->index >= 16 || o->index == X64_RSP || (o->scale & (o->scale - 1)) ||
+              o->scale == 0 || o->scale > 8)) ||
             (o->bits & (o->bits - 1)) || o->bits > 512 || o->bits == 1 || o->bits == 2 ||
             o->bits == 4)
             return 0;
@@ -1186,9 +1194,10 @@ int x64_encode_vmem(x64_op op, const x64_opnd *ops, int nops, uint8_t *out,
     unsigned gop = f >> 35 & 7, hop = f >> 38 & 7;
     unsigned g = gop == VF_NONE ? (f >> 41 & 7) : ops[gop].reg;
     unsigned h = hop == VF_NONE ? 0 : ops[hop].reg, b = m->base;
+    unsigned x = m->index == X64_NOREG ? 0 : m->index;
     uint8_t *p = out;
     *p++ = 0x62;
-    *p++ = (uint8_t)((~g & 8) << 4 | 1 << 6 | (~b & 8) << 2 | (~g & 16) | map);
+    *p++ = (uint8_t)((~g & 8) << 4 | (~x & 8) << 3 | (~b & 8) << 2 | (~g & 16) | map);
     *p++ = (uint8_t)(w << 7 | (~h & 15) << 3 | 4 | pp);
     *p++ = (uint8_t)(ops[0].zero << 7 | 2 << 5 | m->bcst << 4 | (~h & 16) >> 1 | ops[0].mask);
     *p++ = (uint8_t)(f >> 27);

@@ -530,8 +530,9 @@ END_TEST
 
 /* The 512-bit memory forms (x64_encode_vmem): the loop forms of eltwise
  * and GEMM kernels, with every base register (SIB for rsp/r12, a disp8 0
- * for rbp/r13), displacements that do and do not compress to disp8*N,
- * masks and broadcasts, give the full search's bytes; and every mnemonic
+ * for rbp/r13), no index or indexes with REX bits and every scale,
+ * displacements that do and do not compress to disp8*N, masks and
+ * broadcasts, give the full search's bytes; and every mnemonic
  * with random patterns never disagrees with it. */
 static int vmem_check(x64_op op, const x64_opnd *o, int n) {
     uint8_t fast[X64_MAX_LEN + 8], ref[X64_MAX_LEN + 8];
@@ -558,14 +559,18 @@ START_TEST(test_vmem) {
         {X64_VMULPS, 3, 2, 512, 0, 0, 0},  {X64_VADDPS, 3, 2, 512, 0, 1, 1},
         {X64_VFMADD213PS, 3, 2, 32, 1, 0, 0},
     };
+    /* index: none, then every register but rsp, with each scale */
+    static const uint8_t idx[] = {X64_NOREG, X64_RAX, X64_RCX, X64_RBP, X64_R8, X64_R12,
+                                  X64_R13, X64_R15};
     for (size_t f = 0; f < sizeof forms / sizeof forms[0]; f++)
         for (int base = 0; base < 16; base++)
-            for (size_t d = 0; d < sizeof disps / sizeof disps[0]; d++) {
+            for (size_t d = 0; d < sizeof disps / sizeof disps[0] * 8; d++) {
                 x64_opnd o[3];
                 for (int i = 0; i < forms[f].nops; i++)
                     o[i] = (x64_opnd)ZMM((uint8_t)((base * 7 + 11 * i + (int)d) % 32));
-                o[forms[f].mem] = (x64_opnd)MEM(forms[f].mbits, (uint8_t)base, X64_NOREG, 1,
-                                                disps[d]);
+                o[forms[f].mem] = (x64_opnd)MEM(forms[f].mbits, (uint8_t)base, idx[d % 8],
+                                                (uint8_t)(1 << (d / 8 % 4)),
+                                                disps[d / 8]);
                 o[forms[f].mem].bcst = (uint8_t)forms[f].bcst;
                 o[0].mask = (uint8_t)(forms[f].mask ? 1 + base % 7 : 0);
                 o[0].zero = (uint8_t)forms[f].zero;
@@ -581,7 +586,8 @@ START_TEST(test_vmem) {
             x64_opnd o[4];
             for (int i = 0; i < n; i++) o[i] = (x64_opnd)ZMM((uint8_t)(vr_next() % 32));
             static const uint16_t mb[] = {0, 32, 64, 128, 256, 512};
-            o[mem] = (x64_opnd)MEM(mb[vr_next() % 6], (uint8_t)(vr_next() % 16), X64_NOREG, 1,
+            o[mem] = (x64_opnd)MEM(mb[vr_next() % 6], (uint8_t)(vr_next() % 16),
+                                   idx[vr_next() % 8], (uint8_t)(1 << vr_next() % 4),
                                    disps[vr_next() % (sizeof disps / sizeof disps[0])]);
             o[mem].bcst = (uint8_t)(vr_next() % 4 == 0);
             if (vr_next() % 2) {
@@ -592,8 +598,8 @@ START_TEST(test_vmem) {
             accepted += vmem_check((x64_op)op, o, n);
         }
     ck_assert_int_gt(accepted, 100);
-    /* Not for this path: an index register, a RIP base, ymm. */
-    x64_opnd ix[2] = {ZMM(1), MX(512, RAX, RCX, 4, 0)}, rip[2] = {ZMM(1), MRIP(512, 0)},
+    /* Not for this path: rsp as an index (no encoding), a RIP base, ymm. */
+    x64_opnd ix[2] = {ZMM(1), MX(512, RAX, RSP, 4, 0)}, rip[2] = {ZMM(1), MRIP(512, 0)},
              y[2] = {YMM(1), M(256, RAX, 0)};
     uint8_t out[X64_MAX_LEN];
     uint32_t feat;
