@@ -424,6 +424,10 @@ static int xlate(fj_builder *b, const fj_opnd *in, x64_opnd *out, int64_t *const
     switch (in->kind) {
     case FJ_OPND_REG: {
         int cls = (int)H_CLASS(in->reg.id);
+        if (in->bcst) {
+            kb_fail(b, "a broadcast ({1toN}) takes a memory operand, not a register");
+            return 0;
+        }
         if (cls == RC_GPR) {
             if (in->bits != 8 && in->bits != 16 && in->bits != 32 && in->bits != 64) {
                 kb_fail(b, "general-purpose register width %u (must be 8, 16, 32 or 64)", in->bits);
@@ -565,18 +569,22 @@ static void jump(fj_builder *b, x64_op op, int li) {
 
 /* ---- instructions --------------------------------------------------- */
 
-/* The encoder's template paths, for most instructions of a compute loop:
- * vector registers of one width only (x64_encode_vregs), or zmm registers
- * and one [base (+ index*scale) + disp] operand, maybe a write mask on
- * operand 0 (x64_encode_vmem); either with a last imm8. Returns 1 when it emitted
- * the instruction, 0 to leave it to the general path (which also reports
- * any error: a stale handle, a width the target lacks, no such form). */
+/* The physical register of a live handle of class cls, or -1 (the frame
+ * and constant-pool bases are class 0: never a GPR here). */
 static inline int live_phys(const fj_builder *b, fj_reg r, int cls) {
     uint32_t id = r.id;
     unsigned p = H_PHYS(id);
     return H_CLASS(id) == (unsigned)cls && H_TAG(id) && b->tag[cls][p] == H_TAG(id) ? (int)p : -1;
 }
 
+/* The encoder's template paths, for most instructions of a compute loop:
+ * vector registers of one width only (x64_encode_vregs), or zmm registers
+ * and one [base (+ index*scale) + disp] operand, maybe a write mask on
+ * operand 0 (x64_encode_vmem); either with a last imm8. Returns 1 when it
+ * emitted the instruction, 0 to leave it to the general path, which also
+ * reports any error (a stale handle, a width the target lacks, a bad
+ * scale, a broadcast on a register, no such form): anything this path is
+ * not sure of goes there. */
 static inline int emit_fast(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
     int has_imm = ops[nops - 1].kind == FJ_OPND_IMM, nv = nops - has_imm, mem = -1;
     unsigned bits = 0;
@@ -587,11 +595,11 @@ static inline int emit_fast(fj_builder *b, fj_op op, const fj_opnd *ops, int nop
         if (i && o->mask.id) return 0;
         if (o->kind == FJ_OPND_REG) {
             int p = live_phys(b, o->reg, RC_VEC);
-            if (p < 0 || (bits && o->bits != bits)) return 0;
+            if (p < 0 || (bits && o->bits != bits) || o->bcst) return 0;
             bits = o->bits;
             reg[i] = (uint8_t)p;
         } else if (o->kind == FJ_OPND_MEM && mem < 0 && o->val >= INT32_MIN &&
-                   o->val <= INT32_MAX) {
+                   o->val <= INT32_MAX && o->scale <= 8 && !(o->scale & (o->scale - 1))) {
             base = live_phys(b, o->reg, RC_GPR);   /* not the frame or the pool */
             index = o->index.id ? live_phys(b, o->index, RC_GPR) : X64_NOREG;
             if (base < 0 || index < 0) return 0;

@@ -385,6 +385,97 @@ START_TEST(builder_misuse) {
 }
 END_TEST
 
+/* Instructions shaped like the builder's template paths (all vector
+ * registers; zmm and one memory operand) but wrong in one way still fail
+ * with a message, on both ISAs: those paths leave anything doubtful to the
+ * general one, which reports it. */
+enum {
+    FM_FREED_VEC, FM_OTHER_BUILDER_VEC, FM_BCST_REG, FM_MIXED_WIDTH, FM_STALE_BASE,
+    FM_STALE_INDEX, FM_STALE_MASK, FM_SCALE3, FM_SCALE3_NOINDEX, FM_RSP_INDEX_IMM, FM_BIG_IMM,
+    FM_ZMM_AVX2, FM__N
+};
+
+START_TEST(builder_fast_path_misuse) {
+    for (int isa = 0; isa < 2; isa++) {
+        int z = isa == 1;
+        if (z && !fjt_have_avx512()) continue;
+        fj_runtime *rt = make_rt(z ? FJ_ISA_AVX512 : FJ_ISA_AVX2);
+        fj_builder *b = new_b(rt, 2), *b2 = NULL;
+        fj_reg v = fj_vreg(b), w = fj_vreg(b), g = fj_gpr(b);
+        fj_opnd V = fj_vec(b, v), W = fj_vec(b, w), M = fj_mem(0, fj_arg(b, 0), 64);
+        const char *what = "?";
+        switch (_i) {
+        case FM_FREED_VEC:
+            what = "freed vector register";
+            fj_release(b, w);
+            fj_emit(b, FJ_VADDPS, V, V, W);
+            break;
+        case FM_OTHER_BUILDER_VEC: {
+            what = "vector register of another builder";
+            b2 = new_b(rt, 0);
+            fj_vreg(b2);
+            fj_vreg(b2);
+            fj_emit(b, FJ_VMULPS, V, V, fj_vec(b, fj_vreg(b2)));
+            break;
+        }
+        case FM_BCST_REG:
+            what = "broadcast flag on a register";
+            fj_emit(b, FJ_VADDPS, V, V, fj_bcst(W));
+            break;
+        case FM_MIXED_WIDTH:
+            what = "vaddps with mixed widths";
+            fj_emit(b, FJ_VADDPS, V, fj_xmm(v), W);
+            break;
+        case FM_STALE_BASE:
+            what = "freed base register";
+            fj_release(b, g);
+            fj_emit(b, FJ_VMOVUPS, V, fj_mem(0, g, 0));
+            break;
+        case FM_STALE_INDEX:
+            what = "freed index register";
+            fj_release(b, g);
+            fj_emit(b, FJ_VMOVUPS, V, fj_memx(0, fj_arg(b, 0), g, 4, 0));
+            break;
+        case FM_STALE_MASK: {
+            what = z ? "freed mask register" : "mask register on AVX2";
+            fj_reg k = fj_kreg(b);
+            fj_release(b, k);
+            fj_emit(b, FJ_VMOVUPS, fj_masked(V, k, 1), M);
+            break;
+        }
+        case FM_SCALE3:
+            what = "scale 3 with an index";
+            fj_emit(b, FJ_VMAXPS, V, V, fj_memx(0, fj_arg(b, 0), fj_arg(b, 1), 3, 0));
+            break;
+        case FM_SCALE3_NOINDEX: {
+            what = "scale 3 without an index";
+            fj_opnd m = M;
+            m.scale = 3;
+            fj_emit(b, FJ_VMOVUPS, m, V);
+            break;
+        }
+        case FM_RSP_INDEX_IMM:
+            what = "vpternlogd with a memory operand and an 8-bit immediate out of range";
+            fj_emit(b, FJ_VPTERNLOGD, V, W, M, fj_imm(300));
+            break;
+        case FM_BIG_IMM:
+            what = "vpslld by an immediate out of range";
+            fj_emit(b, FJ_VPSLLD, V, W, fj_imm(1000));
+            break;
+        case FM_ZMM_AVX2:
+            what = z ? "ymm register used as zmm with a ymm" : "zmm on AVX2";
+            fj_emit(b, FJ_VADDPS, fj_zmm(v), fj_zmm(v), z ? fj_ymm(w) : fj_zmm(w));
+            break;
+        }
+        fj_return(b, fj_none());
+        finish_fails(b, what);
+        if (b2) fj_builder_destroy(b2);
+        still_works(rt);
+        fj_runtime_destroy(rt);
+    }
+}
+END_TEST
+
 /* Errors are sticky: a good instruction after a bad one does not clear it,
  * and the message is the first error's. */
 START_TEST(builder_sticky) {
@@ -544,6 +635,7 @@ static Suite *suite(void) {
     tcase_add_loop_test(t, eltwise_bad, 0, 2);
     tcase_add_test(t, builder_create_bad);
     tcase_add_loop_test(t, builder_misuse, 0, MIS__N);
+    tcase_add_loop_test(t, builder_fast_path_misuse, 0, FM__N);
     tcase_add_test(t, builder_sticky);
     suite_add_tcase(s, t);
     TCase *c = tcase_create("relu");
