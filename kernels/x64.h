@@ -86,11 +86,11 @@ FJ_INTERNAL int x64_encode(x64_op op, const x64_opnd *ops, int nops, uint8_t *ou
  * search every time): tests compare the two. */
 FJ_INTERNAL int x64_encode_search(x64_op op, const x64_opnd *ops, int nops, uint8_t *out,
                                   x64_enc_info *info);
-/* Register-only vector instructions: nregs (2..4) vector registers of one
- * width, then an imm8 (0..127) when has_imm. The same bytes as x64_encode
- * from a per-form template (see x64_encode.c); returns the length and the
- * features, or 0 when this form has no template (use x64_encode, which
- * also explains errors). */
+/* Register-only vector instructions: nregs vector registers of one width
+ * (2..4, at most 3 with the imm8), then an imm8 (0..127) when has_imm.
+ * The same bytes as x64_encode from a per-form template (see
+ * x64_encode.c); returns the length and the features, or 0 when this form
+ * has no template (use x64_encode, which also explains errors). */
 FJ_INTERNAL int x64_encode_vregs(x64_op op, int bits, const uint8_t *reg, int nregs,
                                  int64_t imm, int has_imm, uint8_t *out, uint32_t *features);
 /* 512-bit instructions with one [base (+ index*scale) + disp] memory

@@ -1049,7 +1049,8 @@ static __attribute__((noinline)) uint64_t vf_make(x64_op op, int bits, int hi, i
 
 int x64_encode_vregs(x64_op op, int bits, const uint8_t *reg, int nregs, int64_t imm,
                      int has_imm, uint8_t *out, uint32_t *features) {
-    if ((unsigned)op - 1u >= X64_OP_COUNT - 1u || nregs < 2 || nregs > 4) return 0;
+    if ((unsigned)op - 1u >= X64_OP_COUNT - 1u || nregs < 2 || nregs + (has_imm != 0) > 4)
+        return 0;
     if (has_imm && (imm < 0 || imm > 127)) return 0;   /* in range for both imm8 kinds */
     int wi = bits == 512 ? 2 : bits == 256 ? 1 : bits == 128 ? 0 : -1;
     unsigned any = 0;
