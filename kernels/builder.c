@@ -888,88 +888,75 @@ fj_status kb_assemble(fj_builder *b, kb_code *out) {
          if (n <= 0) return fj_fail(FJ_ERR_CODEGEN, "kernel %s: internal: frame encoding", b->name); \
          (nb) += (size_t)n; } while (0)
     size_t epi_at;
+    /* Where each saved register goes, [sbase + at[i]], and its CFA offset. */
+    int sbase = X64_RBP, at[5] = {0}, cfa_at[5] = {0}, nofp = 0;
 #if FJ_FP_TAX_PROBE
-    if (b->nofp) {
-        /* No frame pointer: rbp saved like any callee-saved register, the
-         * CFA rsp-relative. [rsp, slots) are the stack slots, the saves
-         * sit above them; rsp + 8 is 16-byte aligned at entry, so after
-         * push rbp a frame of a multiple of 16 keeps rsp aligned. */
+    /* No frame pointer: rbp saved like any callee-saved register, the CFA
+     * rsp-relative. [rsp, slots) are the stack slots, the saves sit above
+     * them; rsp + 8 is 16-byte aligned at entry, so after push rbp a frame
+     * of a multiple of 16 keeps rsp aligned. */
+    nofp = b->nofp;
+    if (nofp) {
         const uint32_t slots = (b->slot_bytes + 7) & ~7u;
-        int nsaved = __builtin_popcount(saved);
-        uint32_t fr = (slots + 8 * (uint32_t)nsaved + 15) & ~15u;
-        const int cfa = 16 + (int)fr;
-        o[0] = gpr_op(X64_RBP, 64);
-        EMIT(pro, np, X64_PUSH, 1);
-        if (!add_rec(out, &reccap, (uint32_t)np, UW_PUSH_FP, 0, 0)) goto nomem;
-        if (fr) {
-            o[0] = gpr_op(X64_RSP, 64); o[1] = imm_op(fr);
-            EMIT(pro, np, X64_SUB, 2);
-            if (!add_rec(out, &reccap, (uint32_t)np, UW_CFA_SP, 0, cfa)) goto nomem;
-        }
-        int k = 0;
-        for (int i = 0; i < 5; i++)
+        frame = (slots + 8 * (uint32_t)__builtin_popcount(saved) + 15) & ~15u;
+        sbase = X64_RSP;
+        for (int i = 0, k = 0; i < 5; i++)
             if (saved >> i & 1) {
-                int at = (int)slots + 8 * k++;
-                o[0] = mem_op(X64_RSP, at, 64); o[1] = gpr_op(callee_saved[i], 64);
-                EMIT(pro, np, X64_MOV, 2);
-                if (!add_rec(out, &reccap, (uint32_t)np, UW_SAVE_REG, callee_saved[i], at - cfa))
-                    goto nomem;
+                at[i] = (int)slots + 8 * k++;
+                cfa_at[i] = at[i] - (16 + (int)frame);
             }
-        epi_at = np + body_len;
-        k = 0;
-        for (int i = 0; i < 5; i++)
-            if (saved >> i & 1) {
-                o[0] = gpr_op(callee_saved[i], 64); o[1] = mem_op(X64_RSP, (int)slots + 8 * k++, 64);
-                EMIT(epi, ne, X64_MOV, 2);
-                if (!add_rec(out, &reccap, (uint32_t)(epi_at + ne), UW_RESTORE_REG, callee_saved[i], 0))
-                    goto nomem;
-            }
-        if (b->used_vec) EMIT(epi, ne, X64_VZEROUPPER, 0);
-        if (fr) {
-            o[0] = gpr_op(X64_RSP, 64); o[1] = imm_op(fr);
-            EMIT(epi, ne, X64_ADD, 2);
-            if (!add_rec(out, &reccap, (uint32_t)(epi_at + ne), UW_CFA_SP, 0, 16)) goto nomem;
-        }
-        o[0] = gpr_op(X64_RBP, 64);
-        EMIT(epi, ne, X64_POP, 1);
-        if (!add_rec(out, &reccap, (uint32_t)(epi_at + ne), UW_POP_FP, 0, 0)) goto nomem;
-    } else
+    }
 #endif
-    {
-        o[0] = gpr_op(X64_RBP, 64);
-        EMIT(pro, np, X64_PUSH, 1);
-        if (!add_rec(out, &reccap, (uint32_t)np, UW_PUSH_FP, 0, 0)) goto nomem;
+    for (int i = 0; i < 5 && !nofp; i++) {
+        at[i] = -8 * (i + 1);
+        cfa_at[i] = at[i] - 16;
+    }
+    o[0] = gpr_op(X64_RBP, 64);
+    EMIT(pro, np, X64_PUSH, 1);
+    if (!add_rec(out, &reccap, (uint32_t)np, UW_PUSH_FP, 0, 0)) goto nomem;
+    if (!nofp) {
         o[0] = gpr_op(X64_RBP, 64); o[1] = gpr_op(X64_RSP, 64);
         EMIT(pro, np, X64_MOV, 2);
         if (!add_rec(out, &reccap, (uint32_t)np, UW_SET_FP, 0, 0)) goto nomem;
+    }
+    if (frame) {
+        o[0] = gpr_op(X64_RSP, 64); o[1] = imm_op(frame);
+        EMIT(pro, np, X64_SUB, 2);
+#if FJ_FP_TAX_PROBE
+        if (nofp && !add_rec(out, &reccap, (uint32_t)np, UW_CFA_SP, 0, 16 + (int)frame))
+            goto nomem;
+#endif
+    }
+    for (int i = 0; i < 5; i++)
+        if (saved >> i & 1) {
+            o[0] = mem_op(sbase, at[i], 64); o[1] = gpr_op(callee_saved[i], 64);
+            EMIT(pro, np, X64_MOV, 2);
+            if (!add_rec(out, &reccap, (uint32_t)np, UW_SAVE_REG, callee_saved[i], cfa_at[i]))
+                goto nomem;
+        }
+    epi_at = np + body_len;
+    for (int i = 0; i < 5; i++)
+        if (saved >> i & 1) {
+            o[0] = gpr_op(callee_saved[i], 64); o[1] = mem_op(sbase, at[i], 64);
+            EMIT(epi, ne, X64_MOV, 2);
+            if (!add_rec(out, &reccap, (uint32_t)(epi_at + ne), UW_RESTORE_REG, callee_saved[i], 0))
+                goto nomem;
+        }
+    if (b->used_vec) EMIT(epi, ne, X64_VZEROUPPER, 0);
+    if (frame && !nofp) {
+        EMIT(epi, ne, X64_LEAVE, 0);
+    } else {
         if (frame) {
             o[0] = gpr_op(X64_RSP, 64); o[1] = imm_op(frame);
-            EMIT(pro, np, X64_SUB, 2);
+            EMIT(epi, ne, X64_ADD, 2);
+#if FJ_FP_TAX_PROBE
+            if (!add_rec(out, &reccap, (uint32_t)(epi_at + ne), UW_CFA_SP, 0, 16)) goto nomem;
+#endif
         }
-        for (int i = 0; i < 5; i++)
-            if (saved >> i & 1) {
-                o[0] = mem_op(X64_RBP, -8 * (i + 1), 64); o[1] = gpr_op(callee_saved[i], 64);
-                EMIT(pro, np, X64_MOV, 2);
-                if (!add_rec(out, &reccap, (uint32_t)np, UW_SAVE_REG, callee_saved[i], -8 * (i + 1) - 16))
-                    goto nomem;
-            }
-        epi_at = np + body_len;
-        for (int i = 0; i < 5; i++)
-            if (saved >> i & 1) {
-                o[0] = gpr_op(callee_saved[i], 64); o[1] = mem_op(X64_RBP, -8 * (i + 1), 64);
-                EMIT(epi, ne, X64_MOV, 2);
-                if (!add_rec(out, &reccap, (uint32_t)(epi_at + ne), UW_RESTORE_REG, callee_saved[i], 0))
-                    goto nomem;
-            }
-        if (b->used_vec) EMIT(epi, ne, X64_VZEROUPPER, 0);
-        if (frame) {
-            EMIT(epi, ne, X64_LEAVE, 0);
-        } else {
-            o[0] = gpr_op(X64_RBP, 64);
-            EMIT(epi, ne, X64_POP, 1);
-        }
-        if (!add_rec(out, &reccap, (uint32_t)(epi_at + ne), UW_POP_FP, 0, 0)) goto nomem;
+        o[0] = gpr_op(X64_RBP, 64);
+        EMIT(epi, ne, X64_POP, 1);
     }
+    if (!add_rec(out, &reccap, (uint32_t)(epi_at + ne), UW_POP_FP, 0, 0)) goto nomem;
     EMIT(epi, ne, X64_RET, 0);
 #undef EMIT
 
