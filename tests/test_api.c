@@ -220,6 +220,16 @@ START_TEST(builder_create_bad) {
 }
 END_TEST
 
+/* The end of one misuse: the builder fails to finish with a message, and
+ * the runtime still makes good kernels. */
+static void misuse_done(fj_runtime *rt, fj_builder *b, fj_builder *b2, const char *what) {
+    fj_return(b, fj_none());
+    finish_fails(b, what);
+    if (b2) fj_builder_destroy(b2);
+    still_works(rt);
+    fj_runtime_destroy(rt);
+}
+
 /* One misuse per loop index; each leaves the builder in error. */
 enum {
     MIS_ARG_RANGE, MIS_ARG_NEG, MIS_OTHER_BUILDER, MIS_FREED, MIS_DOUBLE_FREE, MIS_NOREG,
@@ -377,11 +387,7 @@ START_TEST(builder_misuse) {
         break;
     }
     }
-    fj_return(b, fj_none());
-    finish_fails(b, what);
-    if (b2) fj_builder_destroy(b2);
-    still_works(rt);
-    fj_runtime_destroy(rt);
+    misuse_done(rt, b, b2, what);
 }
 END_TEST
 
@@ -467,11 +473,7 @@ START_TEST(builder_fast_path_misuse) {
             fj_emit(b, FJ_VADDPS, fj_zmm(v), fj_zmm(v), z ? fj_ymm(w) : fj_zmm(w));
             break;
         }
-        fj_return(b, fj_none());
-        finish_fails(b, what);
-        if (b2) fj_builder_destroy(b2);
-        still_works(rt);
-        fj_runtime_destroy(rt);
+        misuse_done(rt, b, b2, what);
     }
 }
 END_TEST
