@@ -37,5 +37,8 @@ void bench_cache(const bench_ctx *c);
 void bench_reduce(const bench_ctx *c);
 /* Measured FMA peak (GFLOP/s) of `threads` threads, zmm or ymm (peak.c). */
 double bench_fma_peak(int zmm, int threads);
+/* One ~ms run of the FMA loop on this thread: GFLOP/s by wall clock and by
+ * thread CPU time (peak.c). */
+void bench_fma_sample(int zmm, double ms, double *gf_wall, double *gf_cpu);
 
 #endif

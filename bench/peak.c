@@ -90,6 +90,29 @@ double bench_fma_peak(int zmm, int threads) {
     return best;
 }
 
+/* One run of the FMA loop on the calling thread lasting about ms: its
+ * GFLOP/s by wall clock and by the thread's CPU time. GEMM runs take one
+ * such sample per repetition beside their own, so that their %peak
+ * compares the two at the same moments of a machine whose speed moves. */
+void bench_fma_sample(int zmm, double ms, double *gf_wall, double *gf_cpu) {
+    static long iters_per_ms[2];
+    long *ipm = &iters_per_ms[zmm != 0];
+    if (!*ipm) {
+        double t0 = bench_now_ns();
+        zmm ? fma_loop_zmm(200000) : fma_loop_ymm(200000);
+        double dt = bench_now_ns() - t0;
+        *ipm = (long)(200000 * 1e6 / (dt > 1 ? dt : 1)) + 1;
+    }
+    long iters = (long)(ms * (double)*ipm) + 1;
+    double t0 = bench_now_ns(), c0 = thread_cpu_ns();
+    if (zmm) fma_loop_zmm(iters);
+    else fma_loop_ymm(iters);
+    double wall = bench_now_ns() - t0, cpu = thread_cpu_ns() - c0;
+    double flops = (double)iters * 12 * (zmm ? 16 : 8) * 2;
+    *gf_wall = flops / (wall > 1 ? wall : 1);
+    *gf_cpu = flops / (cpu > 1 ? cpu : 1);
+}
+
 static double copy_bw(size_t bytes, int reps) {
     char *src = aligned_alloc(64, bytes), *dst = aligned_alloc(64, bytes);
     if (!src || !dst) { free(src); free(dst); return 0; }
