@@ -15,6 +15,9 @@ typedef struct bench_ctx {
 
 /* Monotonic time in ns. */
 double bench_now_ns(void);
+/* The calling thread's CPU time in ns (what it ran, not what the shared
+ * machine took from it). */
+double bench_cpu_ns(void);
 /* Median of v[0..n) (sorts v). */
 double bench_median(double *v, int n);
 /* Times `calls` calls of fn(arg) per repetition, interleaved with the

@@ -19,12 +19,6 @@
 #include <cblas.h>
 #endif
 
-static double thread_cpu_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
-}
-
 typedef struct shape {
     int m, n, k;
 } shape;
@@ -168,10 +162,10 @@ static void one_shape(const bench_ctx *c, fj_runtime *rt, int threads, shape s) 
              * wall-clock sample of the caller alone says little about the
              * other thread, preempted or not), times the threads. */
             if (threads > 1) pk[v][r] = pk_cpu[v][r];
-            double t0 = bench_now_ns(), c0 = thread_cpu_ns();
+            double t0 = bench_now_ns(), c0 = bench_cpu_ns();
             for (long i = 0; i < calls[v]; i++) run_variant(v, rt, &g);
             t[v][r] = (bench_now_ns() - t0) / (double)calls[v];
-            cpu[v][r] = (thread_cpu_ns() - c0) / (double)calls[v];
+            cpu[v][r] = (bench_cpu_ns() - c0) / (double)calls[v];
         }
     double gf[V_N] = {0}, gc[V_N] = {0}, pf[V_N] = {0}, pc[V_N] = {0}, q[32];
     for (int v = 0; v < V_N; v++)
@@ -212,7 +206,8 @@ out:
 }
 
 /* Kernel generation for a new shape: the first call in a fresh runtime
- * minus a warm call of the same shape (median over fresh runtimes). With
+ * minus a warm call of the same shape (median over fresh runtimes), by wall
+ * clock and by the thread's CPU time (one thread: all of it). With
  * `used`, the runtime has run another shape first (a 16^3 GEMM, whose
  * kernel is another one): the new shape's cost without the runtime's own
  * first-use costs (its first code arena's pages). */
@@ -220,7 +215,7 @@ static void gen_time(const bench_ctx *c, shape s, int used) {
     gemm_bufs g = {s, rand_buf((size_t)s.m * s.k), rand_buf((size_t)s.k * s.n),
                    rand_buf((size_t)s.m * s.n)};
     gemm_bufs w = {{16, 16, 16}, rand_buf(256), rand_buf(256), rand_buf(256)};
-    double v[32];
+    double v[32], vc[32];
     int reps = c->reps > 32 ? 32 : c->reps, n = 0;
     for (int r = 0; r < reps && g.a && g.b && g.c && w.a && w.b && w.c; r++) {
         fj_options o;
@@ -229,11 +224,12 @@ static void gen_time(const bench_ctx *c, shape s, int used) {
         fj_runtime *rt;
         if (fj_runtime_create(&o, &rt) != FJ_OK) break;
         if (used) run_variant(V_FJ, rt, &w);
-        double t0 = bench_now_ns();
+        double t0 = bench_now_ns(), c0 = bench_cpu_ns();
         run_variant(V_FJ, rt, &g);
-        double t1 = bench_now_ns();
+        double t1 = bench_now_ns(), c1 = bench_cpu_ns();
         run_variant(V_FJ, rt, &g);
-        double t2 = bench_now_ns();
+        double t2 = bench_now_ns(), c2 = bench_cpu_ns();
+        vc[n] = ((c1 - c0) - (c2 - c1)) / 1e3;
         v[n++] = ((t1 - t0) - (t2 - t1)) / 1e3;
         fj_runtime_destroy(rt);
     }
@@ -242,6 +238,7 @@ static void gen_time(const bench_ctx *c, shape s, int used) {
         snprintf(name, sizeof name, "first call - warm %dx%dx%d%s", s.m, s.n, s.k,
                  used ? " (used rt)" : "");
         bench_row("gemm", name, "framejit", bench_median(v, n), "us", 0);
+        bench_row("gemm", name, "framejit cpu", bench_median(vc, n), "us", 0);
     }
     free(g.a);
     free(g.b);
@@ -300,9 +297,9 @@ static void fp_tax(const bench_ctx *c, fj_runtime *normal) {
         int pairs = 0, ok = g.a && g.b && g.c;
         for (int v = 0; v < 2 && ok; v++) ok = run_variant(V_FJ, rt[v], &g); /* generate */
         if (ok) {
-            double t0 = thread_cpu_ns();
+            double t0 = bench_cpu_ns();
             run_variant(V_FJ, normal, &g);
-            double one = thread_cpu_ns() - t0;
+            double one = bench_cpu_ns() - t0;
             if (one < 1) one = 1;
             calls = (long)(block_ns / one) + 1;
             double per_pair = 2.0 * (double)calls * one;
@@ -314,9 +311,9 @@ static void fp_tax(const bench_ctx *c, fj_runtime *normal) {
         for (int r = 0; r < pairs && ok; r++)
             for (int j = 0; j < 2; j++) {
                 int v = (r + j) & 1;
-                double c0 = thread_cpu_ns();
+                double c0 = bench_cpu_ns();
                 for (long n = 0; n < calls; n++) run_variant(V_FJ, rt[v], &g);
-                t[v][r] = (thread_cpu_ns() - c0) / (double)calls;
+                t[v][r] = (bench_cpu_ns() - c0) / (double)calls;
             }
         if (ok) {
             for (int r = 0; r < pairs; r++) ratio[r] = t[0][r] / t[1][r];

@@ -38,20 +38,14 @@ typedef struct peak_job {
     double ns;
 } peak_job;
 
-static double thread_cpu_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
-}
-
 /* Thread CPU time, not wall time: on a shared machine the peak is what a
  * core does while it runs our thread, not how often it gets to. */
 static void *peak_thread(void *p) {
     peak_job *j = p;
-    double t0 = thread_cpu_ns();
+    double t0 = bench_cpu_ns();
     if (j->zmm) fma_loop_zmm(j->iters);
     else fma_loop_ymm(j->iters);
-    j->ns = thread_cpu_ns() - t0;
+    j->ns = bench_cpu_ns() - t0;
     return NULL;
 }
 
@@ -104,10 +98,10 @@ void bench_fma_sample(int zmm, double ms, double *gf_wall, double *gf_cpu) {
         *ipm = (long)(200000 * 1e6 / (dt > 1 ? dt : 1)) + 1;
     }
     long iters = (long)(ms * (double)*ipm) + 1;
-    double t0 = bench_now_ns(), c0 = thread_cpu_ns();
+    double t0 = bench_now_ns(), c0 = bench_cpu_ns();
     if (zmm) fma_loop_zmm(iters);
     else fma_loop_ymm(iters);
-    double wall = bench_now_ns() - t0, cpu = thread_cpu_ns() - c0;
+    double wall = bench_now_ns() - t0, cpu = bench_cpu_ns() - c0;
     double flops = (double)iters * 12 * (zmm ? 16 : 8) * 2;
     *gf_wall = flops / (wall > 1 ? wall : 1);
     *gf_cpu = flops / (cpu > 1 ? cpu : 1);
