@@ -569,6 +569,10 @@ static void jump(fj_builder *b, x64_op op, int li) {
 
 /* ---- instructions --------------------------------------------------- */
 
+static atomic_int fast_paths = 1;
+
+void kb_test_fast_paths(int on) { atomic_store(&fast_paths, on != 0); }
+
 /* The physical register of a live handle of class cls, or -1 (the frame
  * and constant-pool bases are class 0: never a GPR here). */
 static inline int live_phys(const fj_builder *b, fj_reg r, int cls) {
@@ -654,7 +658,9 @@ void fj_emitv(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
     }
     /* Before the checks below: none of those mnemonics has a form with a
      * vector register operand. */
-    if (nops >= 2 && emit_fast(b, op, ops, nops)) return;
+    if (nops >= 2 && atomic_load_explicit(&fast_paths, memory_order_relaxed) &&
+        emit_fast(b, op, ops, nops))
+        return;
     switch (op) {
     case FJ_PUSH: case FJ_POP: case FJ_RET: case FJ_LEAVE:
         kb_fail(b, "%s is not available to kernels: it would move rsp behind the CFI's back "

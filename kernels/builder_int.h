@@ -48,5 +48,9 @@ FJ_INTERNAL void kb_fail(fj_builder *b, const char *fmt, ...) __attribute__((for
 /* Test hook (hidden, not public API): append raw bytes to the body, to
  * build deliberately bad kernels that the verifier must reject. */
 FJ_INTERNAL void kb_test_raw(fj_builder *b, const void *bytes, size_t n);
+/* Test hook: with 0, every instruction takes the general encoding path
+ * (the encoder's table search and memo), none the template paths; the
+ * kernels must come out byte for byte the same. Process-wide. */
+FJ_INTERNAL void kb_test_fast_paths(int on);
 
 #endif
