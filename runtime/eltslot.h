@@ -6,6 +6,9 @@
 
 #include "runtime/rt.h"
 
+/* The generator of slot v's kernel (ctx: a kg_elt): eltwise, reduction or
+ * softmax, KG_ELT_NARGS arguments. */
+FJ_INTERNAL void rt_elt_gen(fj_builder *b, const void *ctx);
 /* The kernel of slot v, generated on first use. */
 FJ_INTERNAL fj_status rt_elt_slot_slow(fj_runtime *rt, kg_elt v, fj_kernel **out);
 

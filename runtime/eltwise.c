@@ -17,7 +17,7 @@
 
 /* ---- pinned slots ----------------------------------------------------------- */
 
-static void gen_slot(fj_builder *b, const void *ctx) {
+void rt_elt_gen(fj_builder *b, const void *ctx) {
     kg_elt v = *(const kg_elt *)ctx;
     int kind;
     if (kg_elt_base(v, &kind) < KG_ELT__NELT) kg_eltwise(b, v);
@@ -37,7 +37,7 @@ fj_status rt_elt_slot_slow(fj_runtime *rt, kg_elt v, fj_kernel **out) {
     /* Generated through the kernel cache, which makes concurrent first
      * calls wait for one generation instead of racing. */
     const uint8_t key[4] = {'e', 'l', 't', (uint8_t)v};
-    rt_kdesc d = {key, sizeof key, name, KG_ELT_NARGS, gen_slot, &v};
+    rt_kdesc d = {key, sizeof key, name, KG_ELT_NARGS, rt_elt_gen, &v};
     fj_kernel *k;
     fj_status s = rt_kernel_acquire(rt, &d, &k);
     if (s != FJ_OK) return s;

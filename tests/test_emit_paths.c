@@ -15,9 +15,8 @@
 #include "kernels/builder_int.h"
 #include "kernels/eltwise.h"
 #include "kernels/gemm.h"
-#include "kernels/reduce.h"
-#include "kernels/softmax.h"
 #include "kernels/x64.h"
+#include "runtime/eltslot.h"
 
 typedef void (*gen_fn)(fj_builder *b, const void *ctx);
 
@@ -67,21 +66,13 @@ static int same(fj_isa isa, int nargs, gen_fn gen, const void *ctx, const char *
     return 1;
 }
 
-static void gen_elt(fj_builder *b, const void *ctx) {
-    kg_elt v = *(const kg_elt *)ctx;
-    int kind;
-    if (kg_elt_base(v, &kind) < KG_ELT__NELT) kg_eltwise(b, v);
-    else if (v < KG_ELT_SOFTMAX) kg_reduce(b, (fj_reduce_op)(v - KG_ELT_REDUCE0 + 1));
-    else kg_softmax(b, v == KG_ELT_LOGSOFTMAX);
-}
-
 START_TEST(eltwise_reduce_softmax) {
     for (int isa = 0; isa < 2; isa++)
         for (int v = 0; v < KG_ELT__N; v++) {
             kg_elt e = (kg_elt)v;
             char what[64];
             snprintf(what, sizeof what, "eltwise slot %d (%s)", v, kg_elt_name(e));
-            ck_assert_msg(same(isa ? FJ_ISA_AVX512 : FJ_ISA_AVX2, KG_ELT_NARGS, gen_elt, &e, what),
+            ck_assert_msg(same(isa ? FJ_ISA_AVX512 : FJ_ISA_AVX2, KG_ELT_NARGS, rt_elt_gen, &e, what),
                           "%s: not generated: %s", what, fj_last_error());
         }
     ck_assert_int_eq(compared, 2 * KG_ELT__N);

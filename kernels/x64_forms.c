@@ -1,0 +1,253 @@
+/* x64_forms.c: the encoder's template paths, for the instructions compute
+ * loops are made of. Each operand pattern is looked up once with the full
+ * search (x64_encode.c) and kept as a few fields of the row it picks; then
+ * an instruction of that pattern is encoded by filling in its registers
+ * (and displacement) with shifts: no operand keys, no memo probe. */
+#include <stdatomic.h>
+#include <string.h>
+
+#include "kernels/x64.h"
+#include "kernels/x64_enc_int.h"
+#include "kernels/x64_table.h"
+
+/* ---- register-only vector forms ------------------------------------------
+ * Most instructions of eltwise bodies and GEMM tiles name only vector
+ * registers of one width (shifts and ternary logic add an imm8). Their
+ * bytes are a fixed pattern, a VEX or EVEX prefix, the opcode and a ModRM
+ * of mod 11, with each register's bits in known fields. So the row the
+ * full search picks for (mnemonic, width, any register >= 16, register
+ * count, imm8) is looked up once and kept as a few fields, and encoding is
+ * then a handful of shifts: no operand keys and no memo probe. A form that
+ * does not fit the pattern is kept as absent and its instructions take
+ * x64_encode. The x64_golden test compares every form, over register
+ * numbers that set every prefix bit, with the full search.
+ *
+ * One 64-bit word per form, indexed directly (nothing to hash or
+ * compare), written at most once with the same value by any thread:
+ *   bit 0 known, 1 present, 2 EVEX, 3-4 map, 5-6 pp, 7 W, 8-9 L'L,
+ *   10-17 opcode, 18-20 ModRM.reg operand (7: /ext), 21-22 ModRM.rm
+ *   operand, 23-25 vvvv operand (7: none), 26-28 ext, 29-31 is4 operand
+ *   (7: none), 32-47 features. */
+enum { VF_NONE = 7 };
+static _Atomic uint64_t vforms[X64_OP_COUNT][3][2][3][2];
+
+static int vf_fill(uint64_t f, const uint8_t *reg, int64_t imm, int has_imm, uint8_t *out) {
+    unsigned map = f >> 3 & 3, pp = f >> 5 & 3, w = f >> 7 & 1, l = f >> 8 & 3;
+    unsigned gop = f >> 18 & 7, eop = f >> 21 & 3, hop = f >> 23 & 7;
+    unsigned g = gop == VF_NONE ? (f >> 26 & 7) : reg[gop], e = reg[eop];
+    unsigned h = hop == VF_NONE ? 0 : reg[hop], lop = f >> 29 & 7;
+    uint8_t *p = out;
+    if (f & 4) {
+        *p++ = 0x62;
+        *p++ = (uint8_t)((~g & 8) << 4 | (~e & 16) << 2 | (~e & 8) << 2 | (~g & 16) | map);
+        *p++ = (uint8_t)(w << 7 | (~h & 15) << 3 | 4 | pp);
+        *p++ = (uint8_t)(l << 5 | (~h & 16) >> 1);
+    } else if (map == XM_0F && !w && e < 8) {
+        *p++ = 0xC5;
+        *p++ = (uint8_t)((~g & 8) << 4 | (~h & 15) << 3 | l << 2 | pp);
+    } else {
+        *p++ = 0xC4;
+        *p++ = (uint8_t)((~g & 8) << 4 | 1 << 6 | (~e & 8) << 2 | map);
+        *p++ = (uint8_t)(w << 7 | (~h & 15) << 3 | l << 2 | pp);
+    }
+    *p++ = (uint8_t)(f >> 10);
+    *p++ = (uint8_t)(0xC0 | (g & 7) << 3 | (e & 7));
+    if (lop != VF_NONE) *p++ = (uint8_t)(reg[lop] << 4);
+    if (has_imm) *p++ = (uint8_t)imm;
+    return (int)(p - out);
+}
+
+/* The form's word: the full search on canonical operands, and the row it
+ * picks read back. */
+static __attribute__((noinline)) uint64_t vf_make(x64_op op, int bits, int hi, int nregs,
+                                                  int has_imm) {
+    x64_opnd o[4];
+    int n = nregs + has_imm;
+    for (int i = 0; i < n; i++) {
+        o[i] = (x64_opnd){.kind = X64_K_VEC, .bits = (uint16_t)bits, .reg = hi ? 16 : 0,
+                          .base = X64_NOREG, .index = X64_NOREG};
+        if (i == nregs) o[i] = (x64_opnd){.kind = X64_K_IMM, .imm = 0x5a, .base = X64_NOREG,
+                                          .index = X64_NOREG};
+    }
+    x64_found fd;
+    if (!x64_enc_find(op, o, n, &fd)) return 1;
+    const x64_row *r = fd.row;
+    if (r->enc == XE_LEG || (r->flags & (XF_RM0 | XF_CC)) || r->w == XW_S) return 1;
+    unsigned gop = VF_NONE, eop = VF_NONE, hop = VF_NONE, lop = VF_NONE;
+    for (int i = 0; i < n; i++) {
+        int slot = X64_OPD_SLOT(r->opd[i]), c = X64_OPD_CLASS(r->opd[i]);
+        if (i == nregs) {
+            if (slot != XS_AUTO || (c != XC_I8 && c != XC_U8)) return 1;
+        } else if (slot == XS_G && gop == VF_NONE) gop = (unsigned)i;
+        else if (slot == XS_E && eop == VF_NONE) eop = (unsigned)i;
+        else if (slot == XS_H && hop == VF_NONE) hop = (unsigned)i;
+        else if (slot == XS_L && lop == VF_NONE && !has_imm) lop = (unsigned)i;
+        else return 1;
+    }
+    if (eop == VF_NONE || (gop == VF_NONE) != (r->ext >= 0)) return 1;
+    unsigned l = fd.l == 512 ? 2 : fd.l == 256 ? 1 : 0;
+    if (r->flags & XF_LIG) l = 0;
+    uint64_t f = 1 | 2 | (uint64_t)(r->enc == XE_EVEX) << 2 | (uint64_t)X64_PFX_MAP(r->pfx) << 3 |
+                 (uint64_t)X64_PFX_PP(r->pfx) << 5 | (uint64_t)(r->w == XW_1) << 7 |
+                 (uint64_t)l << 8 | (uint64_t)r->opc << 10 | (uint64_t)gop << 18 |
+                 (uint64_t)eop << 21 | (uint64_t)hop << 23 |
+                 (uint64_t)(r->ext >= 0 ? r->ext : 0) << 26 | (uint64_t)lop << 29 |
+                 (uint64_t)fd.features << 32;
+    if (fd.features >> 16) return 1;
+    /* Two VEX rows for these operands (the register moves' load and store
+     * forms): which one is shorter depends on which register lands in
+     * ModRM.rm, so no one template is the shortest encoding. (EVEX rows
+     * never differ in length: the first one wins, as in the search.) */
+    if (r->enc == XE_VEX && fd.vex_rows > 1) return 1;
+    return f;
+}
+
+int x64_encode_vregs(x64_op op, int bits, const uint8_t *reg, int nregs, int64_t imm,
+                     int has_imm, uint8_t *out, uint32_t *features) {
+    if ((unsigned)op - 1u >= X64_OP_COUNT - 1u || nregs < 2 || nregs + (has_imm != 0) > 4)
+        return 0;
+    if (has_imm && (imm < 0 || imm > 127)) return 0;   /* in range for both imm8 kinds */
+    int wi = bits == 512 ? 2 : bits == 256 ? 1 : bits == 128 ? 0 : -1;
+    unsigned any = 0;
+    for (int i = 0; i < nregs; i++) any |= reg[i];
+    if (wi < 0 || any >= 32) return 0;
+    int hi = any >> 4 & 1;
+    _Atomic uint64_t *slot = &vforms[op][wi][hi][nregs - 2][has_imm != 0];
+    uint64_t f = atomic_load_explicit(slot, memory_order_relaxed);
+    if (!f) {
+        f = vf_make(op, bits, hi, nregs, has_imm != 0);
+        atomic_store_explicit(slot, f, memory_order_relaxed);
+    }
+    if (!(f & 2)) return 0;
+    *features = (uint32_t)(f >> 32);
+    return vf_fill(f, reg, imm, has_imm, out);
+}
+
+/* ---- 512-bit forms with one [base (+ index*scale) + disp] operand --------
+ * The loads, stores and memory-source arithmetic of AVX-512 loops (relu's
+ * vmaxps from memory, a GEMM tile's broadcasts, B loads and C updates):
+ * zmm registers, one memory operand with a GPR base, maybe a
+ * write mask on operand 0, {1to16} and an imm8. Only EVEX encodes zmm, and
+ * EVEX rows do not differ in length, so the row the search picks depends
+ * on the pattern alone, never on the registers or the displacement: kept
+ * per pattern, the encoding is the EVEX prefix from the registers, the
+ * opcode, and the ModRM/SIB/disp8*N the full encoder would write.
+ *
+ * The patterns are too many to index directly: a 2-way hashed table of
+ * words holding the pattern and its form together (one atomic load, never
+ * torn), refilled by the search on a miss.
+ *   bits 0-20: the pattern (key_vmem), 21: present, 22-23 map, 24-25 pp,
+ *   26 W, 27-34 opcode, 35-37 ModRM.reg operand (7: /ext), 38-40 vvvv
+ *   operand (7: none), 41-43 ext, 44-46 log2 of the disp8 scale N,
+ *   47-55 features. */
+enum { VM_BITS = 9, VM_N = 1 << VM_BITS, VM_KEY = (1 << 21) - 1 };
+static _Atomic uint64_t vmforms[VM_N];
+
+/* The pattern: mnemonic, operand count, where the memory operand is, its
+ * width, broadcast, index or not, masking, immediate. Never 0 (nops >= 2). */
+static uint64_t key_vmem(x64_op op, const x64_opnd *ops, int nops, int mem) {
+    const x64_opnd *m = &ops[mem];
+    unsigned mb = m->bits == 0 ? 0 : (unsigned)__builtin_ctz(m->bits) - 2;  /* 8..512: 1..7 */
+    int imm = ops[nops - 1].kind == X64_K_IMM;
+    return (uint64_t)op | (uint64_t)(nops - 1) << 8 | (uint64_t)mem << 10 |
+           (uint64_t)(mb & 7) << 12 | (uint64_t)m->bcst << 15 |
+           (uint64_t)(ops[0].mask != 0) << 16 | (uint64_t)ops[0].zero << 17 | (uint64_t)imm << 18 |
+           (uint64_t)(m->index != X64_NOREG) << 19;
+}
+
+static unsigned vm_slot(uint64_t key) {
+    return (unsigned)((key * 0x9e3779b97f4a7c15ull) >> (64 - VM_BITS)) & ~1u;
+}
+
+/* The form for ops' pattern (absent: the present bit clear). */
+static __attribute__((noinline)) uint64_t vm_make(x64_op op, const x64_opnd *ops, int nops,
+                                                  int mem, uint64_t key) {
+    x64_opnd o[4];
+    memset(o, 0, sizeof o);
+    for (int i = 0; i < nops; i++) o[i] = ops[i];
+    o[mem].base = X64_RAX;   /* canonical: no REX bits, no displacement */
+    o[mem].disp = 0;
+    if (o[mem].index != X64_NOREG) {
+        o[mem].index = X64_RCX;
+        o[mem].scale = 1;
+    }
+    for (int i = 0; i < nops; i++)
+        if (o[i].kind == X64_K_VEC) o[i].reg = 0;
+    if (o[0].mask) o[0].mask = 1;
+    x64_found fd;
+    if (!x64_enc_find(op, o, nops, &fd)) return key;
+    const x64_row *r = fd.row;
+    if (r->enc != XE_EVEX || (r->flags & (XF_RM0 | XF_CC)) || r->w == XW_S) return key;
+    unsigned gop = VF_NONE, hop = VF_NONE;
+    for (int i = 0; i < nops; i++) {
+        int slot = X64_OPD_SLOT(r->opd[i]), c = X64_OPD_CLASS(r->opd[i]);
+        if (o[i].kind == X64_K_IMM) {
+            if (slot != XS_AUTO || (c != XC_I8 && c != XC_U8)) return key;
+        } else if (i == mem) {
+            if (slot != XS_E) return key;
+        } else if (slot == XS_G && gop == VF_NONE) gop = (unsigned)i;
+        else if (slot == XS_H && hop == VF_NONE) hop = (unsigned)i;
+        else return key;
+    }
+    int n = fd.disp_scale;
+    if ((gop == VF_NONE) != (r->ext >= 0) || (fd.features >> 9) || fd.l != 512 ||
+        (r->flags & XF_LIG) || n & (n - 1))
+        return key;
+    return key | 1ull << 21 | (uint64_t)X64_PFX_MAP(r->pfx) << 22 |
+           (uint64_t)X64_PFX_PP(r->pfx) << 24 | (uint64_t)(r->w == XW_1) << 26 |
+           (uint64_t)r->opc << 27 | (uint64_t)gop << 35 | (uint64_t)hop << 38 |
+           (uint64_t)(r->ext >= 0 ? r->ext : 0) << 41 | (uint64_t)__builtin_ctz((unsigned)n) << 44 |
+           (uint64_t)fd.features << 47;
+}
+
+int x64_encode_vmem(x64_op op, const x64_opnd *ops, int nops, uint8_t *out,
+                    uint32_t *features) {
+    if ((unsigned)op - 1u >= X64_OP_COUNT - 1u || nops < 2 || nops > 4) return 0;
+    int mem = -1, imm = ops[nops - 1].kind == X64_K_IMM;
+    for (int i = 0; i < nops - imm; i++) {
+        const x64_opnd *o = &ops[i];
+        if (o->kind == X64_K_VEC && o->bits == 512 && o->reg < 32) continue;
+        if (o->kind != X64_K_MEM || mem >= 0 || o->base >= 16 ||
+            (o->index != X64_NOREG &&
+             (o->index >= 16 || o->index == X64_RSP || (o->scale & (o->scale - 1)) ||
+              o->scale == 0 || o->scale > 8)) ||
+            (o->bits & (o->bits - 1)) || o->bits > 512 || o->bits == 1 || o->bits == 2 ||
+            o->bits == 4)
+            return 0;
+        mem = i;
+    }
+    if (mem < 0 || ops[0].mask >= 8 || (ops[0].zero && !ops[0].mask) ||
+        (imm && (ops[nops - 1].imm < 0 || ops[nops - 1].imm > 127)))
+        return 0;
+    for (int i = 1; i < nops; i++)
+        if (ops[i].mask || ops[i].zero) return 0;
+    uint64_t key = key_vmem(op, ops, nops, mem);
+    unsigned s = vm_slot(key);
+    uint64_t f = atomic_load_explicit(&vmforms[s], memory_order_relaxed);
+    if ((f & VM_KEY) != key) {
+        s ^= 1;
+        f = atomic_load_explicit(&vmforms[s], memory_order_relaxed);
+        if ((f & VM_KEY) != key) {
+            f = vm_make(op, ops, nops, mem, key);
+            atomic_store_explicit(&vmforms[s], f, memory_order_relaxed);
+        }
+    }
+    if (!(f >> 21 & 1)) return 0;
+    const x64_opnd *m = &ops[mem];
+    unsigned map = f >> 22 & 3, pp = f >> 24 & 3, w = f >> 26 & 1;
+    unsigned gop = f >> 35 & 7, hop = f >> 38 & 7;
+    unsigned g = gop == VF_NONE ? (f >> 41 & 7) : ops[gop].reg;
+    unsigned h = hop == VF_NONE ? 0 : ops[hop].reg, b = m->base;
+    unsigned x = m->index == X64_NOREG ? 0 : m->index;
+    uint8_t *p = out;
+    *p++ = 0x62;
+    *p++ = (uint8_t)((~g & 8) << 4 | (~x & 8) << 3 | (~b & 8) << 2 | (~g & 16) | map);
+    *p++ = (uint8_t)(w << 7 | (~h & 15) << 3 | 4 | pp);
+    *p++ = (uint8_t)(ops[0].zero << 7 | 2 << 5 | m->bcst << 4 | (~h & 16) >> 1 | ops[0].mask);
+    *p++ = (uint8_t)(f >> 27);
+    p += x64_enc_modrm(p, (int)g, m, 1 << (f >> 44 & 7));
+    if (imm) *p++ = (uint8_t)ops[nops - 1].imm;
+    *features = (uint32_t)(f >> 47 & 0x1ff);
+    return (int)(p - out);
+}
+
