@@ -1,103 +1,24 @@
 /* builder.c: the kernel builder: register pools without rbp/rsp, labels,
- * stack slots, constant pool, C calls, and the frame (prologue, epilogue
- * and their frame records) wrapped around the body at assembly time.
- *
- * Layout of an assembled kernel:
- *
- *     push rbp                 ; UW_PUSH_FP
- *     mov  rbp, rsp            ; UW_SET_FP   (CFA = rbp + 16 from here on)
- *     sub  rsp, FRAME          ; if anything lives in the frame
- *     mov  [rbp - 8*i], reg    ; UW_SAVE_REG for each callee-saved reg used
- *     <body>                   ; never touches rbp; rsp fixed
- *   epilogue:
- *     mov  reg, [rbp - 8*i]    ; UW_RESTORE_REG
- *     vzeroupper               ; if vector registers were used
- *     leave / pop rbp          ; UW_POP_FP   (CFA = rsp + 8)
- *     ret
- *     <constant pool, 64-byte aligned>
- *
- * Frame (rbp-relative, 16-byte aligned):
- *     [rbp-40, rbp)            fixed save slots of rbx, r12..r15
- *     [rbp-40-slots, rbp-40)   fj_stack_slot spills
- *     [rsp, rsp+callarea)      caller-saved registers preserved by fj_call
+ * stack slots, constant pool, C calls; the frame around the body is laid
+ * out at assembly (builder_frame.c).
  *
  * The body is emitted into its own buffer because the prologue's size is
  * known only at the end (which callee-saved registers were handed out, how
  * big the frame got); jumps are relative, constants are RIP-relative with
  * fixups, so the body moves without change.
  */
-#include "kernels/builder_int.h"
+#include "kernels/builder_priv.h"
 
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "kernels/x64.h"
-
-enum { RC_GPR = 1, RC_VEC = 2, RC_K = 3 };
-/* Handle layout: class (2 bits) | phys (5 bits) | tag (25 bits). Tags come
- * from a process-wide counter, so a handle of another builder, or of a
- * register freed and handed out again, never matches the live tag. */
-#define H_CLASS(id) ((id) >> 30)
-#define H_PHYS(id) (((id) >> 25) & 31u)
-#define H_TAG(id) ((id) & 0x1ffffffu)
-/* Special bases of memory operands: the frame (rbp-relative slots), the
- * call area (rsp-relative, internal) and the constant pool (RIP). */
-#define H_FRAME 0x00000001u
-#define H_CONST 0x00000002u
-
-#define SAVE_AREA 40   /* rbx, r12, r13, r14, r15 */
-
-static const uint8_t callee_saved[5] = {X64_RBX, X64_R12, X64_R13, X64_R14, X64_R15};
 /* Caller-saved first: callee-saved registers cost a save and a restore. */
 static const uint8_t gpr_order[14] = {X64_RAX, X64_RCX, X64_RDX, X64_RSI, X64_RDI, X64_R8,
                                       X64_R9,  X64_R10, X64_R11, X64_RBX, X64_R12, X64_R13,
                                       X64_R14, X64_R15};
 static const uint8_t arg_regs[6] = {X64_RDI, X64_RSI, X64_RDX, X64_RCX, X64_R8, X64_R9};
 #define CALLER_SAVED_MASK 0x0fc7u /* rax rcx rdx rsi rdi r8-r11 */
-
-typedef struct fixup {
-    uint32_t pos;      /* of the 4-byte field in the body */
-    uint32_t end;      /* end of the instruction, in the body */
-    uint32_t target;   /* label index, or constant-pool offset */
-    uint8_t is_const;
-} fixup;
-
-struct fj_builder {
-    char *name;
-    fj_runtime *rt;
-    fj_isa isa;
-    uint32_t features;     /* X64_F_* allowed: the ISA's and the CPU's */
-    int vbits, nvec;
-    fj_status err;
-    char errmsg[256];
-
-    uint8_t *code;
-    size_t len, cap;
-
-    uint32_t tag[4][32];   /* live tag per class and physical register, 0 = free */
-    uint32_t live[4];      /* bit p: tag[class][p] != 0 (the allocators' view) */
-    uint32_t next_tag, tag_end;  /* this builder's block of handle tags */
-    uint32_t arg_tag[6];   /* the tag each argument register was created with */
-    uint32_t label_salt;   /* high bits of this builder's label ids */
-    uint32_t gpr_ever;     /* GPRs ever handed out (callee-saved to save) */
-    int used_vec;
-
-    int32_t *labels;       /* body offset, -1 = unbound */
-    uint32_t nlabels, labels_cap;
-    fixup *fix;
-    size_t nfix, fix_cap;
-
-    uint8_t *consts;
-    uint32_t const_len, const_cap;
-
-    uint32_t slot_bytes;   /* below the save area */
-    uint32_t call_area;    /* max bytes any fj_call needs */
-    int32_t last_ret_jmp;  /* body offset just past fj_return's jmp, or -1 */
-#if FJ_FP_TAX_PROBE
-    int nofp;              /* KB_NOFP: no frame pointer, rbp allocatable */
-#endif
-};
 
 static atomic_uint tag_counter = 1;
 
@@ -387,33 +308,6 @@ static int put(fj_builder *b, x64_op op, const x64_opnd *o, int n, x64_enc_info 
     }
     b->len += (size_t)r;
     return r;
-}
-
-static x64_opnd gpr_op(int reg, int bits) {
-    x64_opnd o = {0};
-    o.kind = X64_K_GPR; o.reg = (uint8_t)reg; o.bits = (uint16_t)bits;
-    return o;
-}
-static x64_opnd vec_op(int reg, int bits) {
-    x64_opnd o = {0};
-    o.kind = X64_K_VEC; o.reg = (uint8_t)reg; o.bits = (uint16_t)bits;
-    return o;
-}
-static x64_opnd k_op(int reg) {
-    x64_opnd o = {0};
-    o.kind = X64_K_KREG; o.reg = (uint8_t)reg; o.bits = 16;
-    return o;
-}
-static x64_opnd mem_op(int base, int32_t disp, int bits) {
-    x64_opnd o = {0};
-    o.kind = X64_K_MEM; o.base = (uint8_t)base; o.index = X64_NOREG; o.scale = 1;
-    o.disp = disp; o.bits = (uint16_t)bits;
-    return o;
-}
-static x64_opnd imm_op(int64_t v) {
-    x64_opnd o = {0};
-    o.kind = X64_K_IMM; o.imm = v;
-    return o;
 }
 
 /* Translates a public operand. A constant-pool operand sets *const_off to
@@ -810,9 +704,6 @@ void fj_call(fj_builder *b, const void *fn, const fj_opnd *args, int nargs, fj_r
         }
 }
 
-/* Label index 0 is reserved, at assembly, for the epilogue: fj_return
- * jumps there with a rel32 fixup whose target is EPILOGUE. */
-#define EPILOGUE 0xffffffffu
 
 void fj_return(fj_builder *b, fj_opnd value) {
     if (!b || b->err) return;
@@ -835,165 +726,4 @@ void fj_return(fj_builder *b, fj_opnd value) {
     add_fixup(b, (uint32_t)(b->len - (size_t)n + (size_t)info.rel_pos), (uint32_t)b->len,
               EPILOGUE, 0);
     b->last_ret_jmp = (int32_t)b->len;
-}
-
-/* ---- assembly ------------------------------------------------------- */
-
-static int add_rec(kb_code *c, size_t *cap, uint32_t off, int kind, int reg, int cfa_off) {
-    if (c->nrecs == *cap) {
-        size_t n = *cap ? *cap * 2 : 16;
-        uw_rec *r = fj_realloc(c->recs, n * sizeof *r);
-        if (!r) return 0;
-        c->recs = r;
-        *cap = n;
-    }
-    c->recs[c->nrecs++] = (uw_rec){off, (uint8_t)kind, (uint8_t)reg, (int16_t)cfa_off};
-    return 1;
-}
-
-static void put32(uint8_t *p, int32_t v) { memcpy(p, &v, 4); }
-
-void kb_code_free(kb_code *c) {
-    if (!c) return;
-    fj_free(c->bytes);
-    fj_free(c->recs);
-    memset(c, 0, sizeof *c);
-}
-
-fj_status kb_assemble(fj_builder *b, kb_code *out) {
-    memset(out, 0, sizeof *out);
-    if (b->err) return fj_fail(b->err, "kernel %s: %s", b->name, b->errmsg);
-    for (uint32_t i = 0; i < b->nlabels; i++)
-        if (b->labels[i] < 0)
-            return fj_fail(FJ_ERR_CODEGEN, "kernel %s: label %u (in creation order) is never "
-                           "bound", b->name, i + 1);
-    /* A trailing fj_return jumps to the very next byte: drop that jmp. */
-    size_t body_len = b->len, nfix = b->nfix;
-    int label_at_end = 0;
-    for (uint32_t i = 0; i < b->nlabels; i++)
-        if ((size_t)b->labels[i] == b->len) label_at_end = 1;
-    if (!label_at_end && b->last_ret_jmp >= 0 && (size_t)b->last_ret_jmp == b->len && nfix &&
-        b->fix[nfix - 1].target == EPILOGUE) {
-        body_len -= 5;
-        nfix--;
-    }
-    uint32_t saved = 0; /* bit i: callee_saved[i] used */
-    for (int i = 0; i < 5; i++)
-        if (b->gpr_ever >> callee_saved[i] & 1) saved |= 1u << i;
-    uint32_t frame = 0;
-    if (saved || b->slot_bytes || b->call_area)
-        frame = (SAVE_AREA + b->slot_bytes + b->call_area + 15) & ~15u;
-
-    /* Prologue and epilogue are built into small scratch builders' bytes. */
-    uint8_t pro[96], epi[96];
-    size_t np = 0, ne = 0, reccap = 0;
-    x64_opnd o[2];
-    int n;
-#define EMIT(buf, nb, op, cnt) \
-    do { n = x64_encode((op), o, (cnt), (buf) + (nb), NULL); \
-         if (n <= 0) return fj_fail(FJ_ERR_CODEGEN, "kernel %s: internal: frame encoding", b->name); \
-         (nb) += (size_t)n; } while (0)
-    size_t epi_at;
-    /* Where each saved register goes, [sbase + at[i]], and its CFA offset. */
-    int sbase = X64_RBP, at[5] = {0}, cfa_at[5] = {0}, nofp = 0;
-#if FJ_FP_TAX_PROBE
-    /* No frame pointer: rbp saved like any callee-saved register, the CFA
-     * rsp-relative. [rsp, slots) are the stack slots, the saves sit above
-     * them; rsp + 8 is 16-byte aligned at entry, so after push rbp a frame
-     * of a multiple of 16 keeps rsp aligned. */
-    nofp = b->nofp;
-    if (nofp) {
-        const uint32_t slots = (b->slot_bytes + 7) & ~7u;
-        frame = (slots + 8 * (uint32_t)__builtin_popcount(saved) + 15) & ~15u;
-        sbase = X64_RSP;
-        for (int i = 0, k = 0; i < 5; i++)
-            if (saved >> i & 1) {
-                at[i] = (int)slots + 8 * k++;
-                cfa_at[i] = at[i] - (16 + (int)frame);
-            }
-    }
-#endif
-    for (int i = 0; i < 5 && !nofp; i++) {
-        at[i] = -8 * (i + 1);
-        cfa_at[i] = at[i] - 16;
-    }
-    o[0] = gpr_op(X64_RBP, 64);
-    EMIT(pro, np, X64_PUSH, 1);
-    if (!add_rec(out, &reccap, (uint32_t)np, UW_PUSH_FP, 0, 0)) goto nomem;
-    if (!nofp) {
-        o[0] = gpr_op(X64_RBP, 64); o[1] = gpr_op(X64_RSP, 64);
-        EMIT(pro, np, X64_MOV, 2);
-        if (!add_rec(out, &reccap, (uint32_t)np, UW_SET_FP, 0, 0)) goto nomem;
-    }
-    if (frame) {
-        o[0] = gpr_op(X64_RSP, 64); o[1] = imm_op(frame);
-        EMIT(pro, np, X64_SUB, 2);
-#if FJ_FP_TAX_PROBE
-        if (nofp && !add_rec(out, &reccap, (uint32_t)np, UW_CFA_SP, 0, 16 + (int)frame))
-            goto nomem;
-#endif
-    }
-    for (int i = 0; i < 5; i++)
-        if (saved >> i & 1) {
-            o[0] = mem_op(sbase, at[i], 64); o[1] = gpr_op(callee_saved[i], 64);
-            EMIT(pro, np, X64_MOV, 2);
-            if (!add_rec(out, &reccap, (uint32_t)np, UW_SAVE_REG, callee_saved[i], cfa_at[i]))
-                goto nomem;
-        }
-    epi_at = np + body_len;
-    for (int i = 0; i < 5; i++)
-        if (saved >> i & 1) {
-            o[0] = gpr_op(callee_saved[i], 64); o[1] = mem_op(sbase, at[i], 64);
-            EMIT(epi, ne, X64_MOV, 2);
-            if (!add_rec(out, &reccap, (uint32_t)(epi_at + ne), UW_RESTORE_REG, callee_saved[i], 0))
-                goto nomem;
-        }
-    if (b->used_vec) EMIT(epi, ne, X64_VZEROUPPER, 0);
-    if (frame && !nofp) {
-        EMIT(epi, ne, X64_LEAVE, 0);
-    } else {
-        if (frame) {
-            o[0] = gpr_op(X64_RSP, 64); o[1] = imm_op(frame);
-            EMIT(epi, ne, X64_ADD, 2);
-#if FJ_FP_TAX_PROBE
-            if (!add_rec(out, &reccap, (uint32_t)(epi_at + ne), UW_CFA_SP, 0, 16)) goto nomem;
-#endif
-        }
-        o[0] = gpr_op(X64_RBP, 64);
-        EMIT(epi, ne, X64_POP, 1);
-    }
-    if (!add_rec(out, &reccap, (uint32_t)(epi_at + ne), UW_POP_FP, 0, 0)) goto nomem;
-    EMIT(epi, ne, X64_RET, 0);
-#undef EMIT
-
-    size_t code_len = np + body_len + ne;
-    size_t const_at = b->const_len ? (code_len + 63) & ~(size_t)63 : code_len;
-    size_t total = const_at + b->const_len;
-    out->bytes = fj_malloc(total ? total : 1);
-    if (!out->bytes) goto nomem;
-    /* Padding between code and constants is int3: never executed, and a
-     * decoder reading past the end sees a trap, not a random instruction. */
-    memset(out->bytes, 0xcc, total);
-    memcpy(out->bytes, pro, np);
-    if (body_len) memcpy(out->bytes + np, b->code, body_len); /* b->code is NULL if empty */
-    memcpy(out->bytes + epi_at, epi, ne);
-    if (b->const_len) memcpy(out->bytes + const_at, b->consts, b->const_len);
-    for (size_t i = 0; i < nfix; i++) {
-        const fixup *f = &b->fix[i];
-        int64_t target;
-        if (f->is_const) target = (int64_t)(const_at + f->target);
-        else if (f->target == EPILOGUE) target = (int64_t)epi_at;
-        else target = (int64_t)np + b->labels[f->target];
-        int64_t rel = target - (int64_t)(np + f->end);
-        uint8_t *field = out->bytes + np + f->pos;
-        /* rel8 jumps were resolved at emission (backward only); every fixup
-         * is a 4-byte field. */
-        put32(field, (int32_t)rel);
-    }
-    out->len = total;
-    out->code_len = code_len;
-    return FJ_OK;
-nomem:
-    kb_code_free(out);
-    return fj_fail(FJ_ERR_NO_MEMORY, "kernel %s: out of memory", b->name);
 }
