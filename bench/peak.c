@@ -85,9 +85,9 @@ double bench_fma_peak(int zmm, int threads) {
 }
 
 /* One run of the FMA loop on the calling thread lasting about ms: its
- * GFLOP/s by wall clock and by the thread's CPU time. GEMM runs take one
- * such sample per repetition beside their own, so that their %peak
- * compares the two at the same moments of a machine whose speed moves. */
+ * GFLOP/s by wall clock and by the thread's CPU time. The GEMM section runs
+ * one just before each timed block, so that %peak compares the two at the
+ * same moment of a machine whose speed moves. */
 void bench_fma_sample(int zmm, double ms, double *gf_wall, double *gf_cpu) {
     static long iters_per_ms[2];
     long *ipm = &iters_per_ms[zmm != 0];

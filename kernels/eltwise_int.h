@@ -82,7 +82,9 @@ FJ_INTERNAL void elt_load(kg_elt_state *s, fj_reg dst, uint32_t key);
 /* A register holding the constant: its own, or scratch loaded with it. */
 FJ_INTERNAL fj_reg elt_creg(kg_elt_state *s, uint32_t key, fj_reg scratch);
 
-static inline fj_opnd elt_v(const kg_elt_state *s, fj_reg r) { return fj_reg_opnd_(r, s->vbits); }
+static inline fj_opnd elt_v(const kg_elt_state *s, fj_reg r) {
+    return fj_reg_opnd_(r, s->vbits);
+}
 
 /* The emitters' fj_emit: emits, or records while interleaving. */
 FJ_INTERNAL void elt_emitv(kg_elt_state *s, fj_op op, const fj_opnd *ops, int n);
