@@ -70,14 +70,7 @@ static int exp_run(fj_runtime *rt, const float *src, float *out) {
 
 /* A verifying runtime (NULL on failure): also for threads and children,
  * where a Check assertion has no test to fail. */
-static fj_runtime *make_rt(int threads) {
-    fj_options o;
-    fj_options_init(&o);
-    o.threads = threads;
-    o.verify = 1;
-    fj_runtime *rt = NULL;
-    return fj_runtime_create(&o, &rt) == FJ_OK ? rt : NULL;
-}
+static fj_runtime *make_rt(int threads) { return fjt_runtime_try(FJ_ISA_AUTO, threads); }
 
 /* A builder kernel returning v. */
 static fj_kernel *const_kernel(fj_runtime *rt, const char *name, int v) {
@@ -354,10 +347,4 @@ static Suite *suite(void) {
     return s;
 }
 
-int main(void) {
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+int main(void) { return fjt_run_suite(suite()); }

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "framejit.h"
+#include "fjtest.h"
 #include "framejit/builder.h"
 #include "runtime/fj_base.h"
 #include "runtime/image.h"
@@ -758,9 +759,5 @@ int main(void) {
     unsetenv("FRAMEJIT_CODE_FILE");
     unsetenv("FRAMEJIT_PERFMAP");
     unsetenv("FRAMEJIT_JITDUMP");
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return fjt_run_suite(suite());
 }

@@ -32,6 +32,10 @@ int fjt_have_avx512(void);
  * is Check-asserted. NULL if isa is AVX-512 and the CPU (or FRAMEJIT_ISA)
  * lacks it. */
 fj_runtime *fjt_runtime(fj_isa isa, int threads);
+/* The same runtime without Check assertions (NULL on failure, with
+ * fj_last_error set): for threads and forked children, where a failed
+ * assertion has no test to fail. */
+fj_runtime *fjt_runtime_try(fj_isa isa, int threads);
 
 /* Scans /proc/self/maps; returns 1 and describes the first mapping that is
  * both writable and executable, else 0. */
