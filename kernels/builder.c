@@ -194,14 +194,20 @@ static __attribute__((noinline, cold)) int phys_fail(fj_builder *b, fj_reg r, in
     return -1;
 }
 
-/* The physical register of a live handle of class cls, or -1 (error set).
+/* The physical register of a live handle of class cls, or -1. Tags are
+ * never 0, so a free register (tag 0) cannot match; the frame and
+ * constant-pool bases are class 0, never a register. */
+static inline int live_phys(const fj_builder *b, fj_reg r, int cls) {
+    uint32_t id = r.id;
+    unsigned p = H_PHYS(id);
+    return H_CLASS(id) == (unsigned)cls && H_TAG(id) && b->tag[cls][p] == H_TAG(id) ? (int)p : -1;
+}
+
+/* The same, with the error set when it is not one.
  * Inline: every register operand of every instruction comes through here. */
 static inline int phys_of(fj_builder *b, fj_reg r, int cls, const char *what) {
-    unsigned c = H_CLASS(r.id), p = H_PHYS(r.id);
-    /* Tags are never 0, so a free register (tag 0) cannot match. */
-    if (__builtin_expect(c == (unsigned)cls && b->tag[c][p] == H_TAG(r.id) && b->tag[c][p], 1))
-        return (int)p;
-    return phys_fail(b, r, cls, what);
+    int p = live_phys(b, r, cls);
+    return __builtin_expect(p >= 0, 1) ? p : phys_fail(b, r, cls, what);
 }
 
 void fj_release(fj_builder *b, fj_reg r) {
@@ -466,14 +472,6 @@ static void jump(fj_builder *b, x64_op op, int li) {
 static atomic_int fast_paths = 1;
 
 void kb_test_fast_paths(int on) { atomic_store(&fast_paths, on != 0); }
-
-/* The physical register of a live handle of class cls, or -1 (the frame
- * and constant-pool bases are class 0: never a GPR here). */
-static inline int live_phys(const fj_builder *b, fj_reg r, int cls) {
-    uint32_t id = r.id;
-    unsigned p = H_PHYS(id);
-    return H_CLASS(id) == (unsigned)cls && H_TAG(id) && b->tag[cls][p] == H_TAG(id) ? (int)p : -1;
-}
 
 /* The encoder's template paths, for most instructions of a compute loop:
  * vector registers of one width only (x64_encode_vregs), or zmm registers
