@@ -157,6 +157,7 @@ typedef struct cc_stats {
     uint64_t arenas_retired;
     uint64_t huge_chunks;    /* 2 MiB chunks collapsed into huge pages */
     uint64_t huge_failed;    /* ... that the system refused */
+    uint64_t file_writes;    /* kernels written into the file, not through the view */
 } cc_stats;
 FJ_INTERNAL void cc_get_stats(cc_cache *c, cc_stats *out);
 

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -36,10 +37,11 @@ typedef struct cc_os {
     int (*fchmod)(int, mode_t);
     int (*close)(int);
     int (*unlink)(const char *);
+    ssize_t (*pwritev)(int, const struct iovec *, int, off_t);
 } cc_os;
 
 static const cc_os os = {mmap, munmap, mprotect, open, memfd_create,
-                         fallocate, ftruncate, fchmod, close, unlink};
+                         fallocate, ftruncate, fchmod, close, unlink, pwritev};
 
 static void *sys_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
     if (fj_fault_hit(FJ_FAULT_MMAP)) {
@@ -167,16 +169,42 @@ out:
  * Arenas
  * ---------------------------------------------------------------------- */
 
-/* Files grow in steps: pages are allocated up front with fallocate so that
- * a full /dev/shm shows up as ENOSPC here, not as SIGBUS on a later write
- * through the shared mapping. */
+/* Files grow in steps: pages are allocated up front so that a full
+ * /dev/shm shows up as ENOSPC here, not as SIGBUS on a later write through
+ * the shared mapping. Code pages are allocated by writing int3 into them
+ * rather than with fallocate: pages with contents let the first call of a
+ * kernel map the pages around it in the same fault (the kernel's fault-
+ * around), while fallocated ones are still to be cleared and fault one by
+ * one; and the code area's unused bytes trap. */
 #define CC_FILE_GROW ((size_t)64 << 10)
 #define CC_VEC_INITIAL 16
 
 static atomic_uint file_seq;
+static const uint8_t int3_page[4096] = {[0 ... 4095] = 0xcc};
 
-static int file_extend(int fd, size_t from, size_t to) {
+static int code_fill(int fd, size_t from, size_t to) {
+    struct iovec iov[16];
+    while (from < to) {
+        size_t n = 0, left = to - from;
+        for (; n < 16 && left; n++) {
+            size_t l = left < sizeof int3_page ? left : sizeof int3_page;
+            iov[n] = (struct iovec){(void *)int3_page, l};
+            left -= l;
+        }
+        ssize_t w = os.pwritev(fd, iov, (int)n, (off_t)from);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            if (w == 0) errno = ENOSPC;
+            return -1;
+        }
+        from += (size_t)w;
+    }
+    return 0;
+}
+
+static int file_extend(int fd, size_t from, size_t to, int code) {
     if (file_fault()) return -1;
+    if (code) return code_fill(fd, from, to);
     if (os.fallocate(fd, 0, (off_t)from, (off_t)(to - from)) == 0) return 0;
     if (errno != EOPNOTSUPP && errno != ENOSYS) return -1;
     /* Never shorter: the metadata after the code span may be there. (It
@@ -237,9 +265,8 @@ static int map_fixed(uintptr_t at, size_t len, int prot, int fd, size_t off) {
  * A failed step leaves the block to cc_arena_new, which reserves it again. */
 static fj_status map_views(cc_arena *a, size_t span) {
     a->file_len = a->code_off + (span < CC_FILE_GROW ? span : CC_FILE_GROW);
-    int bad = a->huge ? file_extend(a->fd, 0, page_size()) != 0 ||
-                            file_extend(a->fd, a->code_off, a->file_len) != 0
-                      : file_extend(a->fd, 0, a->file_len) != 0;
+    int bad = file_extend(a->fd, 0, a->huge ? page_size() : a->code_off, 0) != 0 ||
+              file_extend(a->fd, a->code_off, a->file_len, 1) != 0;
     if (bad)
         return fj_fail(FJ_ERR_OS, "codecache: sizing code file to %zu bytes: %s", a->file_len,
                        strerror(errno));
@@ -393,13 +420,73 @@ fj_status cc_arena_reserve(cc_arena *a, size_t len, cc_txn *t, int *fits) {
         if (need > a->file_len) {
             size_t nl = round_up(need, CC_FILE_GROW);
             if (nl > a->code_off + size) nl = a->code_off + size;
-            if (file_extend(a->fd, a->file_len, nl) != 0)
+            if (file_extend(a->fd, a->file_len, nl, 1) != 0)
                 return fj_fail(FJ_ERR_OS, "codecache: growing code file to %zu bytes: %s", nl,
                                strerror(errno));
             a->file_len = nl;
         }
         t->w = a->rw + a->code_off + off;
     }
+    return FJ_OK;
+}
+
+/* How code gets into a file arena's pages. A page's first write through
+ * the RW view costs a page fault, and on virtual machines with shadow
+ * paging a fault costs several microseconds (9-10 us per page on the
+ * project's test VM, more than encoding a small kernel); pwritev() into the
+ * file costs a system call (1.3-4 us there) and no fault, but every later
+ * write to that page must then go through the file too (one RW touch would
+ * pay the fault after all). Placement is sequential, so only the page
+ * holding the cursor can see a later write: its way is remembered
+ * (tail_file). Small kernels go through the view, so a page of them pays
+ * one fault for all of them; a kernel that reaches a new page and fills at
+ * least half a page, or one that continues a page written through the
+ * file, goes into the file. (A page of n-byte kernels pays one fault
+ * through the view or page/n calls through the file: from about half a page
+ * the file wins, at the costs measured there and at usual bare-metal ones.) */
+static fj_status write_file(cc_arena *a, size_t at, const void *code, size_t len, size_t span) {
+    static const uint8_t int3[CC_ALIGN] = {[0 ... CC_ALIGN - 1] = 0xcc};
+    struct iovec iov[2] = {{(void *)code, len}, {(void *)int3, span - len}};
+    off_t pos = (off_t)(a->code_off + at);
+    size_t left = span;
+    while (left) {
+        ssize_t w = file_fault() ? (errno = EIO, -1) : os.pwritev(a->fd, iov, 2, pos);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0)
+            return fj_fail(FJ_ERR_OS, "codecache: writing %zu bytes of code to the file: %s", span,
+                           w < 0 ? strerror(errno) : "no progress");
+        left -= (size_t)w;
+        pos += w;
+        for (int i = 0; i < 2; i++) {
+            size_t d = (size_t)w < iov[i].iov_len ? (size_t)w : iov[i].iov_len;
+            iov[i].iov_base = (uint8_t *)iov[i].iov_base + d;
+            iov[i].iov_len -= d;
+            w -= (ssize_t)d;
+        }
+    }
+    return FJ_OK;
+}
+
+fj_status cc_arena_write(cc_txn *t, const void *code, size_t len, int *by_file) {
+    cc_arena *a = t->a;
+    const size_t page = page_size();
+    /* Written through the file: always for a page already written that
+     * way, else for a kernel that reaches a new page and is not small. */
+    int cont = t->off % page != 0, file = 0;
+    if (a->kind != CC_ANON && t->span - len <= CC_ALIGN) {
+        int new_page = (t->off + t->span - 1) / page != t->off / page || !cont;
+        file = (cont && a->tail_file) || (new_page && 2 * len >= page);
+    }
+    *by_file = file;
+    if (file) {
+        fj_status st = write_file(a, t->off, code, len, t->span);
+        if (st != FJ_OK) return st;
+    } else {
+        memcpy(t->w, code, len);
+        memset(t->w + len, 0xcc, t->span - len);
+    }
+    /* The page the cursor will be in (a continued page keeps its way). */
+    if ((t->off + t->span) % page) a->tail_file = file;
     return FJ_OK;
 }
 

@@ -28,7 +28,7 @@ struct cc_cache {
     uint64_t reclaim_ns;
     uint64_t round;        /* eviction rounds, to try each arena once per round */
     atomic_uint_least64_t clock; /* newest cc_touch tick */
-    uint64_t arenas_evicted, arenas_retired, huge_ok, huge_bad;
+    uint64_t arenas_evicted, arenas_retired, huge_ok, huge_bad, file_writes;
     cc_hooks hooks;
 };
 
@@ -507,8 +507,14 @@ fj_status cc_place(cc_cache *c, const uint8_t *code, size_t len, const char *nam
     }
     /* Fill the rest of the kernel's last line (anonymous: page) with int3:
      * the next kernel starts on lines nobody is executing. */
-    memcpy(t.w, code, len);
-    memset(t.w + len, 0xcc, t.span - len);
+    int by_file = 0;
+    st = cc_arena_write(&t, code, len, &by_file);
+    if (st != FJ_OK) {
+        cc_arena_abort(&t);
+        c->held += t.a->cursor - before;
+        goto fail;
+    }
+    c->file_writes += (uint64_t)by_file;
     st = cc_arena_commit(&t, &hok, &hbad);
     c->held += t.a->cursor - before;
     c->huge_ok += (uint64_t)hok;
@@ -619,6 +625,7 @@ void cc_get_stats(cc_cache *c, cc_stats *out) {
     out->arenas_evicted = c->arenas_evicted;
     out->arenas_retired = c->arenas_retired;
     out->huge_chunks = c->huge_ok;
+    out->file_writes = c->file_writes;
     out->huge_failed = c->huge_bad;
     pthread_mutex_unlock(&c->lock);
 }

@@ -108,6 +108,7 @@ struct cc_arena {
     void *image;                     /* the image writer's state (cc_image_set_state) */
     void (*image_free)(void *);
     size_t cursor;                   /* next free byte, relative to lo */
+    int tail_file;                   /* the cursor's page was written through the file */
     size_t collapsed;                /* bytes from lo already offered to MADV_COLLAPSE */
     atomic_size_t ndead;             /* removed entries (written under the lock) */
     int slot;                        /* index in the global slot table, -1 if none */
@@ -145,6 +146,10 @@ FJ_INTERNAL void cc_arena_release(cc_arena *a);
 FJ_INTERNAL void cc_arena_free(cc_arena *a);
 /* Room for len bytes at the cursor, made writable; 0 if it does not fit. */
 FJ_INTERNAL fj_status cc_arena_reserve(cc_arena *a, size_t len, cc_txn *t, int *fits);
+/* Writes the code (and int3 up to the end of the reservation) to its
+ * place: through the RW view or into the file (cc_arena.c says when;
+ * *by_file says which). */
+FJ_INTERNAL fj_status cc_arena_write(cc_txn *t, const void *code, size_t len, int *by_file);
 /* Makes the written bytes executable (anonymous: flips the pages to RX).
  * *huge_ok / *huge_bad count 2 MiB chunks this commit completed and
  * collapsed into huge pages, or failed to. */

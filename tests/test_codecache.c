@@ -529,6 +529,78 @@ START_TEST(test_exit_hook) {
 }
 END_TEST
 
+/* ---- how code gets into the arena ------------------------------------------
+ * File arenas write small kernels through their RW view and kernels that
+ * reach a new page and fill half of one, or continue a page written that
+ * way, into the file (cc_arena.c). Both ways must leave the same bytes,
+ * int3 after them to the line's end, behind the executable view. */
+
+static cc_entry *place_sized(cc_cache *c, uint32_t v, size_t len) {
+    uint8_t *code = malloc(len);
+    ck_assert_ptr_nonnull(code);
+    for (size_t i = 0; i < len; i++) code[i] = (uint8_t)(i * 7 + v);
+    if (len >= 6) blob(code, v);
+    cc_entry *e = NULL;
+    fj_status st = cc_place(c, code, len, "sized", &e);
+    ck_assert_msg(st == FJ_OK, "cc_place of %zu bytes: %s", len, fj_last_error());
+    const uint8_t *x = (const uint8_t *)e->start;
+    ck_assert_msg(memcmp(x, code, len) == 0, "kernel %u: %zu bytes differ", v, len);
+    size_t pad = (len + CC_ALIGN - 1) / CC_ALIGN * CC_ALIGN, bad = 0;
+    for (size_t i = len; i < pad; i++) bad += x[i] != 0xcc;
+    ck_assert_msg(bad == 0, "kernel %u: %zu padding bytes are not int3", v, bad);
+    ck_assert_int_eq(call(e), (int)v);
+    free(code);
+    return e;
+}
+
+static void write_paths(cc_cache *c, int file) {
+    /* {size, written into the file}: offsets from a fresh arena's start. */
+    static const struct { size_t len; int file; } seq[] = {
+        {6, 0},    /* 0: a new page, small: the view */
+        {3000, 0}, /* 64: within a page written through the view */
+        {2500, 1}, /* 3072: reaches page 1, fills more than half a page */
+        {100, 1},  /* 5632: continues page 1, written into the file */
+        {1000, 1}, {2040, 1}, /* ... and on into page 2 */
+        {3456, 1}, /* 8832: ends exactly at page 3 */
+        {6, 0},    /* 12288: a new page again, small: the view */
+        {9000, 1}, /* 12352: three pages */
+    };
+    cc_stats st0, st1;
+    cc_get_stats(c, &st0);
+    uint64_t want = 0;
+    for (size_t i = 0; i < sizeof seq / sizeof seq[0]; i++) {
+        cc_entry *e = place_sized(c, 500 + (uint32_t)i, seq[i].len);
+        want += (uint64_t)(file && seq[i].file);
+        cc_get_stats(c, &st1);
+        ck_assert_msg(st1.file_writes - st0.file_writes == want,
+                      "after kernel %zu (%zu bytes at +%#lx): %llu file writes, want %llu", i,
+                      seq[i].len, (unsigned long)(e->start - e->arena_lo),
+                      (unsigned long long)(st1.file_writes - st0.file_writes),
+                      (unsigned long long)want);
+    }
+    /* Every kernel still runs (the file writes did not disturb their
+     * neighbours on shared pages). */
+    assert_no_wx("after mixed writes");
+}
+
+START_TEST(test_write_paths) {
+    if (sysconf(_SC_PAGESIZE) != 4096) {
+        printf("test_write_paths: the offsets assume 4 KiB pages\n");
+        return;
+    }
+    cc_cache *c = make(1, 0);
+    ck_assert_str_eq(cc_backing(c), "file");
+    write_paths(c, 1);
+    cc_destroy(c);
+    c = make(0, 0);
+    write_paths(c, strcmp(cc_backing(c), "anonymous") != 0);
+    cc_destroy(c);
+    c = make_anon(0);
+    write_paths(c, 0);
+    cc_destroy(c);
+}
+END_TEST
+
 /* ---- fault injection: each failure is reported, then the cache works ---- */
 
 static void expect_fail_then_work(cc_cache *c, int cls, long countdown, size_t len,
@@ -575,6 +647,8 @@ END_TEST
 START_TEST(test_fault_file) {
     cc_cache *c = make(1, 0);
     place_val(c, 1);
+    /* Writing a kernel that reaches the next page into the file fails. */
+    expect_fail_then_work(c, FJ_FAULT_FILE, 0, 5000, FJ_ERR_OS);
     /* Growing the file for a 100 KiB kernel fails. */
     expect_fail_then_work(c, FJ_FAULT_FILE, 0, 100 << 10, FJ_ERR_OS);
     /* Creating the next arena's file fails. */
@@ -610,6 +684,7 @@ static Suite *suite(void) {
     tcase_add_test(t, test_arena_retire);
     tcase_add_test(t, test_stale_cleanup);
     tcase_add_test(t, test_exit_hook);
+    tcase_add_test(t, test_write_paths);
     tcase_add_test(t, test_fault_mmap);
     tcase_add_test(t, test_fault_mprotect);
     tcase_add_test(t, test_fault_file);
