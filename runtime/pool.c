@@ -12,10 +12,19 @@
  * worker spins for a while after a job before it sleeps on the condvar,
  * and the caller spins for the workers' completion before it sleeps: jobs
  * in quick succession pass through one atomic word each way. The mutex and
- * the condvars are touched only when someone actually sleeps. */
+ * the condvars are touched only when someone actually sleeps.
+ *
+ * Joining: a worker takes part in a job only by joining it while it is
+ * open, and the caller, once every chunk is claimed, closes it and waits
+ * for the workers that joined, not for the ones it woke. A worker that
+ * wakes late (an idle vCPU can take milliseconds to come back) finds the
+ * job closed and goes back to waiting: the caller has run its chunks
+ * instead of waiting for it. Chunks are the same whoever runs them, so
+ * results are too. */
 #include "runtime/pool.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 
 #include "runtime/rt.h"
@@ -34,7 +43,7 @@ struct rt_pool {
     int nworkers;
     pthread_t *threads;
     /* The current job, written by the caller before it publishes `job`
-     * and left alone until `running` drops to 0. */
+     * and left alone until every worker that joined it has finished. */
     rt_chunk_fn fn;
     void *ctx;
     int64_t nchunks;
@@ -45,11 +54,17 @@ struct rt_pool {
     _Alignas(64) _Atomic uint64_t job;
     atomic_int stop;
     atomic_int sleepers;    /* workers in (or about to enter) the wake wait */
-    _Alignas(64) atomic_int running;  /* workers still inside the job */
+    /* (generation << 32) | OPEN | workers that joined: a worker joins with
+     * one compare-and-swap while the job is open; the caller's close reads
+     * how many did. */
+    _Alignas(64) _Atomic uint64_t entry;
+    atomic_int finished;              /* joined workers done with the job */
     atomic_int caller_waits;          /* the caller sleeps on `done` */
     _Alignas(64) pthread_mutex_t lock;
     pthread_cond_t wake, done;
 };
+
+#define ENTRY_OPEN (1ull << 31)
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -97,6 +112,24 @@ static uint64_t wait_job(rt_pool *p, uint64_t seen) {
     return j;
 }
 
+/* Test hook: workers that see a job wait until it is cleared (a worker
+ * that wakes late, at will). */
+static atomic_int test_hold;
+
+void rt_pool_test_hold(int on) { atomic_store(&test_hold, on); }
+
+/* Joins job generation gen if it is still open: only then may the worker
+ * read the job's fields, which the caller leaves alone until every joined
+ * worker has finished. */
+static int join(rt_pool *p, uint64_t gen) {
+    uint64_t e = atomic_load_explicit(&p->entry, memory_order_acquire);
+    while ((e >> 32) == (gen & 0xffffffffu) && (e & ENTRY_OPEN))
+        if (atomic_compare_exchange_weak_explicit(&p->entry, &e, e + 1, memory_order_acq_rel,
+                                                  memory_order_acquire))
+            return 1;
+    return 0;
+}
+
 static void *worker_main(void *arg) {
     worker_arg wa = *(worker_arg *)arg;
     fj_free(arg);
@@ -106,10 +139,12 @@ static void *worker_main(void *arg) {
         uint64_t j = wait_job(p, seen);
         if (!j) break;
         seen = j;
-        if (wa.index >= (int)(j & 0xffff)) continue;
+        if (atomic_load_explicit(&test_hold, memory_order_relaxed))
+            while (atomic_load(&test_hold) && !atomic_load(&p->stop)) sched_yield();
+        if (wa.index >= (int)(j & 0xffff) || !join(p, j >> 16)) continue;
         run_chunks(p);
-        if (atomic_fetch_sub_explicit(&p->running, 1, memory_order_seq_cst) == 1 &&
-            atomic_load_explicit(&p->caller_waits, memory_order_seq_cst)) {
+        atomic_fetch_add_explicit(&p->finished, 1, memory_order_seq_cst);
+        if (atomic_load_explicit(&p->caller_waits, memory_order_seq_cst)) {
             pthread_mutex_lock(&p->lock);
             pthread_cond_signal(&p->done);
             pthread_mutex_unlock(&p->lock);
@@ -189,28 +224,38 @@ void rt_parallel(fj_runtime *rt, int64_t nchunks, int nthreads, rt_chunk_fn fn, 
     p->fn = fn;
     p->ctx = ctx;
     p->nchunks = nchunks;
-    atomic_store_explicit(&p->running, active, memory_order_relaxed);
-    atomic_store_explicit(&p->next, 0, memory_order_relaxed);
+    atomic_store_explicit(&p->finished, 0, memory_order_relaxed);
+    /* Chunk 0 is the caller's before anyone can claim: spinning workers
+     * could otherwise take every chunk of a small job, and the caller's
+     * samples would not show the kernels under its own stack. */
+    atomic_store_explicit(&p->next, 1, memory_order_relaxed);
     uint64_t j = atomic_load_explicit(&p->job, memory_order_relaxed);
     j = ((j >> 16) + 1) << 16 | (uint64_t)active;
-    /* Publishes the fields above (release), and orders against the
-     * sleepers check (seq_cst; a worker going to sleep bumps sleepers
-     * before it re-reads job). */
+    /* Opens the job (release: a worker that joins sees the fields above). */
+    atomic_store_explicit(&p->entry, (j >> 16 & 0xffffffffu) << 32 | ENTRY_OPEN,
+                          memory_order_release);
+    /* Publishes the job, and orders against the sleepers check (seq_cst; a
+     * worker going to sleep bumps sleepers before it re-reads job). */
     atomic_store_explicit(&p->job, j, memory_order_seq_cst);
     if (atomic_load_explicit(&p->sleepers, memory_order_seq_cst)) {
         pthread_mutex_lock(&p->lock);
         pthread_cond_broadcast(&p->wake);
         pthread_mutex_unlock(&p->lock);
     }
-    run_chunks(p); /* the caller's share, from the caller's own frame */
+    fn(ctx, 0); /* the caller's share, from the caller's own frame */
+    run_chunks(p);
+    /* Every chunk is claimed: close the job, then wait for the workers that
+     * joined it (their chunks may still be running). */
+    int joined = (int)(atomic_fetch_and_explicit(&p->entry, ~ENTRY_OPEN, memory_order_acq_rel) &
+                       0xffff);
     uint64_t t0 = fj_now_ns();
-    for (unsigned spins = 1; atomic_load_explicit(&p->running, memory_order_acquire) > 0;
+    for (unsigned spins = 1; atomic_load_explicit(&p->finished, memory_order_acquire) < joined;
          spins++) {
         cpu_relax();
         if (!(spins & 31) && fj_now_ns() - t0 > CALLER_SPIN_NS) {
             pthread_mutex_lock(&p->lock);
             atomic_store_explicit(&p->caller_waits, 1, memory_order_seq_cst);
-            while (atomic_load_explicit(&p->running, memory_order_seq_cst) > 0)
+            while (atomic_load_explicit(&p->finished, memory_order_seq_cst) < joined)
                 pthread_cond_wait(&p->done, &p->lock);
             atomic_store_explicit(&p->caller_waits, 0, memory_order_relaxed);
             pthread_mutex_unlock(&p->lock);

@@ -25,5 +25,8 @@ FJ_INTERNAL void rt_pool_destroy(rt_pool *p);
 /* In a forked child: frees an inherited pool whose threads stayed in the
  * parent (nothing to wake or join; its locks may be held by them). */
 FJ_INTERNAL void rt_pool_forget(rt_pool *p);
+/* Test hook (not API): while on, workers that see a new job wait before
+ * joining it, as a worker on a vCPU that is slow to wake would. */
+FJ_INTERNAL void rt_pool_test_hold(int on);
 
 #endif
