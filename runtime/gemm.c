@@ -29,6 +29,7 @@
 
 typedef struct gemm_tune {
     long l1, l2;          /* data cache bytes per core */
+    int l1_ways;          /* L1 data cache associativity */
     int mr512, nv512, mr2, nv2, unroll, pf_a, pf_b, pf_c;
     long kc, mc, nc;      /* 0: from the cache sizes */
     int direct;           /* -1 auto, 0 never, 1 always (when possible) */
@@ -51,8 +52,10 @@ static _Atomic unsigned tune_gen;
 static void tune_parse(const char *e) {
     atomic_fetch_add_explicit(&tune_gen, 1, memory_order_relaxed);
     long l1 = sysconf(_SC_LEVEL1_DCACHE_SIZE), l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    long ways = sysconf(_SC_LEVEL1_DCACHE_ASSOC);
     tune = (gemm_tune){
         .l1 = l1 > 0 ? l1 : 32 << 10, .l2 = l2 > 0 ? l2 : 1 << 20,
+        .l1_ways = ways > 0 && ways < 64 ? (int)ways : 8,
         .mr512 = 0, .nv512 = 2, .mr2 = 0, .nv2 = 2, .unroll = 4, .pf_a = 1024, .pf_c = 2,
         .b_copy = 1, .bpf_rows = 8, .shortk = 256, .direct = -1, .da = -1, .db = -1, .a_reg = -1,
         .mt_flops = 1L << 20, .shared_min = 1L << 28, .rpt = 8,
@@ -81,6 +84,7 @@ static void tune_parse(const char *e) {
         else if (!strcmp(key, "shortk")) tune.shortk = v;
         else if (!strcmp(key, "shared")) tune.shared_min = v;
         else if (!strcmp(key, "rpt")) tune.rpt = v > 0 ? (int)v : 1;
+        else if (!strcmp(key, "ways")) tune.l1_ways = v > 0 && v < 64 ? (int)v : 8;
         e += used;
         if (*e == ',') e++;
     }
@@ -322,14 +326,26 @@ static fj_status plan_make(fj_runtime *rt, gemm_plan *p, int ta, int tb, int64_t
             for (int r = mr_max - 1; r >= (mr_max + 1) / 2; r--)
                 if (cdiv(m, r) * r < cdiv(m, p->mr) * p->mr) p->mr = r;
     }
+    /* Rows of A read in place that one L1 set keeps beside the B panel
+     * streaming through it: 4 in an 8-way L1, 8 in a 12-way one (measured
+     * on each). */
+    int per_set = tune.l1_ways >= 12 ? 8 : 4;
+    /* Row-major A whose rows all fall into one L1 set (lda a multiple of
+     * 1024 floats) and an L1 that holds 8 of them: 8-row tiles read A in
+     * place instead of packing it for the tallest tile (48 KiB 12-way L1:
+     * +10-12% at 1024^3 and 2048^3). */
+    if (avx512 && !ta && !tune.mr512 && tune.nv512 == 2 && tune.da < 0 && tune.direct < 0 &&
+        m > 256 && per_set >= 8 && l1_spread(lda) == 1 && p->mr > per_set)
+        p->mr = per_set;
     /* Row-major A whose rows fall into 2-3 L1 sets (lda near a multiple
-     * of 512 floats): the tall tile's rows evict each other in place and
-     * its transposing pack costs 5%; six rows x 64 columns read in place
-     * avoid both (measured +4-7% at 512^3; at 256^3 the 8-row tile already
-     * fits in place, at 1024^3 even six rows share one set). */
+     * of 512 floats) and an L1 that holds fewer of them than the tall tile
+     * puts in one set: the tile's rows evict each other in place and its
+     * transposing pack costs 5%; six rows x 64 columns read in place avoid
+     * both (8-way L1: +4-7% at 512^3; at 256^3 the 8-row tile already fits
+     * in place, at 1024^3 even six rows share one set). */
     int six = avx512 && !ta && !tune.mr512 && tune.nv512 == 2 && tune.da < 0 &&
               tune.direct < 0 && n >= 256 && m > 256 && l1_spread(lda) >= 2 &&
-              cdiv(p->mr, l1_spread(lda)) > 4;
+              cdiv(p->mr, l1_spread(lda)) > per_set;
     /* Short k and wide C: a tile is a few hundred cycles of FMAs, and
      * touching C costs a page walk per row (rows are often 4 KiB and more
      * apart); the 6 x 64 tile touches a page per 64 outputs instead of per
@@ -376,10 +392,11 @@ static fj_status plan_make(fj_runtime *rt, gemm_plan *p, int ta, int tb, int64_t
     int64_t kb = min64(k, p->kc);
     /* Row-major A: its transposing pack costs more (5-10% of 256^3-512^3)
      * than reading the rows in place, whatever n, as long as the tile's
-     * rows spread over the L1 sets (at most 4 of them per set: 7 at 512^3
-     * measured 4% slower than packing). */
+     * rows spread over the L1 sets (at most per_set of them per set: 7 at
+     * 512^3 measured 4% slower than packing with an 8-way L1). */
     int da = ta ? n <= 128 && l1_spread(lda) * 6 >= kb
-                : l1_spread(lda) >= 2 && cdiv(p->mr, l1_spread(lda)) <= 4;
+                : (l1_spread(lda) >= 2 || per_set >= 8) &&
+                      cdiv(p->mr, l1_spread(lda)) <= per_set;
     int db = !tb && m <= 128 && l1_spread(ldb) * 6 >= kb;
     if (small_mn || six) da = db = 1;
     if (six) db = 0;
