@@ -58,7 +58,7 @@ static void tune_parse(const char *e) {
         .l1_ways = ways > 0 && ways < 64 ? (int)ways : 8,
         .mr512 = 0, .nv512 = 2, .mr2 = 0, .nv2 = 2, .unroll = 4, .pf_a = 1024, .pf_c = 2,
         .b_copy = 1, .bpf_rows = 8, .shortk = 256, .direct = -1, .da = -1, .db = -1, .a_reg = -1,
-        .mt_flops = 1L << 20, .shared_min = 1L << 28, .rpt = 8,
+        .mt_flops = 1L << 20, .shared_min = 1L << 36, .rpt = 8,
     };
     while (e && *e) {
         char key[16];
@@ -783,12 +783,14 @@ fj_status gemm_run(const gemm_plan *p, const float *a, const float *b, const flo
         }
     }
     /* Rows split: share one packed B (per-chunk packing packs, and reads
-     * from memory, all of B once per chunk) for large problems and short
-     * k. Mid-size problems do better with each thread packing B into its
-     * own cache and a single hand-off (measured on 2 cores, per-chunk vs
-     * shared: 256^3 1.15x, 320^3 1.06x, 384^3 1.13x, 512^3 1.02x; k = 64
-     * favours sharing). Shared rows go in eight chunks per thread, claimed
-     * dynamically (vs four: 1024^3 +3%, 1024x1024x64 +4%). */
+     * from memory, all of B once per chunk) for short k, and for very
+     * large problems. Otherwise each thread packs B into its own cache and
+     * hands off once (measured on 2 cores, per-chunk vs shared: 256^3
+     * 1.15x, 320^3 1.06x, 384^3 1.13x, 512^3 1.02x; on a 48 KiB-L1 host
+     * 768^3 1.10x, 1024^3 1.08-1.12x, 1536^3 1.03x, 2048^3 1.05x,
+     * 2048x512x2048 1.10x; k = 64 favours sharing). Shared rows go in
+     * eight chunks per thread, claimed dynamically (vs four: 1024^3 +3%,
+     * 1024x1024x64 +4%). */
     double mnk = (double)p->m * (double)p->n * (double)p->k;
     if (threads > 1 && x->cn == 1 && !p->direct_b &&
         (mnk >= (double)tune.shared_min || p->k < 128)) {
