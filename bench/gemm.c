@@ -153,10 +153,11 @@ static void one_shape(const bench_ctx *c, fj_runtime *rt, int threads, shape s) 
             if (!variant_present(v)) continue;
             struct timespec pause = {0, threads > 1 ? 30000000 : 0};
             if (threads > 1) nanosleep(&pause, NULL);
-            /* The FMA loop right before each block: this host moves the
-             * core between speeds every few tens of ms (a register-only
-             * loop runs at ~157 or ~138 GFLOP/s), so %peak compares each
-             * block with the peak of that moment, not with the best one. */
+            /* The FMA loop right before each block: a shared host can move
+             * the core between speeds every few tens of ms (one ran a
+             * register-only loop at ~157 or ~138 GFLOP/s), so %peak
+             * compares each block with the peak of that moment, not with
+             * the best one. */
             bench_fma_sample(zmm, 5.0, &pk[v][r], &pk_cpu[v][r]);
             /* Several threads: what the core does while it runs the loop (a
              * wall-clock sample of the caller alone says little about the
