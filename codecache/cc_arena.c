@@ -182,22 +182,38 @@ out:
 static atomic_uint file_seq;
 static const uint8_t int3_page[4096] = {[0 ... 4095] = 0xcc};
 
-static int code_fill(int fd, size_t from, size_t to) {
-    struct iovec iov[16];
-    while (from < to) {
-        size_t n = 0, left = to - from;
-        for (; n < 16 && left; n++) {
-            size_t l = left < sizeof int3_page ? left : sizeof int3_page;
-            iov[n] = (struct iovec){(void *)int3_page, l};
-            left -= l;
-        }
-        ssize_t w = os.pwritev(fd, iov, (int)n, (off_t)from);
+/* Writes the iovecs' bytes at pos, through short writes and EINTR.
+ * Returns 0, or -1 with errno (ENOSPC if the file stops growing). */
+static int pwrite_all(int fd, struct iovec *iov, int n, off_t pos) {
+    while (n > 0) {
+        ssize_t w = os.pwritev(fd, iov, n, pos);
         if (w < 0 && errno == EINTR) continue;
         if (w <= 0) {
             if (w == 0) errno = ENOSPC;
             return -1;
         }
-        from += (size_t)w;
+        pos += w;
+        for (; n > 0 && (size_t)w >= iov->iov_len; iov++, n--) w -= (ssize_t)iov->iov_len;
+        if (n > 0) {
+            iov->iov_base = (uint8_t *)iov->iov_base + w;
+            iov->iov_len -= (size_t)w;
+        }
+    }
+    return 0;
+}
+
+/* int3 over [from, to) of the file, up to 16 pages a call. */
+static int code_fill(int fd, size_t from, size_t to) {
+    while (from < to) {
+        struct iovec iov[16];
+        size_t at = from;
+        int n = 0;
+        for (; n < 16 && from < to; n++) {
+            size_t l = to - from < sizeof int3_page ? to - from : sizeof int3_page;
+            iov[n] = (struct iovec){(void *)int3_page, l};
+            from += l;
+        }
+        if (pwrite_all(fd, iov, n, (off_t)at) != 0) return -1;
     }
     return 0;
 }
@@ -445,25 +461,10 @@ fj_status cc_arena_reserve(cc_arena *a, size_t len, cc_txn *t, int *fits) {
  * through the view or page/n calls through the file: from about half a page
  * the file wins, at the costs measured there and at usual bare-metal ones.) */
 static fj_status write_file(cc_arena *a, size_t at, const void *code, size_t len, size_t span) {
-    static const uint8_t int3[CC_ALIGN] = {[0 ... CC_ALIGN - 1] = 0xcc};
-    struct iovec iov[2] = {{(void *)code, len}, {(void *)int3, span - len}};
-    off_t pos = (off_t)(a->code_off + at);
-    size_t left = span;
-    while (left) {
-        ssize_t w = file_fault() ? (errno = EIO, -1) : os.pwritev(a->fd, iov, 2, pos);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0)
-            return fj_fail(FJ_ERR_OS, "codecache: writing %zu bytes of code to the file: %s", span,
-                           w < 0 ? strerror(errno) : "no progress");
-        left -= (size_t)w;
-        pos += w;
-        for (int i = 0; i < 2; i++) {
-            size_t d = (size_t)w < iov[i].iov_len ? (size_t)w : iov[i].iov_len;
-            iov[i].iov_base = (uint8_t *)iov[i].iov_base + d;
-            iov[i].iov_len -= d;
-            w -= (ssize_t)d;
-        }
-    }
+    struct iovec iov[2] = {{(void *)code, len}, {(void *)int3_page, span - len}};
+    if (file_fault() || pwrite_all(a->fd, iov, 2, (off_t)(a->code_off + at)) != 0)
+        return fj_fail(FJ_ERR_OS, "codecache: writing %zu bytes of code to the file: %s", span,
+                       strerror(errno));
     return FJ_OK;
 }
 
@@ -473,7 +474,7 @@ fj_status cc_arena_write(cc_txn *t, const void *code, size_t len, int *by_file) 
     /* Written through the file: always for a page already written that
      * way, else for a kernel that reaches a new page and is not small. */
     int cont = t->off % page != 0, file = 0;
-    if (a->kind != CC_ANON && t->span - len <= CC_ALIGN) {
+    if (a->kind != CC_ANON && t->span - len <= sizeof int3_page) {
         int new_page = (t->off + t->span - 1) / page != t->off / page || !cont;
         file = (cont && a->tail_file) || (new_page && 2 * len >= page);
     }
