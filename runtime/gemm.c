@@ -316,14 +316,16 @@ static fj_status plan_make(fj_runtime *rt, gemm_plan *p, int ta, int tb, int64_t
         mr_max = mr_max * (p->nv + 1) / p->nv;
     }
     if (mr_max > 14) mr_max = 14;
+    /* The tile is the plan's to choose (no mr/nv knob set): the rules below
+     * may change it. */
+    const int auto_tile = avx512 && !tune.mr512 && tune.nv512 == 2;
     /* n that 48-wide panels cover with fewer idle lanes than 32-wide ones
      * (48, 144, 240...: the last 32-wide panel would run half empty): 3
      * vectors and at most 9 rows (27 accumulators). Measured (one thread,
      * against oneDNN): 48^3 0.82 -> 1.23x, 40^3 0.85 -> 1.07x, 144^3 0.87
      * -> 1.00x, 336^3 0.97 -> 1.00x, 1024x48x1024 0.75 -> 0.99x,
      * 300x140x300 0.89 -> 1.00x. */
-    if (avx512 && p->nv == 2 && tune.nv512 == 2 && !tune.mr512 &&
-        cdiv(n, 48) * 48 - n < cdiv(n, 32) * 32 - n) {
+    if (auto_tile && p->nv == 2 && cdiv(n, 48) * 48 - n < cdiv(n, 32) * 32 - n) {
         p->nv = 3;
         mr_max = 9;
     }
@@ -345,8 +347,8 @@ static fj_status plan_make(fj_runtime *rt, gemm_plan *p, int ta, int tb, int64_t
      * 1024 floats) and an L1 that holds 8 of them: 8-row tiles read A in
      * place instead of packing it for the tallest tile (48 KiB 12-way L1:
      * +10-12% at 1024^3 and 2048^3). */
-    if (avx512 && !ta && !tune.mr512 && tune.nv512 == 2 && tune.da < 0 && tune.direct < 0 &&
-        m > 256 && per_set >= 8 && l1_spread(lda) == 1 && p->mr > per_set)
+    const int auto_a = !ta && tune.da < 0 && tune.direct < 0; /* A in place or not: ours */
+    if (auto_tile && auto_a && m > 256 && per_set >= 8 && l1_spread(lda) == 1 && p->mr > per_set)
         p->mr = per_set;
     /* Row-major A whose rows fall into 2-3 L1 sets (lda near a multiple
      * of 512 floats) and an L1 that holds fewer of them than the tall tile
@@ -354,16 +356,14 @@ static fj_status plan_make(fj_runtime *rt, gemm_plan *p, int ta, int tb, int64_t
      * transposing pack costs 5%; six rows x 64 columns read in place avoid
      * both (8-way L1: +4-7% at 512^3; at 256^3 the 8-row tile already fits
      * in place, at 1024^3 even six rows share one set). */
-    int six = avx512 && !ta && !tune.mr512 && tune.nv512 == 2 && tune.da < 0 &&
-              tune.direct < 0 && n >= 256 && m > 256 && l1_spread(lda) >= 2 &&
+    int six = auto_tile && auto_a && n >= 256 && m > 256 && l1_spread(lda) >= 2 &&
               cdiv(p->mr, l1_spread(lda)) > per_set;
     /* Short k and wide C: a tile is a few hundred cycles of FMAs, and
      * touching C costs a page walk per row (rows are often 4 KiB and more
      * apart); the 6 x 64 tile touches a page per 64 outputs instead of per
      * 32, and prefetching C does not pay (measured +7% at 1024x1024x64,
      * +6% with k = 128 and 256, -11% at 1024^3). */
-    int shortk = avx512 && !tune.mr512 && tune.nv512 == 2 && n >= 256 && m > 256 &&
-                 k <= tune.shortk;
+    int shortk = auto_tile && n >= 256 && m > 256 && k <= tune.shortk;
     if (six || shortk) {
         p->mr = 6;
         p->nv = 4;
