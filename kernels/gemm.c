@@ -52,10 +52,15 @@ static const char *act_name(int act) {
 void kg_gemm_name(const kg_gemm_cfg *c, char *buf, size_t n) {
     static const char am[] = "prc", bm[] = "pr";
     int lanes = c->isa == FJ_ISA_AVX512 ? 16 : 8;
-    snprintf(buf, n, "fj_gemm_f32_%dx%d_%c%c%s_%s%s%s%s", c->mr, c->nv * lanes,
+    int st = c->stores & KG_STORES_ALL ? c->stores & KG_STORES_ALL : KG_STORES_ALL;
+    int some = st != KG_STORES_ALL;
+    snprintf(buf, n, "fj_gemm_f32_%dx%d_%c%c%s_%s%s%s%s%s%s%s", c->mr, c->nv * lanes,
              am[c->amode % 3], bm[c->bmode % 2], c->b_copy ? "c" : "",
              c->isa == FJ_ISA_AVX512 ? "avx512" : "avx2",
-             c->has_bias ? "_bias" : "", c->act ? "_" : "", act_name(c->act));
+             c->has_bias ? "_bias" : "", c->act ? "_" : "", act_name(c->act),
+             some && st & KG_STORES(KG_STORE_SET) ? "_set" : "",
+             some && st & KG_STORES(KG_STORE_ADD) ? "_add" : "",
+             some && st & KG_STORES(KG_STORE_GENERAL) ? "_ab" : "");
 }
 
 /* ---- the post-op ------------------------------------------------------ */
@@ -90,6 +95,8 @@ fj_status kg_gemm_check(const kg_gemm_cfg *c) {
     if (loop > nvec || epi > nvec)
         return fj_fail(FJ_ERR_INVALID_ARG, "gemm kernel: a %dx%d-vector tile needs %d vector "
                        "registers, the ISA has %d", c->mr, c->nv, loop > epi ? loop : epi, nvec);
+    if (c->stores < 0 || c->stores > KG_STORES_ALL)
+        return fj_fail(FJ_ERR_INVALID_ARG, "gemm kernel: stores 0x%x", (unsigned)c->stores);
     if (!act_supported(c->act))
         return fj_fail(FJ_ERR_INVALID_ARG, "gemm: post-op %d is not an fj_eltwise_op", c->act);
     return FJ_OK;
@@ -335,7 +342,7 @@ static void epilogue(gen *g) {
     fj_builder *b = g->b;
     const kg_gemm_cfg *c = g->c;
     int has_post = c->has_bias || c->act;
-    fj_label l_done = fj_label_new(b), l_nb0 = fj_label_new(b), l_post = {0};
+    fj_label l_done = fj_label_new(b), l_post = {0};
     if (has_post) l_post = fj_label_new(b);
     /* rows = tc == 1 ? last_rows : mr */
     fj_emit(b, FJ_MOV, fj_r64(g->rows), fj_imm(g->mr));
@@ -351,32 +358,38 @@ static void epilogue(gen *g) {
     }
     /* alpha = 1 with beta = 0 or 1 (every k block after the first): no
      * multiply, and for beta = 0 no masked FMA either. With short k these
-     * are a few percent of the FMA slots. */
-    fj_label l_set = fj_label_new(b), l_add = fj_label_new(b), l_gen = fj_label_new(b);
-    fj_emit(b, FJ_CMP, P(g, OFF(store), 32), fj_imm(KG_STORE_SET));
-    fj_emit(b, FJ_JE, fj_lbl(l_set));
-    fj_emit(b, FJ_CMP, P(g, OFF(store), 32), fj_imm(KG_STORE_ADD));
-    fj_emit(b, FJ_JNE, fj_lbl(l_gen));
-    fj_label_bind(b, l_add);
-    store_tile(g, 0, 0, alpha_r, beta_r, KG_STORE_ADD);
-    fj_emit(b, FJ_JMP, fj_lbl(l_done));
-    fj_label_bind(b, l_set);
-    store_tile(g, 0, 0, alpha_r, beta_r, KG_STORE_SET);
-    fj_emit(b, FJ_JMP, fj_lbl(l_done));
-    fj_label_bind(b, l_gen);
-    if (g->merged) {
-        store_tile(g, 1, 0, alpha_r, beta_r, KG_STORE_GENERAL);
-    } else {
-        fj_emit(b, FJ_CMP, P(g, OFF(beta_zero), 32), fj_imm(0));
-        fj_emit(b, FJ_JNE, fj_lbl(l_nb0));
-        store_tile(g, 1, 0, alpha_r, beta_r, KG_STORE_GENERAL);
-        fj_emit(b, FJ_JMP, fj_lbl(l_done));
+     * are a few percent of the FMA slots. Only the kinds the plan calls
+     * the kernel with are emitted (a third to half of the instructions
+     * of a kernel with all three), and one alone needs no dispatch. */
+    static const int order[3] = {KG_STORE_SET, KG_STORE_ADD, KG_STORE_GENERAL};
+    int st = c->stores ? c->stores : KG_STORES_ALL, left = __builtin_popcount((unsigned)st);
+    for (int i = 0; i < 3; i++) {
+        int kind = order[i];
+        if (!(st & KG_STORES(kind))) continue;
+        fj_label l_next = {0};
+        if (--left) {
+            l_next = fj_label_new(b);
+            fj_emit(b, FJ_CMP, P(g, OFF(store), 32), fj_imm(kind));
+            fj_emit(b, FJ_JNE, fj_lbl(l_next));
+        }
+        if (kind != KG_STORE_GENERAL) {
+            store_tile(g, 0, 0, alpha_r, beta_r, kind);
+        } else if (g->merged) {
+            store_tile(g, 1, 0, alpha_r, beta_r, KG_STORE_GENERAL);
+        } else {
+            fj_label l_nb0 = fj_label_new(b);
+            fj_emit(b, FJ_CMP, P(g, OFF(beta_zero), 32), fj_imm(0));
+            fj_emit(b, FJ_JNE, fj_lbl(l_nb0));
+            store_tile(g, 1, 0, alpha_r, beta_r, KG_STORE_GENERAL);
+            fj_emit(b, FJ_JMP, fj_lbl(l_done));
+            fj_label_bind(b, l_nb0);
+            store_tile(g, 0, 0, alpha_r, beta_r, KG_STORE_GENERAL);
+        }
+        if (left || has_post) fj_emit(b, FJ_JMP, fj_lbl(l_done));
+        if (left) fj_label_bind(b, l_next);
     }
-    fj_label_bind(b, l_nb0);
-    if (!g->merged) store_tile(g, 0, 0, alpha_r, beta_r, KG_STORE_GENERAL);
     if (has_post) {
         fj_label l_nb1 = fj_label_new(b), l_act = fj_label_new(b);
-        fj_emit(b, FJ_JMP, fj_lbl(l_done));
         fj_label_bind(b, l_post);
         if (g->merged) {
             store_tile(g, 1, c->has_bias, alpha_r, beta_r, KG_STORE_GENERAL);

@@ -36,6 +36,9 @@ typedef struct kg_gemm_cfg {
     int32_t has_bias;   /* post stage adds bias[j] */
     int32_t act;        /* fj_eltwise_op of the post stage, 0 = none */
     float act_alpha, act_beta;
+    int32_t stores;     /* the C updates without post the kernel has, KG_STORES(kind)
+                           bits; 0: all three. Calling it with another kind of
+                           store is undefined (no code for it). */
 } kg_gemm_cfg;
 
 #define KG_GEMM_TAG 0x47454d31 /* "GEM1" */
@@ -76,6 +79,8 @@ enum {
     KG_STORE_SET,         /* alpha = 1, beta = 0: C = acc */
     KG_STORE_ADD,         /* alpha = 1, beta = 1: C += acc */
 };
+#define KG_STORES(kind) (1 << (kind))
+#define KG_STORES_ALL (KG_STORES(KG_STORE_GENERAL) | KG_STORES(KG_STORE_SET) | KG_STORES(KG_STORE_ADD))
 
 typedef void (*kg_gemm_fn)(const kg_gemm_args *args);
 enum { KG_GEMM_NARGS = 1 };
@@ -85,7 +90,8 @@ enum { KG_GEMM_NARGS = 1 };
 FJ_INTERNAL fj_status kg_gemm_check(const kg_gemm_cfg *cfg);
 /* Emits the kernel for cfg (an rt_gen_fn: ctx is the cfg). */
 FJ_INTERNAL void kg_gemm(fj_builder *b, const void *cfg);
-/* "fj_gemm_f32_14x32_pp_avx512" (+ "_bias", "_relu" ...) into buf. */
+/* "fj_gemm_f32_14x32_pp_avx512" (+ "_bias", "_relu" ...; "_set", "_add",
+ * "_ab" for a kernel with only some of the stores) into buf. */
 FJ_INTERNAL void kg_gemm_name(const kg_gemm_cfg *cfg, char *buf, size_t n);
 
 #endif

@@ -124,7 +124,7 @@ static int64_t l1_spread(int64_t ld) {
 typedef struct gemm_key {
     int32_t tag;
     uint8_t isa, mr, nv, amode, bmode, unroll, pf_c, a_reg, has_bias, act, b_copy;
-    uint8_t zero;              /* no padding before pf_a */
+    uint8_t stores;            /* (and no padding before pf_a) */
     uint16_t pf_a, pf_b;
     float act_alpha, act_beta; /* only with act */
 } gemm_key;
@@ -136,7 +136,7 @@ static size_t gemm_key_of(const kg_gemm_cfg *c, gemm_key *k) {
         (unsigned)c->amode > 255 || (unsigned)c->bmode > 255 || (unsigned)c->unroll > 255 ||
         (unsigned)c->pf_c > 255 || (unsigned)c->a_reg > 255 || (unsigned)c->has_bias > 255 ||
         (unsigned)c->act > 255 || (unsigned)c->b_copy > 255 || (unsigned)c->pf_a > 65535 ||
-        (unsigned)c->pf_b > 65535)
+        (unsigned)c->pf_b > 65535 || (unsigned)c->stores > 255)
         return 0;
     memset(k, 0, sizeof *k);
     *k = (gemm_key){.tag = GEMM_KEY_TAG, .isa = (uint8_t)c->isa, .mr = (uint8_t)c->mr,
@@ -144,7 +144,7 @@ static size_t gemm_key_of(const kg_gemm_cfg *c, gemm_key *k) {
                     .unroll = (uint8_t)c->unroll, .pf_c = (uint8_t)c->pf_c,
                     .a_reg = (uint8_t)c->a_reg, .has_bias = (uint8_t)c->has_bias,
                     .act = (uint8_t)c->act, .b_copy = (uint8_t)c->b_copy,
-                    .pf_a = (uint16_t)c->pf_a, .pf_b = (uint16_t)c->pf_b};
+                    .stores = (uint8_t)c->stores, .pf_a = (uint16_t)c->pf_a, .pf_b = (uint16_t)c->pf_b};
     if (!c->act) return offsetof(gemm_key, act_alpha);
     k->act_alpha = c->act_alpha;
     k->act_beta = c->act_beta;
@@ -206,6 +206,7 @@ static void memo_key_init(void) { memo_key_ok = pthread_key_create(&memo_key, me
 static fj_status plan_make(fj_runtime *rt, gemm_plan *p, int ta, int tb, int64_t m, int64_t n,
                            int64_t k, int64_t lda, int64_t ldb, int64_t ldc, int has_bias,
                            int act, float act_alpha, float act_beta);
+static int plan_stores(const gemm_plan *p, float alpha, float beta);
 
 /* This thread's memo plan if it is the plan of these inputs (on this very
  * runtime), else NULL. Field by field: cheaper than building the inputs
@@ -228,12 +229,16 @@ static gemm_plan *memo_find(fj_runtime *rt, int ta, int tb, int64_t m, int64_t n
 /* Plans the problem and makes it this thread's memo. *lent: the kernel's
  * reference when the memo may not hold it (see gemm_plan_borrow). */
 static fj_status memo_make(fj_runtime *rt, int ta, int tb, int64_t m, int64_t n, int64_t k,
-                           int64_t lda, int64_t ldb, int64_t ldc, int has_bias, int act,
-                           float act_alpha, float act_beta, fj_kernel **lent) {
+                           int64_t lda, int64_t ldb, int64_t ldc, float alpha, float beta,
+                           int has_bias, int act, float act_alpha, float act_beta,
+                           fj_kernel **lent) {
     gemm_plan p;
     fj_status s = plan_make(rt, &p, ta, tb, m, n, k, lda, ldb, ldc, has_bias, act, act_alpha,
                             act_beta);
-    if (s == FJ_OK) s = plan_kernel(&p);
+    if (s == FJ_OK) {
+        p.cfg.stores = plan_stores(&p, alpha, beta);
+        s = plan_kernel(&p);
+    }
     if (s != FJ_OK) return s;
     if (!memo.exit_hook) {
         pthread_once(&memo_key_once, memo_key_init);
@@ -277,10 +282,20 @@ fj_status gemm_plan_borrow(fj_runtime *rt, const gemm_plan **out, fj_kernel **le
     gemm_plan *p = memo_find(rt, ta, tb, m, n, k, lda, ldb, ldc, has_bias, act, act_alpha,
                              act_beta);
     if (!p) {
-        fj_status s = memo_make(rt, ta, tb, m, n, k, lda, ldb, ldc, has_bias, act, act_alpha,
-                                act_beta, lent);
+        fj_status s = memo_make(rt, ta, tb, m, n, k, lda, ldb, ldc, alpha, beta, has_bias, act,
+                                act_alpha, act_beta, lent);
         if (s != FJ_OK) return s;
         p = &memo.p;
+    } else if ((memcmp(&alpha, &p->alpha, sizeof alpha) || memcmp(&beta, &p->beta, sizeof beta)) &&
+               (plan_stores(p, alpha, beta) & ~p->cfg.stores)) {
+        /* A C update the memo's kernel lacks: a kernel with the kinds of
+         * both, so that calls alternating (alpha, beta) settle on one. */
+        gemm_plan q = *p;
+        q.cfg.stores |= plan_stores(p, alpha, beta);
+        fj_status s = plan_kernel(&q);
+        if (s != FJ_OK) return s;
+        if (!rt_khold_set(&memo.hold, rt, q.kern)) *lent = q.kern;
+        memo.p = q;
     } else if (!p->kern) {
         /* A memo without its kernel: the table's, for this call. */
         fj_status s = plan_kernel(p);
@@ -518,6 +533,27 @@ static void block_args(const gemm_plan *p, kg_gemm_args *g, int64_t kb, int64_t 
     g->store = store_kind(g);
     g->ldc = p->ldc * 4;
     g->c_tile = p->mr * p->ldc * 4;
+}
+
+/* The C updates (KG_STORES bits) the driver asks of p's kernel for this
+ * alpha and beta: block_args' choice for the first, the middle and the
+ * last k block. The kernel has only those (smaller and quicker to make
+ * than one with all three). A plan whose only block has the post stage
+ * needs none; it gets one. */
+static int plan_stores(const gemm_plan *p, float alpha, float beta) {
+    gemm_plan q = *p;
+    q.alpha = alpha;
+    q.beta = beta;
+    int64_t nkb = p->k ? cdiv(p->k, p->kc) : 1, kbs[3] = {0, 1, nkb - 1};
+    int st = 0;
+    for (int i = 0; i < 3; i++) {
+        if (kbs[i] >= nkb) continue;
+        kg_gemm_args g;
+        int64_t pc, kcur;
+        block_args(&q, &g, kbs[i], nkb, &pc, &kcur);
+        if (!g.post) st |= KG_STORES(g.store);
+    }
+    return st ? st : KG_STORES(KG_STORE_GENERAL);
 }
 
 /* Rows [i0, i1) of C's columns [jc, jc + ncur) for the k block at pc:

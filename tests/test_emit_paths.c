@@ -94,7 +94,7 @@ START_TEST(gemm_kernels) {
                             .pf_c = var % 3, .pf_b = var == 2 ? 512 : 0, .a_reg = var >> 1 & 1,
                             .b_copy = isa && mode / 3 == 0 && var != 1,
                             .has_bias = var & 1, .act = acts[var], .act_alpha = 0.5f,
-                            .act_beta = 0};
+                            .act_beta = 0, .stores = (mr + nv + mode + var) % 8};
                         if (kg_gemm_check(&c) != FJ_OK) continue;
                         char name[96];
                         kg_gemm_name(&c, name, sizeof name);

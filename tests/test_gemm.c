@@ -680,6 +680,61 @@ START_TEST(repeat_shapes) {
 }
 END_TEST
 
+/* A kernel has only the C updates its plan calls it with (alpha = 1 and
+ * beta = 0: C = acc; k blocks after the first: C += acc; otherwise
+ * alpha*acc + beta*C). A shape called again with another alpha/beta gets a
+ * kernel with both kinds, so alternating calls settle on one kernel: the
+ * second round of the same calls generates nothing. */
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && !strcmp(s + n - m, suffix);
+}
+
+START_TEST(store_kinds) {
+    seed(11);
+    static const float ab[][2] = {{1, 0}, {1, 1}, {0.5f, 0}, {1, 0}, {1, 1}, {-2, 0.25f}, {1, 0}};
+    for (int isa = 0; isa < 2; isa++)
+        for (int deep = 0; deep < 2; deep++) {
+            fj_runtime *rt = fjt_runtime(isa ? FJ_ISA_AVX2 : FJ_ISA_AVX512, 1);
+            if (!rt) continue;
+            /* deep: three k blocks (k 90 in blocks of 32). */
+            gcase t = {.m = 37, .n = 45, .k = deep ? 90 : 29, .tune = deep ? "kc=32" : NULL};
+            t.lda = t.k + 3;
+            t.ldb = t.n + 1;
+            t.ldc = t.n + 2;
+            gemm_test_tune(t.tune);
+            uint64_t made = 0;
+            for (int round = 0; round < 2; round++)
+                for (size_t i = 0; i < sizeof ab / sizeof ab[0]; i++) {
+                    t.alpha = ab[i][0];
+                    t.beta = ab[i][1];
+                    char what[256];
+                    case_str(&t, what, sizeof what);
+                    gbufs g;
+                    bufs_make(&t, &g);
+                    fj_status s = fj_gemm_f32(rt, 'N', 'N', t.m, t.n, t.k, t.alpha, g.a, t.lda,
+                                              g.b, t.ldb, t.beta, g.c, t.ldc);
+                    ck_assert_msg(s == FJ_OK, "%s: %s", what, fj_last_error());
+                    check_result(&t, &g, g.c, NULL, 0, 0, 0, what);
+                    bufs_free(&g);
+                    const char *name = fj_kernel_name(rt->kernels); /* the newest */
+                    if (round == 0 && i == 0)
+                        ck_assert_msg(ends_with(name, deep ? "_set_add" : "_set"), "%s: %s",
+                                      what, name);
+                    if (round == 0 && i == 2) /* all three: no suffix */
+                        ck_assert_msg(ends_with(name, isa ? "_avx2" : "_avx512"), "%s: %s",
+                                      what, name);
+                }
+            made = atomic_load(&rt->kc_misses);
+            /* set, set_add, all (deep: set_add, all) */
+            ck_assert_msg(made == (deep ? 2u : 3u), "deep %d: %llu kernels made", deep,
+                          (unsigned long long)made);
+            gemm_test_tune(NULL);
+            fj_runtime_destroy(rt);
+        }
+}
+END_TEST
+
 /* References held beyond the kernel table's own one, over all of rt's
  * kernels (only GEMM runs on these runtimes: no pinned eltwise slots). */
 static long extra_refs(fj_runtime *rt) {
@@ -850,6 +905,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, threads_bitwise);
     tcase_add_test(tc, wide_blocks);
     tcase_add_test(tc, repeat_shapes);
+    tcase_add_test(tc, store_kinds);
     tcase_add_test(tc, memo_refs);
     tcase_add_test(tc, memo_threads);
     tcase_add_test(tc, memo_hold_limit);
