@@ -411,8 +411,11 @@ static fj_status plan_make(fj_runtime *rt, gemm_plan *p, int ta, int tb, int64_t
     /* nc: the B block (kc x nc) in half of L2, in balanced column
      * blocks. Every row block sweeps the whole block again; from L3 that
      * is more than the prefetchers hide (2 MiB L2, against all of n:
-     * 1024^3 +9%, 2048^3 +13%, 2048x1024x2048 +8%, 1536^3 within 1%). */
-    int64_t nc = max64(p->nr, (tune.l2 / 2) / (p->kc * 4) / p->nr * p->nr);
+     * 1024^3 +9%, 2048^3 +13%, 2048x1024x2048 +8%, 1536^3 within 1%).
+     * At least 256 columns: A is packed again for each column block
+     * (a 1 MiB L2 gives 256 at kc = 512, within 2% of all of n at
+     * 1024^3 when measured). */
+    int64_t nc = max64(256, (tune.l2 / 2) / (p->kc * 4)) / p->nr * p->nr;
     int64_t nnb = max64(1, cdiv(n, nc));
     p->nc = tune.nc ? max64(p->nr, tune.nc / p->nr * p->nr) : cdiv(cdiv(n, nnb), p->nr) * p->nr;
     if (p->nc > 8192) p->nc = 8192;
