@@ -703,7 +703,6 @@ START_TEST(store_kinds) {
             t.ldb = t.n + 1;
             t.ldc = t.n + 2;
             gemm_test_tune(t.tune);
-            uint64_t made = 0;
             for (int round = 0; round < 2; round++)
                 for (size_t i = 0; i < sizeof ab / sizeof ab[0]; i++) {
                     t.alpha = ab[i][0];
@@ -725,8 +724,8 @@ START_TEST(store_kinds) {
                         ck_assert_msg(ends_with(name, isa ? "_avx2" : "_avx512"), "%s: %s",
                                       what, name);
                 }
-            made = atomic_load(&rt->kc_misses);
             /* set, set_add, all (deep: set_add, all) */
+            uint64_t made = atomic_load(&rt->kc_misses);
             ck_assert_msg(made == (deep ? 2u : 3u), "deep %d: %llu kernels made", deep,
                           (unsigned long long)made);
             gemm_test_tune(NULL);
