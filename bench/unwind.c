@@ -330,8 +330,10 @@ static void park(probe *p) {
 
 static __attribute__((noreturn)) void gdb_child(size_t n, int per_kernel) {
     kset s;
-    if (kset_code(&s, n) != 0 || (per_kernel ? kset_register_each(&s) : kset_register_arenas(&s)))
+    if (kset_code(&s, n) != 0 || (per_kernel ? kset_register_each(&s) : kset_register_arenas(&s))) {
+        fprintf(stderr, "%-10s gdb child: %s\n", SEC, fj_last_error());
         _exit(2);
+    }
 #ifdef PR_SET_PTRACER
     prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);  /* Yama: let gdb attach */
 #endif
@@ -448,6 +450,9 @@ void bench_unwind(const bench_ctx *c) {
                 walk_costs w;
                 measure_all((stub_fn)(void *)stub_at(&s, s.n / 2), &w);
                 rows("per-kernel", n, &w, &base, &s, rss1 - rss0, 0);
+            } else {
+                printf("%-10s registering %zu kernels one by one failed: %s\n", SEC, n,
+                       fj_last_error());
             }
             kset_drop(&s);
         }
