@@ -785,11 +785,7 @@ static void run_whole(const gemm_plan *p, const float *a, const float *b, const 
     g.a_tile = p->ta ? p->mr * 4 : p->mr * p->lda * 4;
     g.ldb = p->ldb * 4;
     g.a = a;
-    for (int v = 0; v < 4; v++) {
-        g.kmask[v] = v < p->nv ? 0xffffu : 0;
-        g.kmask_c[v] = g.beta_zero ? 0 : g.kmask[v];
-        for (int l = 0; l < 8; l++) g.ymask[v][l] = v < p->nv ? -1 : 0;
-    }
+    set_masks(&g, p->lanes, p->nv, p->nr); /* whole panels only */
     for (int64_t j = 0; j < p->n; j += p->nr) {
         g.b = b + j;
         g.c = c + j;
