@@ -88,6 +88,46 @@ START_TEST(test_walk_all) {
 }
 END_TEST
 
+/* libunwind's table must lie within 2 GiB of the code. Code whose
+ * neighbours are taken (other code, here a reservation around it) and
+ * that sits far from where mmap puts new mappings (here low in the
+ * address space, where "anywhere" never lands) still gets one. */
+START_TEST(test_walk_libunwind_crowded) {
+    const size_t span = (size_t)8 << 20;
+    uint8_t *crowd = MAP_FAILED;
+    for (uintptr_t base = (uintptr_t)8 << 30; base < ((uintptr_t)64 << 30) && crowd == MAP_FAILED;
+         base += (uintptr_t)4 << 30) {
+        crowd = mmap((void *)base, span, PROT_NONE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+        if (crowd != MAP_FAILED && crowd != (uint8_t *)base) {
+            munmap(crowd, span);   /* an old kernel took it as a hint only */
+            crowd = MAP_FAILED;
+        }
+    }
+    ck_assert_msg(crowd != MAP_FAILED, "no free 8 MiB between 8 and 64 GiB");
+    uint8_t *page = crowd + span / 2;
+    ck_assert_ptr_eq(mmap(page, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
+                          -1, 0),
+                     page);
+    bind_unwinders();
+    stub_put(page, walk_all);
+    ck_assert_int_eq(mprotect(page, 4096, PROT_READ | PROT_EXEC), 0);
+    uw_func f = stub_func("fjt_crowded", page);
+    uw_object *o = NULL;
+    ck_assert_msg(uw_register(&f, 1, UW_LIBUNWIND, &o) == FJ_OK, "%s", fj_last_error());
+    probe p;
+    memset(&p, 0, sizeof p);
+    p.start = (uintptr_t)page;
+    p.end = p.start + STUB_SIZE;
+    caller_marker((stub_fn)(uintptr_t)p.start, &p);
+    ck_assert(p.caller_rbx != POISON);
+    ASSERT_CHAIN(p.unw_bt, &p, "unw_backtrace");
+    ASSERT_CHAIN(p.unw_step, &p, "unw_step");
+    uw_deregister(o);
+    munmap(crowd, span);
+}
+END_TEST
+
 /* Control: libgcc has no frame-pointer fallback, so without registration
  * the same checks must fail (the walk test can catch a broken back-end). */
 START_TEST(test_walk_unregistered_fails) {
@@ -481,6 +521,7 @@ static Suite *uw_suite(void) {
     t = tcase_create("register");
     tcase_add_test(t, test_walk_libgcc);
     tcase_add_test(t, test_walk_libunwind);
+    tcase_add_test(t, test_walk_libunwind_crowded);
     tcase_add_test(t, test_walk_all);
     tcase_add_test(t, test_walk_unregistered_fails);
     tcase_add_test(t, test_deregister_removes_fde);

@@ -27,16 +27,30 @@ fj_status uw_region_reserve(uw_region *r, size_t len, uintptr_t near, uintptr_t 
         return fj_fail(FJ_ERR_NO_MEMORY, "unwind tables: cannot reserve %zu bytes: injected", len);
     /* The kernel takes an address hint when that range is free: just below
      * the code, just above it, then anywhere (still often close: mmap
-     * allocates top-down next to recent mappings). */
-    uintptr_t hints[3] = {0, 0, 0};
+     * allocates top-down next to recent mappings), then further below and
+     * above in 64 MiB steps. "Anywhere" goes to the highest hole that fits,
+     * which in a process that has mapped and freed a lot can be gigabytes
+     * away, while the code's own neighbours are other code (seen with
+     * thousands of kernels registered one by one next to each other). */
+    enum { STEPS = 31 };
+    const uintptr_t step = (uintptr_t)64 << 20;
+    uintptr_t hints[3 + 2 * STEPS];
     size_t nh = 1;
+    hints[0] = 0;
     if (near) {
         const uintptr_t lo = near & ~(uintptr_t)(page - 1);
+        const uintptr_t hi = (near_hi + page - 1) & ~(uintptr_t)(page - 1);
         hints[0] = lo > len ? lo - len : 0;
-        hints[1] = (near_hi + page - 1) & ~(uintptr_t)(page - 1);
+        hints[1] = hi;
+        hints[2] = 0;
         nh = 3;
+        for (uintptr_t i = 1; i <= STEPS; i++) {
+            if (lo > len + i * step) hints[nh++] = lo - len - i * step;
+            if (hi + i * step + len > hi) hints[nh++] = hi + i * step;
+        }
     }
     for (size_t i = 0; i < nh; i++) {
+        if (i >= 3 && !near_enough(hints[i], len, near, near_hi)) continue;
         void *p = mmap((void *)hints[i], len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                        -1, 0);
         if (p == MAP_FAILED)
