@@ -89,23 +89,18 @@ START_TEST(test_walk_all) {
 END_TEST
 
 /* libunwind's table must lie within 2 GiB of the code. Code whose
- * neighbours are taken (other code, here a reservation around it) and
- * that sits far from where mmap puts new mappings (here low in the
- * address space, where "anywhere" never lands) still gets one. */
+ * neighbours are taken (other code; here a 5 GiB reservation around it)
+ * while mmap's own pick is far away (here a hole at the reservation's top,
+ * 2.5 GiB up, or anything higher) still gets one: in a hole 1 GiB below.
+ * Addresses relative to the reservation, so that sanitizers' fixed
+ * layouts do not matter. */
 START_TEST(test_walk_libunwind_crowded) {
-    const size_t span = (size_t)8 << 20;
-    uint8_t *crowd = MAP_FAILED;
-    for (uintptr_t base = (uintptr_t)8 << 30; base < ((uintptr_t)64 << 30) && crowd == MAP_FAILED;
-         base += (uintptr_t)4 << 30) {
-        crowd = mmap((void *)base, span, PROT_NONE,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
-        if (crowd != MAP_FAILED && crowd != (uint8_t *)base) {
-            munmap(crowd, span);   /* an old kernel took it as a hint only */
-            crowd = MAP_FAILED;
-        }
-    }
-    ck_assert_msg(crowd != MAP_FAILED, "no free 8 MiB between 8 and 64 GiB");
-    uint8_t *page = crowd + span / 2;
+    const size_t gib = (size_t)1 << 30, mib = (size_t)1 << 20, span = 5 * gib;
+    uint8_t *r = mmap(NULL, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    ck_assert_ptr_ne(r, MAP_FAILED);
+    uint8_t *page = r + span / 2;
+    ck_assert_int_eq(munmap(r + span - mib, mib), 0);          /* mmap's own pick */
+    ck_assert_int_eq(munmap(page - gib - mib / 2, mib), 0);    /* within reach */
     ck_assert_ptr_eq(mmap(page, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
                           -1, 0),
                      page);
@@ -124,7 +119,7 @@ START_TEST(test_walk_libunwind_crowded) {
     ASSERT_CHAIN(p.unw_bt, &p, "unw_backtrace");
     ASSERT_CHAIN(p.unw_step, &p, "unw_step");
     uw_deregister(o);
-    munmap(crowd, span);
+    munmap(r, span);
 }
 END_TEST
 
