@@ -41,6 +41,15 @@ static uw_func stub_func(const char *name, const uint8_t *at) {
         ck_assert_msg(e_ == NULL, "%s: %s", (what), e_ ? e_ : "");              \
     } while (0)
 
+/* Calls the stub at `at` through a C caller, recording every walk in p. */
+static void run_stub(const uint8_t *at, probe *p) {
+    memset(p, 0, sizeof *p);
+    p->start = (uintptr_t)at;
+    p->end = p->start + STUB_SIZE;
+    caller_marker((stub_fn)(uintptr_t)p->start, p);
+    ck_assert(p->caller_rbx != POISON);
+}
+
 /* Registers the stub at index `use` of a page of `copies` with backends,
  * runs it and returns the walks. Functions are passed highest address
  * first, so the libunwind table has to be sorted. */
@@ -52,11 +61,7 @@ static void run_walk(unsigned backends, int copies, int use, probe *p) {
     uw_object *o = NULL;
     if (backends)
         ck_assert_msg(uw_register(fns, copies, backends, &o) == FJ_OK, "%s", fj_last_error());
-    memset(p, 0, sizeof *p);
-    p->start = (uintptr_t)page + 64 * use;
-    p->end = p->start + STUB_SIZE;
-    caller_marker((stub_fn)(uintptr_t)p->start, p);
-    ck_assert(p->caller_rbx != POISON);
+    run_stub(page + 64 * use, p);
     uw_deregister(o);
 }
 
@@ -111,11 +116,7 @@ START_TEST(test_walk_libunwind_crowded) {
     uw_object *o = NULL;
     ck_assert_msg(uw_register(&f, 1, UW_LIBUNWIND, &o) == FJ_OK, "%s", fj_last_error());
     probe p;
-    memset(&p, 0, sizeof p);
-    p.start = (uintptr_t)page;
-    p.end = p.start + STUB_SIZE;
-    caller_marker((stub_fn)(uintptr_t)p.start, &p);
-    ck_assert(p.caller_rbx != POISON);
+    run_stub(page, &p);
     ASSERT_CHAIN(p.unw_bt, &p, "unw_backtrace");
     ASSERT_CHAIN(p.unw_step, &p, "unw_step");
     uw_deregister(o);

@@ -45,12 +45,13 @@ fj_status uw_region_reserve(uw_region *r, size_t len, uintptr_t near, uintptr_t 
         hints[2] = 0;
         nh = 3;
         for (uintptr_t i = 1; i <= STEPS; i++) {
-            if (lo > len + i * step) hints[nh++] = lo - len - i * step;
-            if (hi + i * step + len > hi) hints[nh++] = hi + i * step;
+            if (lo > len + i * step && near_enough(lo - len - i * step, len, near, near_hi))
+                hints[nh++] = lo - len - i * step;
+            if (hi + i * step + len > hi && near_enough(hi + i * step, len, near, near_hi))
+                hints[nh++] = hi + i * step;
         }
     }
     for (size_t i = 0; i < nh; i++) {
-        if (i >= 3 && !near_enough(hints[i], len, near, near_hi)) continue;
         void *p = mmap((void *)hints[i], len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                        -1, 0);
         if (p == MAP_FAILED)
