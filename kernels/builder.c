@@ -473,6 +473,43 @@ static atomic_int fast_paths = 1;
 
 void kb_test_fast_paths(int on) { atomic_store(&fast_paths, on != 0); }
 
+/* The physical register of a plain vector register operand of width bits
+ * (as fj_vec, fj_zmm... make it: no mask, broadcast, zeroing or scale), or
+ * -1 for anything else. */
+static inline int plain_vreg(const fj_builder *b, const fj_opnd *o, unsigned bits) {
+    uint32_t head, id = o->reg.id;
+    memcpy(&head, o, sizeof head);   /* kind, scale, bcst, zero */
+    unsigned p = H_PHYS(id);
+    if (head != FJ_OPND_REG || o->bits != bits || o->mask.id || H_CLASS(id) != RC_VEC ||
+        b->tag[RC_VEC][p] != H_TAG(id) || !H_TAG(id))
+        return -1;
+    return (int)p;
+}
+
+/* Register-only vector instructions (most of a compute loop): a straight
+ * line for them, ahead of emit_fast's general operand loop. */
+static inline int emit_vregs(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
+    int has_imm = ops[nops - 1].kind == FJ_OPND_IMM, nv = nops - has_imm;
+    unsigned bits = ops[0].bits;
+    uint8_t reg[4];
+    int p0 = plain_vreg(b, &ops[0], bits), p1 = plain_vreg(b, &ops[1], bits);
+    if ((p0 | p1) < 0 || nv < 2 || bits > (unsigned)b->vbits) return 0;
+    reg[0] = (uint8_t)p0;
+    reg[1] = (uint8_t)p1;
+    for (int i = 2; i < nv; i++) {
+        int p = plain_vreg(b, &ops[i], bits);
+        if (p < 0) return 0;
+        reg[i] = (uint8_t)p;
+    }
+    if (!grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return 1;
+    uint32_t feat;
+    int n = x64_encode_vregs((x64_op)op, (int)bits, reg, nv, has_imm ? ops[nops - 1].val : 0,
+                             has_imm, b->code + b->len, &feat);
+    if (n <= 0 || (feat & ~b->features)) return 0;
+    b->len += (size_t)n;
+    return 1;
+}
+
 /* The encoder's template paths, for most instructions of a compute loop:
  * vector registers of one width only (x64_encode_vregs), or zmm registers
  * and one [base (+ index*scale) + disp] operand, maybe a write mask on
@@ -496,9 +533,10 @@ static inline int emit_fast(fj_builder *b, fj_op op, const fj_opnd *ops, int nop
             reg[i] = (uint8_t)p;
         } else if (o->kind == FJ_OPND_MEM && mem < 0 && o->val >= INT32_MIN &&
                    o->val <= INT32_MAX && o->scale <= 8 && !(o->scale & (o->scale - 1))) {
-            base = live_phys(b, o->reg, RC_GPR);   /* not the frame or the pool */
+            /* A GPR base, or the constant pool with no index; not the frame. */
+            base = o->reg.id == H_CONST ? X64_RIP : live_phys(b, o->reg, RC_GPR);
             index = o->index.id ? live_phys(b, o->index, RC_GPR) : X64_NOREG;
-            if (base < 0 || index < 0) return 0;
+            if (base < 0 || index < 0 || (base == X64_RIP && index != X64_NOREG)) return 0;
             mem = i;
         } else {
             return 0;
@@ -529,7 +567,7 @@ static inline int emit_fast(fj_builder *b, fj_op op, const fj_opnd *ops, int nop
             d->scale = i == mem ? o->scale : 1;
             d->bcst = i == mem ? o->bcst : 0;
             d->mask = d->zero = 0;
-            d->disp = i == mem ? (int32_t)o->val : 0;
+            d->disp = i == mem && base != X64_RIP ? (int32_t)o->val : 0;
             d->imm = o->val;
         }
         x[0].mask = (uint8_t)k;
@@ -538,6 +576,9 @@ static inline int emit_fast(fj_builder *b, fj_op op, const fj_opnd *ops, int nop
     }
     if (n <= 0 || (feat & ~b->features)) return 0;
     b->len += (size_t)n;
+    if (base == X64_RIP)   /* the pool offset; the disp32 is resolved at assembly */
+        add_fixup(b, (uint32_t)(b->len - 4 - (size_t)has_imm), (uint32_t)b->len,
+                  (uint32_t)ops[mem].val, 1);
     return 1;
 }
 
@@ -551,7 +592,7 @@ void fj_emitv(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
     /* Before the checks below: none of those mnemonics has a form with a
      * vector register operand. */
     if (nops >= 2 && atomic_load_explicit(&fast_paths, memory_order_relaxed) &&
-        emit_fast(b, op, ops, nops))
+        (emit_vregs(b, op, ops, nops) || emit_fast(b, op, ops, nops)))
         return;
     switch (op) {
     case FJ_PUSH: case FJ_POP: case FJ_RET: case FJ_LEAVE:

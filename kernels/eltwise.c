@@ -52,22 +52,35 @@ static void poison(fj_builder *b) { fj_emitv(b, FJ_OP_NONE, NULL, 0); }
 
 /* ---- constants and scratch --------------------------------------------- */
 
+/* Every use of a constant looks it up (a math op's emitter names its
+ * constants by value, lane after lane), so by hash: the first slot of
+ * cidx for key, then the next ones. */
+static unsigned cidx_first(uint32_t key) {
+    return (key * 0x9e3779b1u) >> (32 - 6);
+}
+_Static_assert(2 * ELT_MAXC == 64, "cidx_first hashes to 6 bits");
+
+static elt_const *find_const(kg_elt_state *s, uint32_t key) {
+    for (unsigned h = cidx_first(key);; h = (h + 1) % (2 * ELT_MAXC)) {
+        unsigned i = s->cidx[h];
+        if (!i) return NULL;
+        if (s->c[i - 1].key == key) return &s->c[i - 1];
+    }
+}
+
 static void need(kg_elt_state *s, uint32_t key, int must_reg) {
     if (key == 0 && !s->avx512) must_reg = 1; /* vxorps: cheaper than a load */
     if (key == ELT_KEY_ALPHA || key == ELT_KEY_BETA) must_reg = 1;
-    for (int i = 0; i < s->nc; i++)
-        if (s->c[i].key == key) {
-            s->c[i].must_reg |= (uint8_t)must_reg;
-            return;
-        }
-    if (s->nc == ELT_MAXC) { s->nc = ELT_MAXC + 1; return; } /* caught by prepare */
+    elt_const *c = find_const(s, key);
+    if (c) {
+        c->must_reg |= (uint8_t)must_reg;
+        return;
+    }
+    if (s->nc >= ELT_MAXC) { s->nc = ELT_MAXC + 1; return; } /* caught by prepare */
+    unsigned h = cidx_first(key);
+    while (s->cidx[h]) h = (h + 1) % (2 * ELT_MAXC);   /* at most half full */
     s->c[s->nc++] = (elt_const){key, (uint8_t)must_reg, {0}, {0}};
-}
-
-static elt_const *find_const(kg_elt_state *s, uint32_t key) {
-    for (int i = 0; i < s->nc && i < ELT_MAXC; i++)
-        if (s->c[i].key == key) return &s->c[i];
-    return NULL;
+    s->cidx[h] = (uint8_t)s->nc;
 }
 
 fj_opnd elt_c(kg_elt_state *s, uint32_t key) {

@@ -47,6 +47,7 @@ struct kg_elt_state {
     uint32_t alpha, beta;  /* bits (baked), or the ELT_KEY_* (run time) */
     elt_const c[ELT_MAXC];
     int nc;
+    uint8_t cidx[2 * ELT_MAXC]; /* open hash of c's keys: index + 1, 0 = empty */
     fj_reg t[ELT_LANES][ELT_MAXT]; /* scratch vectors, per lane */
     int nt;
     fj_reg k[ELT_LANES][ELT_MAXK]; /* scratch masks (AVX-512), per lane */

@@ -87,16 +87,17 @@ FJ_INTERNAL int x64_encode(x64_op op, const x64_opnd *ops, int nops, uint8_t *ou
 FJ_INTERNAL int x64_encode_search(x64_op op, const x64_opnd *ops, int nops, uint8_t *out,
                                   x64_enc_info *info);
 /* Register-only vector instructions: nregs vector registers of one width
- * (2..4, at most 3 with the imm8), then an imm8 (0..127) when has_imm.
- * The same bytes as x64_encode from a per-form template (see
- * x64_encode.c); returns the length and the features, or 0 when this form
+ * (2..4, at most 3 with the imm8), then an imm8 when has_imm (0..255 where
+ * the instruction's imm8 is unsigned, else -128..127). The same bytes as
+ * x64_encode from a per-form template (see x64_forms.c); returns the length and the features, or 0 when this form
  * has no template (use x64_encode, which also explains errors). */
 FJ_INTERNAL int x64_encode_vregs(x64_op op, int bits, const uint8_t *reg, int nregs,
                                  int64_t imm, int has_imm, uint8_t *out, uint32_t *features);
 /* 512-bit instructions with one [base (+ index*scale) + disp] memory
- * operand (GPR base), zmm registers otherwise, maybe a write mask on
- * operand 0 and a last imm8 (0..127): the same bytes as x64_encode from a per-pattern
- * form (see x64_encode.c). Returns the length and the features, or 0
+ * operand (GPR base) or [rip + disp32] (its disp32 the last four bytes
+ * before any imm8), zmm registers otherwise, maybe a write mask on
+ * operand 0 and a last imm8 (ranges as above): the same bytes as
+ * x64_encode from a per-pattern form (see x64_forms.c). Returns the length and the features, or 0
  * when the operands are not of that kind or the pattern has no form (use
  * x64_encode). */
 FJ_INTERNAL int x64_encode_vmem(x64_op op, const x64_opnd *ops, int nops, uint8_t *out,

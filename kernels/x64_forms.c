@@ -27,9 +27,21 @@
  *   bit 0 known, 1 present, 2 EVEX, 3-4 map, 5-6 pp, 7 W, 8-9 L'L,
  *   10-17 opcode, 18-20 ModRM.reg operand (7: /ext), 21-22 ModRM.rm
  *   operand, 23-25 vvvv operand (7: none), 26-28 ext, 29-31 is4 operand
- *   (7: none), 32-47 features. */
+ *   (7: none), 32-47 features, 48 the imm8 is unsigned (0..255; else
+ *   -128..127).
+ * Beside it, the form's bytes with every register 0 (a little-endian
+ * word, the byte count in bits 56-59): an instruction is that word with
+ * each register's bits put in, the prefix's inverted fields by XOR and
+ * ModRM's by OR; no field is decoded. Written before the form word
+ * (release), so a reader that sees the form sees its bytes. */
 enum { VF_NONE = 7 };
-static _Atomic uint64_t vforms[X64_OP_COUNT][3][2][3][2];
+typedef struct vform {
+    _Atomic uint64_t f;       /* the form word */
+    _Atomic uint64_t bytes;   /* its bytes with registers 0 */
+} vform;
+/* Both words of a form in one cache line: a kernel's first instructions
+ * of a form often find the table cold. */
+static _Alignas(64) vform vforms[X64_OP_COUNT][3][2][3][2];
 
 static int vf_fill(uint64_t f, const uint8_t *reg, int64_t imm, int has_imm, uint8_t *out) {
     unsigned map = f >> 3 & 3, pp = f >> 5 & 3, w = f >> 7 & 1, l = f >> 8 & 3;
@@ -99,35 +111,73 @@ static __attribute__((noinline)) uint64_t vf_make(x64_op op, int bits, int hi, i
      * ModRM.rm, so no one template is the shortest encoding. (EVEX rows
      * never differ in length: the first one wins, as in the search.) */
     if (r->enc == XE_VEX && fd.vex_rows > 1) return 1;
+    if (has_imm && X64_OPD_CLASS(r->opd[nregs]) == XC_U8) f |= 1ull << 48;
     return f;
+}
+
+/* The form's bytes with registers 0 (see above), 0 for an absent form. */
+static uint64_t vb_make(uint64_t f) {
+    if (!(f & 2)) return 0;
+    static const uint8_t zero[4];
+    uint8_t buf[X64_MAX_LEN];
+    int n = vf_fill(f, zero, 0, 0, buf) - ((f >> 29 & 7) != VF_NONE);   /* no is4 byte */
+    uint64_t w = 0;
+    memcpy(&w, buf, (size_t)n);
+    return w | (uint64_t)n << 56;
 }
 
 int x64_encode_vregs(x64_op op, int bits, const uint8_t *reg, int nregs, int64_t imm,
                      int has_imm, uint8_t *out, uint32_t *features) {
     if ((unsigned)op - 1u >= X64_OP_COUNT - 1u || nregs < 2 || nregs + (has_imm != 0) > 4)
         return 0;
-    if (has_imm && (imm < 0 || imm > 127)) return 0;   /* in range for both imm8 kinds */
     int wi = bits == 512 ? 2 : bits == 256 ? 1 : bits == 128 ? 0 : -1;
-    unsigned any = 0;
-    for (int i = 0; i < nregs; i++) any |= reg[i];
+    unsigned any = reg[0] | reg[1] | (nregs > 2 ? reg[2] : 0) | (nregs > 3 ? reg[3] : 0);
     if (wi < 0 || any >= 32) return 0;
-    int hi = any >> 4 & 1;
-    _Atomic uint64_t *slot = &vforms[op][wi][hi][nregs - 2][has_imm != 0];
-    uint64_t f = atomic_load_explicit(slot, memory_order_relaxed);
+    int hi = any >> 4 & 1, ii = has_imm != 0;
+    vform *vf = &vforms[op][wi][hi][nregs - 2][ii];
+    uint64_t f = atomic_load_explicit(&vf->f, memory_order_acquire);
     if (!f) {
-        f = vf_make(op, bits, hi, nregs, has_imm != 0);
-        atomic_store_explicit(slot, f, memory_order_relaxed);
+        f = vf_make(op, bits, hi, nregs, ii);
+        atomic_store_explicit(&vf->bytes, vb_make(f), memory_order_relaxed);
+        atomic_store_explicit(&vf->f, f, memory_order_release);
     }
-    if (!(f & 2)) return 0;
-    *features = (uint32_t)(f >> 32);
-    return vf_fill(f, reg, imm, has_imm, out);
+    if (!(f & 2) || (ii && (f >> 48 & 1 ? imm < 0 || imm > 255 : imm < -128 || imm > 127)))
+        return 0;
+    *features = (uint32_t)(f >> 32 & 0xffff);
+    unsigned gop = f >> 18 & 7, hop = f >> 23 & 7, lop = f >> 29 & 7;
+    uint64_t g = gop == VF_NONE ? 0 : reg[gop], e = reg[f >> 21 & 3];
+    uint64_t h = hop == VF_NONE ? 0 : reg[hop];
+    uint64_t w = atomic_load_explicit(&vf->bytes, memory_order_relaxed);
+    int n = (int)(w >> 56);
+    switch ((uint8_t)w) {
+    case 0x62:   /* EVEX: R X B R' in P0, vvvv in P1, V' in P2, then opcode, ModRM */
+        w ^= (g & 8) << 12 | (g & 16) << 8 | (e & 24) << 10 | (h & 15) << 19 | (h & 16) << 23;
+        w |= (g & 7) << 43 | (e & 7) << 40;
+        break;
+    case 0xC4:   /* VEX3: R X B, then W vvvv L pp, opcode, ModRM */
+        w ^= (g & 8) << 12 | (e & 8) << 10 | (h & 15) << 19;
+        w |= (g & 7) << 35 | (e & 7) << 32;
+        break;
+    default:     /* VEX2: R vvvv L pp, opcode, ModRM; an rm of 8-15 needs VEX3 */
+        if (e & 8) return vf_fill(f, reg, imm, has_imm, out);
+        w ^= (g & 8) << 12 | (h & 15) << 11;
+        w |= (g & 7) << 27 | (e & 7) << 24;
+        break;
+    }
+    w &= ~(0xffull << 56);
+    memcpy(out, &w, 8);   /* out has X64_MAX_LEN bytes; those past n are rewritten or unused */
+    if (lop != VF_NONE) out[n++] = (uint8_t)(reg[lop] << 4);
+    if (has_imm) out[n++] = (uint8_t)imm;
+    return n;
 }
 
 /* ---- 512-bit forms with one [base (+ index*scale) + disp] operand --------
  * The loads, stores and memory-source arithmetic of AVX-512 loops (relu's
  * vmaxps from memory, a GEMM tile's broadcasts, B loads and C updates):
- * zmm registers, one memory operand with a GPR base, maybe a
- * write mask on operand 0, {1to16} and an imm8. Only EVEX encodes zmm, and
+ * zmm registers, one memory operand with a GPR base or [rip + disp32]
+ * (constants: the disp32 is then the last four bytes before any imm8),
+ * maybe a write mask on operand 0, {1to16} and an imm8. Only EVEX encodes
+ * zmm, and
  * EVEX rows do not differ in length, so the row the search picks depends
  * on the pattern alone, never on the registers or the displacement: kept
  * per pattern, the encoding is the EVEX prefix from the registers, the
@@ -139,7 +189,7 @@ int x64_encode_vregs(x64_op op, int bits, const uint8_t *reg, int nregs, int64_t
  *   bits 0-20: the pattern (key_vmem), 21: present, 22-23 map, 24-25 pp,
  *   26 W, 27-34 opcode, 35-37 ModRM.reg operand (7: /ext), 38-40 vvvv
  *   operand (7: none), 41-43 ext, 44-46 log2 of the disp8 scale N,
- *   47-55 features. */
+ *   47-55 features, 56 the imm8 is unsigned. */
 enum { VM_BITS = 9, VM_N = 1 << VM_BITS, VM_KEY = (1 << 21) - 1 };
 static _Atomic uint64_t vmforms[VM_N];
 
@@ -171,18 +221,22 @@ static __attribute__((noinline)) uint64_t vm_make(x64_op op, const x64_opnd *ops
         o[mem].index = X64_RCX;
         o[mem].scale = 1;
     }
-    for (int i = 0; i < nops; i++)
+    for (int i = 0; i < nops; i++) {
         if (o[i].kind == X64_K_VEC) o[i].reg = 0;
+        if (o[i].kind == X64_K_IMM) o[i].imm = 0x5a;   /* in range for both imm8 kinds */
+    }
     if (o[0].mask) o[0].mask = 1;
     x64_found fd;
     if (!x64_enc_find(op, o, nops, &fd)) return key;
     const x64_row *r = fd.row;
     if (r->enc != XE_EVEX || (r->flags & (XF_RM0 | XF_CC)) || r->w == XW_S) return key;
     unsigned gop = VF_NONE, hop = VF_NONE;
+    uint64_t u8 = 0;
     for (int i = 0; i < nops; i++) {
         int slot = X64_OPD_SLOT(r->opd[i]), c = X64_OPD_CLASS(r->opd[i]);
         if (o[i].kind == X64_K_IMM) {
             if (slot != XS_AUTO || (c != XC_I8 && c != XC_U8)) return key;
+            u8 = c == XC_U8;
         } else if (i == mem) {
             if (slot != XS_E) return key;
         } else if (slot == XS_G && gop == VF_NONE) gop = (unsigned)i;
@@ -197,7 +251,7 @@ static __attribute__((noinline)) uint64_t vm_make(x64_op op, const x64_opnd *ops
            (uint64_t)X64_PFX_PP(r->pfx) << 24 | (uint64_t)(r->w == XW_1) << 26 |
            (uint64_t)r->opc << 27 | (uint64_t)gop << 35 | (uint64_t)hop << 38 |
            (uint64_t)(r->ext >= 0 ? r->ext : 0) << 41 | (uint64_t)__builtin_ctz((unsigned)n) << 44 |
-           (uint64_t)fd.features << 47;
+           (uint64_t)fd.features << 47 | u8 << 56;
 }
 
 int x64_encode_vmem(x64_op op, const x64_opnd *ops, int nops, uint8_t *out,
@@ -207,7 +261,8 @@ int x64_encode_vmem(x64_op op, const x64_opnd *ops, int nops, uint8_t *out,
     for (int i = 0; i < nops - imm; i++) {
         const x64_opnd *o = &ops[i];
         if (o->kind == X64_K_VEC && o->bits == 512 && o->reg < 32) continue;
-        if (o->kind != X64_K_MEM || mem >= 0 || o->base >= 16 ||
+        if (o->kind != X64_K_MEM || mem >= 0 ||
+            (o->base >= 16 && (o->base != X64_RIP || o->index != X64_NOREG)) ||
             (o->index != X64_NOREG &&
              (o->index >= 16 || o->index == X64_RSP || (o->scale & (o->scale - 1)) ||
               o->scale == 0 || o->scale > 8)) ||
@@ -216,9 +271,7 @@ int x64_encode_vmem(x64_op op, const x64_opnd *ops, int nops, uint8_t *out,
             return 0;
         mem = i;
     }
-    if (mem < 0 || ops[0].mask >= 8 || (ops[0].zero && !ops[0].mask) ||
-        (imm && (ops[nops - 1].imm < 0 || ops[nops - 1].imm > 127)))
-        return 0;
+    if (mem < 0 || ops[0].mask >= 8 || (ops[0].zero && !ops[0].mask)) return 0;
     for (int i = 1; i < nops; i++)
         if (ops[i].mask || ops[i].zero) return 0;
     uint64_t key = key_vmem(op, ops, nops, mem);
@@ -233,6 +286,10 @@ int x64_encode_vmem(x64_op op, const x64_opnd *ops, int nops, uint8_t *out,
         }
     }
     if (!(f >> 21 & 1)) return 0;
+    if (imm) {
+        int64_t v = ops[nops - 1].imm;
+        if (f >> 56 & 1 ? v < 0 || v > 255 : v < -128 || v > 127) return 0;
+    }
     const x64_opnd *m = &ops[mem];
     unsigned map = f >> 22 & 3, pp = f >> 24 & 3, w = f >> 26 & 1;
     unsigned gop = f >> 35 & 7, hop = f >> 38 & 7;

@@ -498,7 +498,8 @@ START_TEST(test_vregs) {
                         int span = t < 24 ? 16 : 32;   /* 0-15 first, then 0-31 */
                         for (int i = 0; i < 4; i++) reg[i] = (uint8_t)(vr_next() % (unsigned)span);
                         accepted += vregs_check((x64_op)op, widths[w], reg, nregs,
-                                                has_imm ? vr_next() % 128 : 0, has_imm);
+                                                has_imm ? (int64_t)(vr_next() % 384) - 128 : 0,
+                                                has_imm);
                     }
     ck_assert_int_gt(accepted, 3000);
     /* Out of the template's range: the caller must take x64_encode. */
@@ -506,7 +507,9 @@ START_TEST(test_vregs) {
     uint8_t out[X64_MAX_LEN];
     uint32_t f;
     ck_assert_int_eq(x64_encode_vregs(X64_VFMADD231PS, 512, bad, 3, 0, 0, out, &f), 0);
-    ck_assert_int_eq(x64_encode_vregs(X64_VPTERNLOGD, 512, r3, 3, 200, 1, out, &f), 0);
+    ck_assert_int_eq(x64_encode_vregs(X64_VPTERNLOGD, 512, r3, 3, 256, 1, out, &f), 0);
+    ck_assert_int_eq(x64_encode_vregs(X64_VPTERNLOGD, 512, r3, 3, -1, 1, out, &f), 0);
+    ck_assert_int_eq(vregs_check(X64_VPTERNLOGD, 512, r3, 3, 0xe4, 1), 1);   /* unsigned imm8 */
     ck_assert_int_eq(x64_encode_vregs(X64_VADDPS, 384, r3, 3, 0, 0, out, &f), 0);
     /* The forms eltwise bodies and GEMM tiles are made of. */
     static const struct { x64_op op; int bits, nregs, imm; } must[] = {
@@ -530,7 +533,7 @@ END_TEST
 
 /* The 512-bit memory forms (x64_encode_vmem): the loop forms of eltwise
  * and GEMM kernels, with every base register (SIB for rsp/r12, a disp8 0
- * for rbp/r13), no index or indexes with REX bits and every scale,
+ * for rbp/r13) and RIP (constants), no index or indexes with REX bits and every scale,
  * displacements that do and do not compress to disp8*N, masks and
  * broadcasts, give the full search's bytes; and every mnemonic
  * with random patterns never disagrees with it. */
@@ -563,7 +566,7 @@ START_TEST(test_vmem) {
     static const uint8_t idx[] = {X64_NOREG, X64_RAX, X64_RCX, X64_RBP, X64_R8, X64_R12,
                                   X64_R13, X64_R15};
     for (size_t f = 0; f < sizeof forms / sizeof forms[0]; f++)
-        for (int base = 0; base < 16; base++)
+        for (int base = 0; base <= 16; base++)   /* 16: RIP */
             for (size_t d = 0; d < sizeof disps / sizeof disps[0] * 8; d++) {
                 x64_opnd o[3];
                 for (int i = 0; i < forms[f].nops; i++)
@@ -571,6 +574,7 @@ START_TEST(test_vmem) {
                 o[forms[f].mem] = (x64_opnd)MEM(forms[f].mbits, (uint8_t)base, idx[d % 8],
                                                 (uint8_t)(1 << (d / 8 % 4)),
                                                 disps[d / 8]);
+                if (base == 16) o[forms[f].mem] = (x64_opnd)MRIP(forms[f].mbits, disps[d / 8]);
                 o[forms[f].mem].bcst = (uint8_t)forms[f].bcst;
                 o[0].mask = (uint8_t)(forms[f].mask ? 1 + base % 7 : 0);
                 o[0].zero = (uint8_t)forms[f].zero;
@@ -589,21 +593,25 @@ START_TEST(test_vmem) {
             o[mem] = (x64_opnd)MEM(mb[vr_next() % 6], (uint8_t)(vr_next() % 16),
                                    idx[vr_next() % 8], (uint8_t)(1 << vr_next() % 4),
                                    disps[vr_next() % (sizeof disps / sizeof disps[0])]);
+            if (vr_next() % 8 == 0) o[mem] = (x64_opnd)MRIP(o[mem].bits, o[mem].disp);
             o[mem].bcst = (uint8_t)(vr_next() % 4 == 0);
             if (vr_next() % 2) {
                 o[0].mask = (uint8_t)(1 + vr_next() % 7);
                 o[0].zero = (uint8_t)(vr_next() % 2);
             }
-            if (mem != n - 1 && vr_next() % 3 == 0) o[n - 1] = (x64_opnd)IMM(vr_next() % 128);
+            if (mem != n - 1 && vr_next() % 3 == 0)
+                o[n - 1] = (x64_opnd)IMM((int64_t)(vr_next() % 384) - 128);
             accepted += vmem_check((x64_op)op, o, n);
         }
     ck_assert_int_gt(accepted, 100);
-    /* Not for this path: rsp as an index (no encoding), a RIP base, ymm. */
+    /* Not for this path: rsp as an index (no encoding), RIP with an index
+     * (no encoding), ymm. */
     x64_opnd ix[2] = {ZMM(1), MX(512, RAX, RSP, 4, 0)}, rip[2] = {ZMM(1), MRIP(512, 0)},
              y[2] = {YMM(1), M(256, RAX, 0)};
     uint8_t out[X64_MAX_LEN];
     uint32_t feat;
     ck_assert_int_eq(x64_encode_vmem(X64_VMOVUPS, ix, 2, out, &feat), 0);
+    rip[1].index = X64_RCX;
     ck_assert_int_eq(x64_encode_vmem(X64_VMOVUPS, rip, 2, out, &feat), 0);
     ck_assert_int_eq(x64_encode_vmem(X64_VMOVUPS, y, 2, out, &feat), 0);
 }

@@ -76,7 +76,9 @@ FJ_API void fj_builder_destroy(fj_builder *b);
 /* The ISA the builder targets (the runtime's) and its natural vector width
  * in bits (512 for AVX-512, 256 for AVX2). */
 FJ_API fj_isa fj_builder_isa(const fj_builder *b);
-FJ_API int fj_builder_vbits(const fj_builder *b);
+/* pure: a builder's width never changes, so the calls of one instruction's
+ * fj_vec operands fold into one. */
+FJ_API int fj_builder_vbits(const fj_builder *b) __attribute__((pure));
 
 /* The register that holds argument i (0-based); it is the kernel's to use
  * and may be freed like any other. */
