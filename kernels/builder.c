@@ -8,6 +8,7 @@
  * fixups, so the body moves without change.
  */
 #include "kernels/builder_priv.h"
+#include "kernels/x64_vregs.h"
 
 #include <stdatomic.h>
 #include <stdio.h>
@@ -491,20 +492,18 @@ static inline int plain_vreg(const fj_builder *b, const fj_opnd *o, unsigned bit
 static inline int emit_vregs(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
     int has_imm = ops[nops - 1].kind == FJ_OPND_IMM, nv = nops - has_imm;
     unsigned bits = ops[0].bits;
-    uint8_t reg[4];
     int p0 = plain_vreg(b, &ops[0], bits), p1 = plain_vreg(b, &ops[1], bits);
     if ((p0 | p1) < 0 || nv < 2 || bits > (unsigned)b->vbits) return 0;
-    reg[0] = (uint8_t)p0;
-    reg[1] = (uint8_t)p1;
+    uint32_t regs = (uint32_t)p0 | (uint32_t)p1 << 8;
     for (int i = 2; i < nv; i++) {
         int p = plain_vreg(b, &ops[i], bits);
         if (p < 0) return 0;
-        reg[i] = (uint8_t)p;
+        regs |= (uint32_t)p << 8 * i;
     }
     if (!grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return 1;
     uint32_t feat;
-    int n = x64_encode_vregs((x64_op)op, (int)bits, reg, nv, has_imm ? ops[nops - 1].val : 0,
-                             has_imm, b->code + b->len, &feat);
+    int n = x64_vregs((x64_op)op, (int)bits, regs, nv, has_imm ? ops[nops - 1].val : 0, has_imm,
+                      b->code + b->len, &feat);
     if (n <= 0 || (feat & ~b->features)) return 0;
     b->len += (size_t)n;
     return 1;
@@ -630,6 +629,66 @@ void fj_emitv(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
         add_fixup(b, (uint32_t)(b->len - (size_t)n + (size_t)info.disp_pos), (uint32_t)b->len,
                   (uint32_t)const_off, 1);
     }
+}
+
+uint32_t kb_body_len(const fj_builder *b) { return (uint32_t)b->len; }
+
+void kb_interleave(fj_builder *b, const uint32_t *at, size_t stride, int lanes, int count) {
+    if (b->err || lanes < 2 || count < 1) return;
+    if (stride <= (size_t)count) goto bad;
+    const size_t lo = at[0], hi = b->len;
+    for (int l = 0; l < lanes; l++)
+        for (int k = 0; k < count; k++)
+            if (at[l * stride + k] > at[l * stride + k + 1]) goto bad;
+    for (int l = 0; l + 1 < lanes; l++)
+        if (at[l * stride + count] != at[(l + 1) * stride]) goto bad;
+    if (at[(lanes - 1) * stride + count] != hi) goto bad;
+    for (uint32_t i = 0; i < b->nlabels; i++)
+        if (b->labels[i] > (int32_t)lo && (size_t)b->labels[i] < hi) goto bad;
+    /* The span's fixups: the last ones added, in body order. */
+    size_t f0 = b->nfix;
+    while (f0 > 0 && b->fix[f0 - 1].pos >= lo) f0--;
+    for (size_t i = f0; i < b->nfix; i++)
+        if (!b->fix[i].is_const) goto bad;
+    /* Instructions are copied 16 bytes at a time (at most 15 long): room
+     * for that past the body and in tmp. */
+    if (!grow(b, (void **)&b->code, &b->cap, hi + 16, 1)) return;
+    uint8_t stack[4096], *tmp = hi - lo + 16 <= sizeof stack ? stack : fj_malloc(hi - lo + 16);
+    if (!tmp) { ERR_NOMEM(b); return; }
+    size_t to = 0;
+    for (int k = 0; k < count; k++)
+        for (int l = 0; l < lanes; l++) {
+            size_t from = at[l * stride + k], len = at[l * stride + k + 1] - from;
+            if (len <= 16) memcpy(tmp + to, b->code + from, 16);
+            else memcpy(tmp + to, b->code + from, len);
+            to += len;
+        }
+    memcpy(b->code + lo, tmp, hi - lo);
+    if (tmp != stack) fj_free(tmp);
+    /* A fixup moves with its instruction: stream l's instruction k now
+     * starts after instructions 0..k-1 of every stream and instruction k
+     * of streams 0..l-1. */
+    for (size_t i = f0; i < b->nfix; i++) {
+        fixup *f = &b->fix[i];
+        int l = 0;
+        while (l + 1 < lanes && f->pos >= at[(l + 1) * stride]) l++;
+        const uint32_t *a = at + l * stride;
+        int k = 0, e = count;   /* the last k with a[k] <= pos */
+        while (e - k > 1) {
+            int m = (k + e) / 2;
+            if (a[m] <= f->pos) k = m; else e = m;
+        }
+        size_t start = lo;
+        for (int l2 = 0; l2 < lanes; l2++)
+            start += at[l2 * stride + k] - at[l2 * stride] + (l2 < l ? at[l2 * stride + k + 1] -
+                                                                           at[l2 * stride + k] : 0);
+        int64_t shift = (int64_t)start - (int64_t)a[k];
+        f->pos = (uint32_t)((int64_t)f->pos + shift);
+        f->end = (uint32_t)((int64_t)f->end + shift);
+    }
+    return;
+bad:
+    kb_fail(b, "internal: interleaved streams that are not straight-line code");
 }
 
 void kb_test_raw(fj_builder *b, const void *bytes, size_t n) {

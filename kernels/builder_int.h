@@ -41,6 +41,20 @@ FJ_INTERNAL fj_status kb_assemble(fj_builder *b, kb_code *out);
 FJ_INTERNAL void kb_code_free(kb_code *c);
 FJ_INTERNAL void kb_free(fj_builder *b);
 
+/* The body's length so far: between two fj_emit calls, the boundary of
+ * the next instruction. */
+FJ_INTERNAL uint32_t kb_body_len(const fj_builder *b);
+/* Interleaves straight-line instruction streams emitted one after the
+ * other: lanes streams of count instructions each, stream l's instruction
+ * k at body offsets [at[l * stride + k], at[l * stride + k + 1]) (stride
+ * > count), each stream starting where the previous one ends and the last
+ * one ending at the body's end. Rewrites that span as instruction 0 of every
+ * stream, then instruction 1, ... (independent chains side by side, for
+ * the out-of-order core), moving constant fixups with their instructions.
+ * Jumps to labels or labels bound inside the span make it an error. */
+FJ_INTERNAL void kb_interleave(fj_builder *b, const uint32_t *at, size_t stride, int lanes,
+                               int count);
+
 /* Sets the builder's sticky error (if none yet), for generators that find
  * a problem of their own (unknown op, unsupported parameter...). */
 FJ_INTERNAL void kb_fail(fj_builder *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -13,6 +13,7 @@
  * Masked loads do not fault on masked-off lanes, so the tail never reads
  * past src + n; masked-off lanes hold 0, which every op digests quietly
  * (exceptions are masked). */
+#include "kernels/builder_int.h"
 #include "kernels/eltwise_int.h"
 
 #include <float.h>
@@ -106,19 +107,10 @@ fj_reg elt_k(kg_elt_state *s, int i) {
 }
 
 void elt_emitv(kg_elt_state *s, fj_op op, const fj_opnd *ops, int n) {
-    elt_rec *r = s->rec;
-    if (!r) {
-        fj_emitv(s->b, op, ops, n);
-        return;
-    }
-    if (r->n >= ELT_MAXREC || n > 4) {
-        r->n = ELT_MAXREC + 1; /* caught by kg_elt_apply_n */
-        return;
-    }
-    elt_ins *in = &r->ins[r->n++];
-    in->op = op;
-    in->n = n;
-    for (int i = 0; i < n; i++) in->o[i] = ops[i];
+    fj_emitv(s->b, op, ops, n);
+    if (!s->marks) return;
+    if (s->nmarks >= ELT_MAXREC) s->nmarks = ELT_MAXREC + 1; /* caught by kg_elt_apply_n */
+    else s->marks[++s->nmarks] = kb_body_len(s->b);
 }
 
 void elt_load(kg_elt_state *s, fj_reg dst, uint32_t key) {
@@ -340,21 +332,21 @@ void kg_elt_apply_n(kg_elt_state *s, const fj_reg *x, int n) {
         return;
     }
     for (int at = 0; at < n; at += s->lanes) {
-        int m = n - at < s->lanes ? n - at : s->lanes;
-        elt_rec rec[ELT_LANES];
-        int ok = 1;
+        int m = n - at < s->lanes ? n - at : s->lanes, count = -1, ok = 1;
+        uint32_t marks[ELT_LANES][ELT_MAXREC + 1];
         for (int l = 0; l < m; l++) {
-            rec[l].n = 0;
-            s->rec = &rec[l];
+            s->marks = marks[l];
+            s->nmarks = 0;
             s->lane = l;
+            marks[l][0] = kb_body_len(s->b);
             emit_op(s, x[at + l]);
-            ok &= rec[l].n <= ELT_MAXREC && rec[l].n == rec[0].n;
+            ok &= s->nmarks <= ELT_MAXREC && (count < 0 || s->nmarks == count);
+            count = s->nmarks;
         }
-        s->rec = NULL;
+        s->marks = NULL;
         s->lane = 0;
         if (!ok) { poison(s->b); return; } /* cannot happen: same op, same length */
-        for (int k = 0; k < rec[0].n; k++)
-            for (int l = 0; l < m; l++) fj_emitv(s->b, rec[l].ins[k].op, rec[l].ins[k].o, rec[l].ins[k].n);
+        kb_interleave(s->b, &marks[0][0], ELT_MAXREC + 1, m, count);
     }
 }
 

@@ -16,21 +16,11 @@
 
 enum { ELT_MAXC = 32, ELT_MAXT = 6, ELT_MAXK = 2 };
 /* Interleaving (kg_elt_apply_n): up to ELT_LANES vectors, each with its
- * own scratch, their instructions recorded (at most ELT_MAXREC per op)
- * and emitted round-robin, so that the independent chains sit next to each
- * other in the instruction stream. */
+ * own scratch, their chains emitted one after the other with each
+ * instruction's end marked (at most ELT_MAXREC per op), then reordered
+ * round-robin by the builder (kb_interleave), so that the independent
+ * chains sit next to each other in the instruction stream. */
 enum { ELT_LANES = 4, ELT_MAXREC = 48 };
-
-typedef struct elt_ins {
-    fj_op op;
-    int n;
-    fj_opnd o[4];
-} elt_ins;
-
-typedef struct elt_rec {
-    int n;
-    elt_ins ins[ELT_MAXREC];
-} elt_rec;
 
 typedef struct elt_const {
     uint32_t key;          /* float bits, or ELT_KEY_ALPHA/BETA */
@@ -53,7 +43,8 @@ struct kg_elt_state {
     fj_reg k[ELT_LANES][ELT_MAXK]; /* scratch masks (AVX-512), per lane */
     int nk;
     int lanes, lane;       /* scratch sets; the one in use */
-    elt_rec *rec;          /* recording (kg_elt_apply_n), or NULL: emit */
+    uint32_t *marks;       /* interleaving: instruction ends of this lane, or NULL */
+    int nmarks;            /* instructions marked (ELT_MAXREC + 1: too many) */
     int slot;              /* index in the thread's state pool */
     int planning;          /* dry run (b == NULL): record constants/scratch */
 };
@@ -87,7 +78,8 @@ static inline fj_opnd elt_v(const kg_elt_state *s, fj_reg r) {
     return fj_reg_opnd_(r, s->vbits);
 }
 
-/* The emitters' fj_emit: emits, or records while interleaving. */
+/* The emitters' fj_emit: emits, and marks the instruction's end while
+ * interleaving. */
 FJ_INTERNAL void elt_emitv(kg_elt_state *s, fj_op op, const fj_opnd *ops, int n);
 #define elt_emit(s, op, ...)                                 \
     elt_emitv((s), (op), (const fj_opnd[]){__VA_ARGS__},     \

@@ -9,6 +9,7 @@
 #include "kernels/x64.h"
 #include "kernels/x64_enc_int.h"
 #include "kernels/x64_table.h"
+#include "kernels/x64_vregs.h"
 
 /* ---- register-only vector forms ------------------------------------------
  * Most instructions of eltwise bodies and GEMM tiles name only vector
@@ -22,26 +23,10 @@
  * x64_encode. The x64_golden test compares every form, over register
  * numbers that set every prefix bit, with the full search.
  *
- * One 64-bit word per form, indexed directly (nothing to hash or
- * compare), written at most once with the same value by any thread:
- *   bit 0 known, 1 present, 2 EVEX, 3-4 map, 5-6 pp, 7 W, 8-9 L'L,
- *   10-17 opcode, 18-20 ModRM.reg operand (7: /ext), 21-22 ModRM.rm
- *   operand, 23-25 vvvv operand (7: none), 26-28 ext, 29-31 is4 operand
- *   (7: none), 32-47 features, 48 the imm8 is unsigned (0..255; else
- *   -128..127).
- * Beside it, the form's bytes with every register 0 (a little-endian
- * word, the byte count in bits 56-59): an instruction is that word with
- * each register's bits put in, the prefix's inverted fields by XOR and
- * ModRM's by OR; no field is decoded. Written before the form word
- * (release), so a reader that sees the form sees its bytes. */
-enum { VF_NONE = 7 };
-typedef struct vform {
-    _Atomic uint64_t f;       /* the form word */
-    _Atomic uint64_t bytes;   /* its bytes with registers 0 */
-} vform;
-/* Both words of a form in one cache line: a kernel's first instructions
- * of a form often find the table cold. */
-static _Alignas(64) vform vforms[X64_OP_COUNT][3][2][3][2];
+ * The table and the encoding from it are in x64_vregs.h (inline for the
+ * builder's hot path). */
+enum { VF_NONE = X64_VF_NONE };
+_Alignas(64) x64_vform x64_vforms[X64_OP_COUNT][3][2][3][2];
 
 static int vf_fill(uint64_t f, const uint8_t *reg, int64_t imm, int has_imm, uint8_t *out) {
     unsigned map = f >> 3 & 3, pp = f >> 5 & 3, w = f >> 7 & 1, l = f >> 8 & 3;
@@ -126,49 +111,25 @@ static uint64_t vb_make(uint64_t f) {
     return w | (uint64_t)n << 56;
 }
 
+uint64_t x64_vform_make(x64_vform *vf, x64_op op, int bits, int hi, int nregs, int has_imm) {
+    uint64_t f = vf_make(op, bits, hi, nregs, has_imm);
+    atomic_store_explicit(&vf->bytes, vb_make(f), memory_order_relaxed);
+    atomic_store_explicit(&vf->f, f, memory_order_release);
+    return f;
+}
+
+int x64_vform_fill(uint64_t f, uint32_t regs, int64_t imm, int has_imm, uint8_t *out) {
+    const uint8_t reg[4] = {(uint8_t)regs, (uint8_t)(regs >> 8), (uint8_t)(regs >> 16),
+                            (uint8_t)(regs >> 24)};
+    return vf_fill(f, reg, imm, has_imm, out);
+}
+
 int x64_encode_vregs(x64_op op, int bits, const uint8_t *reg, int nregs, int64_t imm,
                      int has_imm, uint8_t *out, uint32_t *features) {
-    if ((unsigned)op - 1u >= X64_OP_COUNT - 1u || nregs < 2 || nregs + (has_imm != 0) > 4)
-        return 0;
-    int wi = bits == 512 ? 2 : bits == 256 ? 1 : bits == 128 ? 0 : -1;
-    unsigned any = reg[0] | reg[1] | (nregs > 2 ? reg[2] : 0) | (nregs > 3 ? reg[3] : 0);
-    if (wi < 0 || any >= 32) return 0;
-    int hi = any >> 4 & 1, ii = has_imm != 0;
-    vform *vf = &vforms[op][wi][hi][nregs - 2][ii];
-    uint64_t f = atomic_load_explicit(&vf->f, memory_order_acquire);
-    if (!f) {
-        f = vf_make(op, bits, hi, nregs, ii);
-        atomic_store_explicit(&vf->bytes, vb_make(f), memory_order_relaxed);
-        atomic_store_explicit(&vf->f, f, memory_order_release);
-    }
-    if (!(f & 2) || (ii && (f >> 48 & 1 ? imm < 0 || imm > 255 : imm < -128 || imm > 127)))
-        return 0;
-    *features = (uint32_t)(f >> 32 & 0xffff);
-    unsigned gop = f >> 18 & 7, hop = f >> 23 & 7, lop = f >> 29 & 7;
-    uint64_t g = gop == VF_NONE ? 0 : reg[gop], e = reg[f >> 21 & 3];
-    uint64_t h = hop == VF_NONE ? 0 : reg[hop];
-    uint64_t w = atomic_load_explicit(&vf->bytes, memory_order_relaxed);
-    int n = (int)(w >> 56);
-    switch ((uint8_t)w) {
-    case 0x62:   /* EVEX: R X B R' in P0, vvvv in P1, V' in P2, then opcode, ModRM */
-        w ^= (g & 8) << 12 | (g & 16) << 8 | (e & 24) << 10 | (h & 15) << 19 | (h & 16) << 23;
-        w |= (g & 7) << 43 | (e & 7) << 40;
-        break;
-    case 0xC4:   /* VEX3: R X B, then W vvvv L pp, opcode, ModRM */
-        w ^= (g & 8) << 12 | (e & 8) << 10 | (h & 15) << 19;
-        w |= (g & 7) << 35 | (e & 7) << 32;
-        break;
-    default:     /* VEX2: R vvvv L pp, opcode, ModRM; an rm of 8-15 needs VEX3 */
-        if (e & 8) return vf_fill(f, reg, imm, has_imm, out);
-        w ^= (g & 8) << 12 | (h & 15) << 11;
-        w |= (g & 7) << 27 | (e & 7) << 24;
-        break;
-    }
-    w &= ~(0xffull << 56);
-    memcpy(out, &w, 8);   /* out has X64_MAX_LEN bytes; those past n are rewritten or unused */
-    if (lop != VF_NONE) out[n++] = (uint8_t)(reg[lop] << 4);
-    if (has_imm) out[n++] = (uint8_t)imm;
-    return n;
+    if (nregs < 2 || nregs > 4) return 0;
+    uint32_t regs = 0;
+    for (int i = 0; i < nregs; i++) regs |= (uint32_t)reg[i] << 8 * i;
+    return x64_vregs(op, bits, regs, nregs, imm, has_imm, out, features);
 }
 
 /* ---- 512-bit forms with one [base (+ index*scale) + disp] operand --------
