@@ -105,12 +105,86 @@ START_TEST(gemm_kernels) {
 }
 END_TEST
 
+/* kb_interleave (eltwise's lanes): streams emitted one after the other,
+ * then reordered, give the bytes of the same instructions emitted in the
+ * interleaved order directly, constant-pool fixups included; a label or a
+ * jump inside the span is refused. */
+typedef struct ilv_ctx {
+    int order;    /* 0: streams, then kb_interleave; 1: interleaved by hand */
+    int bad;      /* 1: a label bound inside; 2: a jump inside */
+} ilv_ctx;
+
+/* Instruction k of stream lane; cs: its constant (made beforehand, so that
+ * both orders lay out the same pool). */
+static void ilv_insn(fj_builder *b, fj_reg src, fj_reg v, int lane, int k, fj_opnd cs) {
+    switch (k % 4) {
+    case 0: fj_emit(b, FJ_VADDPS, fj_vec(b, v), fj_vec(b, v), fj_vec(b, v)); break;
+    case 1: fj_emit(b, FJ_VMULPS, fj_vec(b, v), fj_vec(b, v), cs); break;
+    case 2: fj_emit(b, FJ_VMOVUPS, fj_vec(b, v), fj_mem(0, src, 64 * lane + 4096 * k)); break;
+    default: fj_emit(b, FJ_VBROADCASTSS, fj_vec(b, v), cs); break;
+    }
+}
+
+static void ilv_gen(fj_builder *b, const void *p) {
+    const ilv_ctx *c = p;
+    enum { LANES = 3, COUNT = 9 };
+    fj_reg src = fj_arg(b, 0), v[LANES];
+    fj_opnd cs[LANES][COUNT];
+    for (int l = 0; l < LANES; l++) {
+        v[l] = fj_vreg(b);
+        for (int k = 0; k < COUNT; k++) {
+            float x = (float)(l * 10 + k) + 0.5f;
+            cs[l][k] = k % 4 == 1 ? fj_const_data(b, (float[8]){x, x, x, x, x, x, x, x}, 32, 32, 0)
+                                  : fj_const_f32(b, x);
+        }
+    }
+    fj_label lbl = fj_label_new(b);
+    if (c->order) {
+        for (int k = 0; k < COUNT; k++)
+            for (int l = 0; l < LANES; l++) ilv_insn(b, src, v[l], l, k, cs[l][k]);
+    } else {
+        uint32_t at[LANES][COUNT + 2];
+        for (int l = 0; l < LANES; l++) {
+            at[l][0] = kb_body_len(b);
+            for (int k = 0; k < COUNT; k++) {
+                ilv_insn(b, src, v[l], l, k, cs[l][k]);
+                if (l == 1 && k == 4 && c->bad == 1) fj_label_bind(b, lbl);
+                if (l == 1 && k == 4 && c->bad == 2) fj_emit(b, FJ_JMP, fj_lbl(lbl));
+                at[l][k + 1] = kb_body_len(b);
+            }
+        }
+        kb_interleave(b, &at[0][0], COUNT + 2, LANES, COUNT);
+    }
+    if (c->bad != 1) fj_label_bind(b, lbl);
+    fj_return(b, fj_none());
+}
+
+START_TEST(interleave) {
+    for (int isa = 0; isa < 2; isa++) {
+        fj_isa i = isa ? FJ_ISA_AVX512 : FJ_ISA_AVX2;
+        kb_code a, c;
+        ck_assert_int_eq(assemble(i, 1, ilv_gen, &(ilv_ctx){0, 0}, 1, &a), FJ_OK);
+        ck_assert_int_eq(assemble(i, 1, ilv_gen, &(ilv_ctx){1, 0}, 1, &c), FJ_OK);
+        ck_assert_msg(a.len == c.len && !memcmp(a.bytes, c.bytes, a.len),
+                      "interleaved streams differ from the interleaved emission (%zu / %zu bytes)",
+                      a.len, c.len);
+        kb_code_free(&a);
+        kb_code_free(&c);
+        for (int bad = 1; bad <= 2; bad++) {
+            ck_assert_int_ne(assemble(i, 1, ilv_gen, &(ilv_ctx){0, bad}, 1, &a), FJ_OK);
+            ck_assert_msg(strstr(fj_last_error(), "straight-line"), "%s", fj_last_error());
+        }
+    }
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("emit_paths");
     TCase *tc = tcase_create("same_bytes");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, eltwise_reduce_softmax);
     tcase_add_test(tc, gemm_kernels);
+    tcase_add_test(tc, interleave);
     suite_add_tcase(s, tc);
     return fjt_run_suite(s);
 }
