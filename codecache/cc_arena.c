@@ -306,6 +306,28 @@ static fj_status map_views(cc_arena *a, size_t span) {
     return FJ_OK;
 }
 
+/* The pages the arena's first kernel writes and runs, mapped now (a page
+ * fault each, several microseconds under shadow paging) rather than by
+ * that kernel's placement, description and first call: its code page in
+ * both views (the int3 already there written back through the writable
+ * one, a read through the executable one), and for a file arena the
+ * image's header page and the first page of its metadata (allocated
+ * first: a store past the end of the file would fault; if that fails, the
+ * image writer allocates and reports it later). */
+static void warm_views(cc_arena *a, size_t span) {
+    volatile uint8_t *w = a->rw + a->code_off;
+    *w = *w;
+    (void)*(volatile const uint8_t *)a->lo;
+    if (!a->meta_room) return;
+    w = a->rw;
+    *w = *w;
+    size_t meta = a->code_off + span;
+    if (!file_fault() && os.fallocate(a->fd, 0, (off_t)meta, (off_t)page_size()) == 0) {
+        w = a->rw + meta;
+        *w = *w;
+    }
+}
+
 static atomic_uint_least64_t arena_ids;
 
 fj_status cc_arena_new(int kind, size_t span, size_t min_code, int huge,
@@ -356,6 +378,7 @@ fj_status cc_arena_new(int kind, size_t span, size_t min_code, int huge,
         st = open_backing(a);
         if (st == FJ_OK) st = map_views(a, span);
         if (st != FJ_OK) goto fail;
+        warm_views(a, span);
     }
     /* CC_ANON: the pages stay PROT_NONE in the reservation until a
      * placement makes exactly its own pages RW, then RX. MADV_HUGEPAGE

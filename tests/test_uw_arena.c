@@ -252,8 +252,13 @@ START_TEST(test_arena_add_faults) {
     layout(&s, 0, ks, M, walk_all, "fjt_f");
     span_exec(&s);
     uw_arena *a;
+    /* Creation commits the libgcc table's first CFI step ahead (the second
+     * commit it makes, after the table's own): failed here, creation still
+     * succeeds and the first add has to commit, which can then fail. */
+    fj_test_fault_inject(FJ_FAULT_MPROTECT, 1);
     ck_assert_int_eq(uw_arena_create(UW_ALL, (uintptr_t)s.p, (uintptr_t)s.p + s.len, "f", &a),
                      FJ_OK);
+    fj_test_fault_inject(FJ_FAULT_MPROTECT, -1);
     int alloc_failures = 0, commit_failures = 0;
     for (size_t i = 0; i < M; i++) {
         uw_func f = kern_func(&ks[i]);

@@ -187,6 +187,12 @@ fj_status uw_gcc_table_create(uintptr_t lo, uintptr_t hi, struct uw_gcc_table **
                      (unsigned long)lo, (unsigned long)hi);
         goto fail;
     }
+    /* The first kernel's CFI goes at the area's start: committed and
+     * touched now, with the table, rather than by that kernel (an mprotect
+     * and a page fault, several microseconds each under shadow paging).
+     * Past every CIE, so no reader looks there yet; if the commit fails,
+     * the first kernel tries again and reports it. */
+    if (uw_region_commit(&t->mem, 1) == FJ_OK) *(volatile uint8_t *)t->mem.p = 0;
     *out = t;
     return FJ_OK;
 fail:

@@ -187,6 +187,9 @@ fj_status uw_unw_table_create(uintptr_t lo, uintptr_t hi, const char *name, uint
     memcpy(t->mem.p + t->fde_at, cie, cie_len);
     fj_free(cie);
     t->used = t->fde_at + cie_len;
+    /* The first entry's page, touched now rather than by the first kernel
+     * (a page fault; the table's length says 0, so nothing reads it). */
+    *(volatile table_entry *)(void *)t->mem.p = (table_entry){0, 0};
 
     unw_dyn_info_t *di = &t->di;
     di->start_ip = lo;
