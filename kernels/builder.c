@@ -410,6 +410,14 @@ static int xlate(fj_builder *b, const fj_opnd *in, x64_opnd *out, int64_t *const
     return 1;
 }
 
+/* The template and direct paths (off: every instruction through the
+ * encoder's search, for tests). */
+static atomic_int fast_paths = 1;
+
+void kb_test_fast_paths(int on) { atomic_store(&fast_paths, on != 0); }
+
+int kb_fast_paths(void) { return atomic_load_explicit(&fast_paths, memory_order_relaxed); }
+
 /* ---- labels and jumps ----------------------------------------------- */
 
 fj_label fj_label_new(fj_builder *b) {
@@ -449,6 +457,18 @@ static void add_fixup(fj_builder *b, uint32_t pos, uint32_t end, uint32_t target
 /* jmp/jcc to a label: rel8 when the (backward) target is near, else rel32
  * with a fixup resolved when the label is bound or at assembly. */
 static void jump(fj_builder *b, x64_op op, int li) {
+    if (atomic_load_explicit(&fast_paths, memory_order_relaxed)) {
+        if (b->err || !grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return;
+        int32_t target = b->labels[li];
+        int64_t d8 = (int64_t)target - (int64_t)(b->len + 2);
+        int n = target >= 0 && d8 >= -128 ? x64_encode_jump(op, 0, (int32_t)d8, b->code + b->len)
+                                          : x64_encode_jump(op, 1, 0, b->code + b->len);
+        if (n) {
+            b->len += (size_t)n;
+            if (n > 2) add_fixup(b, (uint32_t)(b->len - 4), (uint32_t)b->len, (uint32_t)li, 0);
+            return;
+        }
+    }
     x64_opnd rel = {0};
     rel.kind = X64_K_REL;
     int32_t target = b->labels[li];
@@ -470,9 +490,6 @@ static void jump(fj_builder *b, x64_op op, int li) {
 
 /* ---- instructions --------------------------------------------------- */
 
-static atomic_int fast_paths = 1;
-
-void kb_test_fast_paths(int on) { atomic_store(&fast_paths, on != 0); }
 
 /* The physical register of a plain vector register operand of width bits
  * (as fj_vec, fj_zmm... make it: no mask, broadcast, zeroing or scale), or
@@ -507,6 +524,31 @@ static inline int emit_vregs(fj_builder *b, fj_op op, const fj_opnd *ops, int no
     if (n <= 0 || (feat & ~b->features)) return 0;
     b->len += (size_t)n;
     return 1;
+}
+
+/* Two-operand ALU ops, moves and tests of 32/64-bit registers with a
+ * register or an immediate (x64_encode_gpr): a kernel's pointer and
+ * counter updates and compares. */
+static inline int emit_gpr(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
+    if (nops != 2) return 0;
+    const fj_opnd *d = &ops[0], *o = &ops[1];
+    uint32_t head;
+    memcpy(&head, d, sizeof head);
+    if (head != FJ_OPND_REG || (d->bits != 32 && d->bits != 64) || d->mask.id) return 0;
+    int r0 = live_phys(b, d->reg, RC_GPR), r1 = -1;
+    if (r0 < 0) return 0;
+    if (o->kind == FJ_OPND_REG) {
+        memcpy(&head, o, sizeof head);
+        if (head != FJ_OPND_REG || o->bits != d->bits || o->mask.id ||
+            (r1 = live_phys(b, o->reg, RC_GPR)) < 0)
+            return 0;
+    } else if (o->kind != FJ_OPND_IMM || o->mask.id) {
+        return 0;
+    }
+    if (!grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return 1;
+    int n = x64_encode_gpr((x64_op)op, d->bits, r0, r1, o->val, b->code + b->len);
+    b->len += (size_t)n;
+    return n > 0;
 }
 
 /* The encoder's template paths, for most instructions of a compute loop:
@@ -591,7 +633,8 @@ void fj_emitv(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
     /* Before the checks below: none of those mnemonics has a form with a
      * vector register operand. */
     if (nops >= 2 && atomic_load_explicit(&fast_paths, memory_order_relaxed) &&
-        (emit_vregs(b, op, ops, nops) || emit_fast(b, op, ops, nops)))
+        (emit_vregs(b, op, ops, nops) || emit_gpr(b, op, ops, nops) ||
+         emit_fast(b, op, ops, nops)))
         return;
     switch (op) {
     case FJ_PUSH: case FJ_POP: case FJ_RET: case FJ_LEAVE:

@@ -46,6 +46,26 @@ void kb_code_free(kb_code *c) {
     memset(c, 0, sizeof *c);
 }
 
+/* One prologue/epilogue instruction: the fixed ones and the register
+ * forms straight (the bytes x64_encode gives, see x64_encode_gpr), the
+ * save-slot moves through the encoder. */
+static int frame_insn(x64_op op, const x64_opnd *o, int cnt, uint8_t *out) {
+    if (kb_fast_paths()) {
+        int n = 0;
+        if (op == X64_RET) out[n++] = 0xC3;
+        else if (op == X64_LEAVE) out[n++] = 0xC9;
+        else if (op == X64_VZEROUPPER) { out[0] = 0xC5; out[1] = 0xF8; out[2] = 0x77; n = 3; }
+        else if ((op == X64_PUSH || op == X64_POP) && o[0].reg < 8)
+            out[n++] = (uint8_t)((op == X64_PUSH ? 0x50 : 0x58) + o[0].reg);
+        else if (cnt == 2 && o[0].kind == X64_K_GPR &&
+                 (o[1].kind == X64_K_GPR || o[1].kind == X64_K_IMM))
+            n = x64_encode_gpr(op, o[0].bits, o[0].reg, o[1].kind == X64_K_GPR ? o[1].reg : -1,
+                               o[1].imm, out);
+        if (n > 0) return n;
+    }
+    return x64_encode(op, o, cnt, out, NULL);
+}
+
 fj_status kb_assemble(fj_builder *b, kb_code *out) {
     memset(out, 0, sizeof *out);
     if (b->err) return fj_fail(b->err, "kernel %s: %s", b->name, b->errmsg);
@@ -76,7 +96,7 @@ fj_status kb_assemble(fj_builder *b, kb_code *out) {
     x64_opnd o[2];
     int n;
 #define EMIT(buf, nb, op, cnt) \
-    do { n = x64_encode((op), o, (cnt), (buf) + (nb), NULL); \
+    do { n = frame_insn((op), o, (cnt), (buf) + (nb)); \
          if (n <= 0) return fj_fail(FJ_ERR_CODEGEN, "kernel %s: internal: frame encoding", b->name); \
          (nb) += (size_t)n; } while (0)
     size_t epi_at;

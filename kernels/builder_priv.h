@@ -68,6 +68,9 @@ struct fj_builder {
 #endif
 };
 
+/* 0 when a test has turned the template and direct paths off. */
+FJ_INTERNAL int kb_fast_paths(void);
+
 /* Label index 0 is reserved, at assembly, for the epilogue: fj_return
  * jumps there with a rel32 fixup whose target is EPILOGUE. */
 #define EPILOGUE 0xffffffffu

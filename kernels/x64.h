@@ -102,6 +102,15 @@ FJ_INTERNAL int x64_encode_vregs(x64_op op, int bits, const uint8_t *reg, int nr
  * x64_encode). */
 FJ_INTERNAL int x64_encode_vmem(x64_op op, const x64_opnd *ops, int nops, uint8_t *out,
                                 uint32_t *features);
+/* The loop-control and frame instructions of every kernel, straight from
+ * their rows (the bytes x64_encode gives): add/sub/and/or/xor/cmp of a
+ * 32- or 64-bit register (r0) with a register (r1 >= 0) or an immediate
+ * in int32 range (r1 < 0), mov and test of two registers, mov of an int32
+ * immediate. Returns the length, or 0 for anything else (use x64_encode). */
+FJ_INTERNAL int x64_encode_gpr(x64_op op, int bits, int r0, int r1, int64_t imm, uint8_t *out);
+/* jmp / jcc with a rel8 (near) or rel32 displacement; the rel32 field is
+ * the instruction's last 4 bytes. Returns the length, 0 if op is neither. */
+FJ_INTERNAL int x64_encode_jump(x64_op op, int rel32, int32_t rel, uint8_t *out);
 /* Lower-case mnemonic text ("vfmadd231ps"). */
 FJ_INTERNAL const char *x64_op_name(x64_op op);
 /* Explanation of an X64_E_* code. */

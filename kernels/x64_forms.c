@@ -269,3 +269,91 @@ int x64_encode_vmem(x64_op op, const x64_opnd *ops, int nops, uint8_t *out,
     return (int)(p - out);
 }
 
+
+/* ---- loop control and frames ----------------------------------------------
+ * A handful of legacy forms every kernel has (pointer and counter
+ * updates, compares, the frame's register moves) and jumps: their bytes
+ * are fixed by the table's rows, so they are written straight, without
+ * the operand keys and the memo probe of x64_encode, whose cold memo lines
+ * cost more than the rest when a kernel is made in a fresh runtime. The
+ * rows (x64_table.c): group-1 ALU ops "n*8+1 /r" (r/m, r: the first of two
+ * equal rows), "83 /n ib", "n*8+5 id" (rax, imm32: before "81 /n id");
+ * mov "89 /r", "B8+r id" (32-bit), "C7 /0 id" (64-bit, sign-extended);
+ * test "85 /r". x64_golden compares every case with the search. */
+static int alu_ext(x64_op op) {
+    switch (op) {
+    case X64_ADD: return 0;
+    case X64_OR: return 1;
+    case X64_AND: return 4;
+    case X64_SUB: return 5;
+    case X64_XOR: return 6;
+    case X64_CMP: return 7;
+    default: return -1;
+    }
+}
+
+int x64_encode_gpr(x64_op op, int bits, int r0, int r1, int64_t imm, uint8_t *out) {
+    if ((bits != 32 && bits != 64) || (unsigned)r0 >= 16 || r1 >= 16) return 0;
+    int n = alu_ext(op), w = bits == 64;
+    uint8_t *p = out;
+    if (r1 >= 0) {   /* op r/m=r0, reg=r1 */
+        int opc = n >= 0 ? n * 8 + 1 : op == X64_MOV ? 0x89 : op == X64_TEST ? 0x85 : -1;
+        if (opc < 0) return 0;
+        if (w || r0 >= 8 || r1 >= 8) *p++ = (uint8_t)(0x40 | w << 3 | (r1 >> 3) << 2 | r0 >> 3);
+        *p++ = (uint8_t)opc;
+        *p++ = (uint8_t)(0xC0 | (r1 & 7) << 3 | (r0 & 7));
+        return (int)(p - out);
+    }
+    if (imm < INT32_MIN || imm > INT32_MAX) return 0;
+    int rex = w || r0 >= 8;
+    if (op == X64_MOV) {
+        if (!w) {   /* B8+r id */
+            if (rex) *p++ = 0x41;
+            *p++ = (uint8_t)(0xB8 + (r0 & 7));
+        } else {    /* REX.W C7 /0 id */
+            *p++ = (uint8_t)(0x48 | r0 >> 3);
+            *p++ = 0xC7;
+            *p++ = (uint8_t)(0xC0 | (r0 & 7));
+        }
+    } else if (n >= 0) {
+        int i8 = imm >= -128 && imm <= 127;
+        if (rex) *p++ = (uint8_t)(0x40 | w << 3 | r0 >> 3);
+        if (i8) {
+            *p++ = 0x83;
+            *p++ = (uint8_t)(0xC0 | n << 3 | (r0 & 7));
+            *p++ = (uint8_t)imm;
+            return (int)(p - out);
+        }
+        if (r0 == X64_RAX) {
+            *p++ = (uint8_t)(n * 8 + 5);
+        } else {
+            *p++ = 0x81;
+            *p++ = (uint8_t)(0xC0 | n << 3 | (r0 & 7));
+        }
+    } else {
+        return 0;
+    }
+    int32_t v = (int32_t)imm;
+    memcpy(p, &v, 4);
+    return (int)(p - out) + 4;
+}
+
+int x64_encode_jump(x64_op op, int rel32, int32_t rel, uint8_t *out) {
+    int cc = op >= X64_JO && op <= X64_JG ? (int)(op - X64_JO) : -1;
+    if (op != X64_JMP && cc < 0) return 0;
+    if (!rel32) {
+        if (rel < -128 || rel > 127) return 0;
+        out[0] = (uint8_t)(cc < 0 ? 0xEB : 0x70 + cc);
+        out[1] = (uint8_t)rel;
+        return 2;
+    }
+    int n = 0;
+    if (cc < 0) {
+        out[n++] = 0xE9;
+    } else {
+        out[n++] = 0x0F;
+        out[n++] = (uint8_t)(0x80 + cc);
+    }
+    memcpy(out + n, &rel, 4);
+    return n + 4;
+}

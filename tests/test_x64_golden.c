@@ -617,6 +617,66 @@ START_TEST(test_vmem) {
 }
 END_TEST
 
+/* The direct loop-control forms (x64_encode_gpr, x64_encode_jump): the
+ * search's bytes for every register pair and immediate class they take,
+ * and 0 for what they do not. */
+START_TEST(test_gpr_jump) {
+    static const x64_op ops[] = {X64_ADD, X64_SUB, X64_AND, X64_OR, X64_XOR, X64_CMP, X64_MOV,
+                                 X64_TEST, X64_ADC, X64_IMUL, X64_LEA};
+    static const int64_t imms[] = {0, 1, -1, 127, 128, -128, -129, 255, 0x12345, -0x12345,
+                                   INT32_MAX, INT32_MIN, (int64_t)INT32_MAX + 1};
+    long compared = 0;
+    for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++)
+        for (int bits = 32; bits <= 64; bits += 32)
+            for (int r0 = 0; r0 < 16; r0++)
+                for (int r1 = -(int)(sizeof imms / sizeof imms[0]); r1 < 16; r1++) {
+                    int64_t imm = r1 < 0 ? imms[-r1 - 1] : 0;
+                    uint8_t fast[X64_MAX_LEN + 8], ref[X64_MAX_LEN + 8];
+                    int n = x64_encode_gpr(ops[k], bits, r0, r1 < 0 ? -1 : r1, imm, fast);
+                    x64_opnd o[2] = {GPR((uint16_t)bits, (uint8_t)r0), GPR((uint16_t)bits, 0)};
+                    if (r1 < 0) o[1] = (x64_opnd)IMM(imm);
+                    else o[1].reg = (uint8_t)r1;
+                    x64_enc_info info;
+                    int m = x64_encode_search(ops[k], o, 2, ref, &info);
+                    if (n == 0) {
+                        /* Only what the direct forms leave out: other ops, the
+                         * imm forms of test, immediates past int32. */
+                        ck_assert_msg(ops[k] == X64_ADC || ops[k] == X64_IMUL || ops[k] == X64_LEA ||
+                                          (r1 < 0 && (ops[k] == X64_TEST || imm > INT32_MAX)),
+                                      "%s/%d r%d %d: no direct form", x64_op_name(ops[k]), bits,
+                                      r0, r1);
+                        continue;
+                    }
+                    ck_assert_msg(m == n && !memcmp(fast, ref, (size_t)n) && info.features == 0,
+                                  "%s/%d r%d, %s%lld: direct %d bytes, search %d",
+                                  x64_op_name(ops[k]), bits, r0, r1 < 0 ? "imm " : "r",
+                                  (long long)(r1 < 0 ? imm : r1), n, m);
+                    compared++;
+                }
+    ck_assert_int_gt(compared, 3000);
+    static const int32_t rels[] = {0, 5, -5, 127, -128, 0x12345678, -0x12345678};
+    for (int op = X64_JMP; op <= X64_JG; op++)
+        for (size_t i = 0; i < sizeof rels / sizeof rels[0]; i++)
+            for (int wide = 0; wide < 2; wide++) {
+                uint8_t fast[X64_MAX_LEN + 8], ref[X64_MAX_LEN + 8];
+                int n = x64_encode_jump((x64_op)op, wide, rels[i], fast);
+                if (!wide && (rels[i] > 127 || rels[i] < -128)) {
+                    ck_assert_int_eq(n, 0);
+                    continue;
+                }
+                x64_opnd o[1] = {REL(wide ? 32 : 8, rels[i])};
+                x64_enc_info info;
+                int m = x64_encode_search((x64_op)op, o, 1, ref, &info);
+                ck_assert_msg(n > 0 && m == n && !memcmp(fast, ref, (size_t)n),
+                              "%s rel%d %d: direct %d bytes, search %d", x64_op_name((x64_op)op),
+                              wide ? 32 : 8, rels[i], n, m);
+            }
+    uint8_t out[X64_MAX_LEN];
+    ck_assert_int_eq(x64_encode_jump(X64_CALL, 1, 0, out), 0);
+    ck_assert_int_eq(x64_encode_gpr(X64_ADD, 16, 0, 1, 0, out), 0);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("x64_golden");
     TCase *tc = tcase_create("encoder");
@@ -626,6 +686,7 @@ int main(void) {
     tcase_add_test(tc, test_names);
     tcase_add_test(tc, test_vregs);
     tcase_add_test(tc, test_vmem);
+    tcase_add_test(tc, test_gpr_jump);
     suite_add_tcase(s, tc);
     return fjt_run_suite(s);
 }
