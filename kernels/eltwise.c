@@ -17,6 +17,7 @@
 #include "kernels/eltwise_int.h"
 
 #include <float.h>
+#include <stdatomic.h>
 
 /* ---- names ------------------------------------------------------------- */
 
@@ -250,14 +251,26 @@ static void plan(kg_elt_state *s) {
 
 static int planned(fj_isa isa, fj_eltwise_op op, float alpha, int *kregs, int *scratch) {
     if ((unsigned)op - 1u >= (unsigned)FJ_ELT__COUNT - 1u) return 0;
-    kg_elt_state s;
-    init_state(&s, NULL, isa, op, elt_bits(alpha), elt_bits(1.0f));
-    plan(&s);
-    int n = s.nt;
-    for (int i = 0; i < s.nc && i < ELT_MAXC; i++) n += s.c[i].must_reg;
-    if (kregs) *kregs = s.nk;
-    if (scratch) *scratch = s.nt;
-    return n;
+    /* The element-wise loop asks this for alpha 1 each time it makes a
+     * kernel: a dry run of the whole emitter, a tenth of a math kernel's
+     * generation. Its answer depends on (isa, op) alone then, so it is
+     * kept (n | nk << 8 | nt << 16, + 1 so that 0 means not yet). */
+    static _Atomic uint32_t memo[3][FJ_ELT__COUNT];
+    const int keep = alpha == 1.0f && (unsigned)isa <= 2u;
+    uint32_t m = keep ? atomic_load_explicit(&memo[isa][op], memory_order_relaxed) : 0;
+    if (!m) {
+        kg_elt_state s;
+        init_state(&s, NULL, isa, op, elt_bits(alpha), elt_bits(1.0f));
+        plan(&s);
+        uint32_t n = (uint32_t)s.nt;
+        for (int i = 0; i < s.nc && i < ELT_MAXC; i++) n += s.c[i].must_reg;
+        m = (n | (uint32_t)s.nk << 8 | (uint32_t)s.nt << 16) + 1;
+        if (keep) atomic_store_explicit(&memo[isa][op], m, memory_order_relaxed);
+    }
+    m--;
+    if (kregs) *kregs = (int)(m >> 8 & 0xff);
+    if (scratch) *scratch = (int)(m >> 16 & 0xff);
+    return (int)(m & 0xff);
 }
 
 int kg_elt_vregs(fj_isa isa, fj_eltwise_op op, float alpha) {
