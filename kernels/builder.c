@@ -8,7 +8,7 @@
  * fixups, so the body moves without change.
  */
 #include "kernels/builder_priv.h"
-#include "kernels/x64_vregs.h"
+#include "kernels/x64_templ.h"
 
 #include <stdatomic.h>
 #include <stdio.h>
@@ -551,6 +551,60 @@ static inline int emit_gpr(fj_builder *b, fj_op op, const fj_opnd *ops, int nops
     return n > 0;
 }
 
+/* A memory operand on a GPR base or the frame, flattened for the legacy
+ * direct forms; 0 for anything else (the pool, a broadcast, a mask). */
+static inline int legacy_mem(const fj_builder *b, const fj_opnd *o, x64_vm_mem *m) {
+    if (o->val < INT32_MIN || o->val > INT32_MAX || o->scale > 8 || (o->scale & (o->scale - 1)) ||
+        o->bcst || o->mask.id || !o->reg.id || o->reg.id == H_CONST)
+        return 0;
+    int base = X64_RBP;
+#if FJ_FP_TAX_PROBE
+    if (b->nofp) base = X64_RSP;
+#endif
+    if (o->reg.id != H_FRAME && (base = live_phys(b, o->reg, RC_GPR)) < 0) return 0;
+    int index = o->index.id ? live_phys(b, o->index, RC_GPR) : X64_NOREG;
+    if (index < 0) return 0;
+    *m = (x64_vm_mem){(uint8_t)base, (uint8_t)index,
+                      (uint8_t)(index == X64_NOREG || !o->scale ? 1 : o->scale), 0, o->bits,
+                      (int32_t)o->val};
+    return 1;
+}
+
+/* Prefetches, and loads, stores and ALU ops of a 32/64-bit register with
+ * memory (x64_encode_gpr_mem): a kernel's prefetches, pointer loads from
+ * its argument block and spills. */
+static inline int emit_gpr_mem(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
+    const fj_opnd *mo, *r = NULL;
+    int store = 0, reg = 0, bits = 32;
+    if (nops == 1 && ops[0].kind == FJ_OPND_MEM) {
+        mo = &ops[0];
+        if (mo->bits && mo->bits != 8) return 0;
+    } else if (nops == 2 && ops[0].kind == FJ_OPND_MEM && ops[1].kind == FJ_OPND_REG) {
+        mo = &ops[0];
+        r = &ops[1];
+        store = 1;
+    } else if (nops == 2 && ops[0].kind == FJ_OPND_REG && ops[1].kind == FJ_OPND_MEM) {
+        mo = &ops[1];
+        r = &ops[0];
+    } else {
+        return 0;
+    }
+    if (r) {
+        uint32_t head;
+        memcpy(&head, r, sizeof head);
+        bits = r->bits;
+        if (head != FJ_OPND_REG || (bits != 32 && bits != 64) || r->mask.id ||
+            (mo->bits && mo->bits != bits) || (reg = live_phys(b, r->reg, RC_GPR)) < 0)
+            return 0;
+    }
+    x64_vm_mem m;
+    if (!legacy_mem(b, mo, &m)) return 0;
+    if (!grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return 1;
+    int n = x64_encode_gpr_mem((x64_op)op, bits, reg, store, &m, b->code + b->len);
+    b->len += (size_t)n;
+    return n > 0;
+}
+
 /* The encoder's template paths, for most instructions of a compute loop:
  * vector registers of one width only (x64_encode_vregs), or zmm registers
  * and one [base (+ index*scale) + disp] operand, maybe a write mask on
@@ -562,7 +616,7 @@ static inline int emit_gpr(fj_builder *b, fj_op op, const fj_opnd *ops, int nops
 static inline int emit_fast(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
     int has_imm = ops[nops - 1].kind == FJ_OPND_IMM, nv = nops - has_imm, mem = -1;
     unsigned bits = 0;
-    uint8_t reg[4] = {0};
+    uint32_t regs = 0;
     int base = 0, index = X64_NOREG;
     for (int i = 0; i < nv; i++) {
         const fj_opnd *o = &ops[i];
@@ -571,9 +625,10 @@ static inline int emit_fast(fj_builder *b, fj_op op, const fj_opnd *ops, int nop
             int p = live_phys(b, o->reg, RC_VEC);
             if (p < 0 || (bits && o->bits != bits) || o->bcst) return 0;
             bits = o->bits;
-            reg[i] = (uint8_t)p;
+            regs |= (uint32_t)p << 8 * i;
         } else if (o->kind == FJ_OPND_MEM && mem < 0 && o->val >= INT32_MIN &&
-                   o->val <= INT32_MAX && o->scale <= 8 && !(o->scale & (o->scale - 1))) {
+                   o->val <= INT32_MAX && o->scale <= 8 && !(o->scale & (o->scale - 1)) &&
+                   !(o->bits & (o->bits - 1)) && o->bits <= 512 && (o->bits == 0 || o->bits >= 8)) {
             /* A GPR base, or the constant pool with no index; not the frame. */
             base = o->reg.id == H_CONST ? X64_RIP : live_phys(b, o->reg, RC_GPR);
             index = o->index.id ? live_phys(b, o->index, RC_GPR) : X64_NOREG;
@@ -583,36 +638,43 @@ static inline int emit_fast(fj_builder *b, fj_op op, const fj_opnd *ops, int nop
             return 0;
         }
     }
-    if (!bits || bits > (unsigned)b->vbits || nv < 1 + (mem < 0)) return 0;
+    /* Register-only instructions were emit_vregs's; what is left of them
+     * (masks, odd fields) goes to the general path. */
+    if (mem < 0 || bits != 512 || bits > (unsigned)b->vbits || nv < 2) return 0;
+    int k = 0;
+    if (ops[0].mask.id && (k = live_phys(b, ops[0].mask, RC_K)) < 0) return 0;
+    const fj_opnd *o = &ops[mem];
+    x64_vm_mem m = {(uint8_t)base, (uint8_t)index,
+                    (uint8_t)(index == X64_NOREG || !o->scale ? 1 : o->scale), o->bcst != 0,
+                    o->bits, base == X64_RIP ? 0 : (int32_t)o->val};
+    unsigned zero = k && ops[0].zero;
+    int64_t imm = has_imm ? ops[nops - 1].val : 0;
+    uint64_t f = x64_vm_lookup(x64_vm_key((x64_op)op, nops, mem, &m, (unsigned)k, zero, has_imm));
+    if (f && !(f >> 21 & 1)) return 0;   /* no such form: the general path explains */
     if (!grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return 1;
     uint32_t feat = 0;
     int n;
-    if (mem < 0) {
-        if (ops[0].mask.id) return 0;
-        n = x64_encode_vregs((x64_op)op, (int)bits, reg, nv, has_imm ? ops[nops - 1].val : 0,
-                             has_imm, b->code + b->len, &feat);
+    if (f) {
+        n = x64_vm_fill(f, regs, &m, (unsigned)k, zero, imm, has_imm, b->code + b->len, &feat);
     } else {
-        int k = 0;
-        if (bits != 512 || (ops[0].mask.id && (k = live_phys(b, ops[0].mask, RC_K)) < 0)) return 0;
-        /* Field by field: a zeroing initializer compiles to rep stos,
-         * which costs more than the rest of this path. */
+        /* The pattern's first instruction: x64_encode_vmem makes its form.
+         * Field by field: a zeroing initializer compiles to rep stos. */
         x64_opnd x[4];
         for (int i = 0; i < nops; i++) {
-            const fj_opnd *o = &ops[i];
             x64_opnd *d = &x[i];
-            d->kind = i == mem ? X64_K_MEM : o->kind == FJ_OPND_IMM ? X64_K_IMM : X64_K_VEC;
-            d->bits = i == mem ? o->bits : d->kind == X64_K_VEC ? 512 : 0;
-            d->reg = reg[i];
-            d->base = i == mem ? (uint8_t)base : X64_NOREG;
-            d->index = i == mem ? (uint8_t)index : X64_NOREG;
-            d->scale = i == mem ? o->scale : 1;
-            d->bcst = i == mem ? o->bcst : 0;
+            d->kind = i == mem ? X64_K_MEM : ops[i].kind == FJ_OPND_IMM ? X64_K_IMM : X64_K_VEC;
+            d->bits = i == mem ? m.bits : d->kind == X64_K_VEC ? 512 : 0;
+            d->reg = (uint8_t)(regs >> 8 * i);
+            d->base = i == mem ? m.base : X64_NOREG;
+            d->index = i == mem ? m.index : X64_NOREG;
+            d->scale = i == mem ? m.scale : 1;
+            d->bcst = i == mem ? m.bcst : 0;
             d->mask = d->zero = 0;
-            d->disp = i == mem && base != X64_RIP ? (int32_t)o->val : 0;
-            d->imm = o->val;
+            d->disp = i == mem ? m.disp : 0;
+            d->imm = ops[i].val;
         }
         x[0].mask = (uint8_t)k;
-        x[0].zero = k ? ops[0].zero : 0;
+        x[0].zero = (uint8_t)zero;
         n = x64_encode_vmem((x64_op)op, x, nops, b->code + b->len, &feat);
     }
     if (n <= 0 || (feat & ~b->features)) return 0;
@@ -630,11 +692,12 @@ void fj_emitv(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
         kb_fail(b, "%s: %d operands (0..4, non-NULL)", x64_op_name((x64_op)op), nops);
         return;
     }
-    /* Before the checks below: none of those mnemonics has a form with a
-     * vector register operand. */
-    if (nops >= 2 && atomic_load_explicit(&fast_paths, memory_order_relaxed) &&
-        (emit_vregs(b, op, ops, nops) || emit_gpr(b, op, ops, nops) ||
-         emit_fast(b, op, ops, nops)))
+    /* Before the checks below: no mnemonic they refuse has a form these
+     * paths take. */
+    if (nops >= 1 && atomic_load_explicit(&fast_paths, memory_order_relaxed) &&
+        ((nops >= 2 && (emit_vregs(b, op, ops, nops) || emit_gpr(b, op, ops, nops) ||
+                        emit_fast(b, op, ops, nops))) ||
+         emit_gpr_mem(b, op, ops, nops)))
         return;
     switch (op) {
     case FJ_PUSH: case FJ_POP: case FJ_RET: case FJ_LEAVE:

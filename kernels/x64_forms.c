@@ -9,7 +9,7 @@
 #include "kernels/x64.h"
 #include "kernels/x64_enc_int.h"
 #include "kernels/x64_table.h"
-#include "kernels/x64_vregs.h"
+#include "kernels/x64_templ.h"
 
 /* ---- register-only vector forms ------------------------------------------
  * Most instructions of eltwise bodies and GEMM tiles name only vector
@@ -23,7 +23,7 @@
  * x64_encode. The x64_golden test compares every form, over register
  * numbers that set every prefix bit, with the full search.
  *
- * The table and the encoding from it are in x64_vregs.h (inline for the
+ * The table and the encoding from it are in x64_templ.h (inline for the
  * builder's hot path). */
 enum { VF_NONE = X64_VF_NONE };
 _Alignas(64) x64_vform x64_vforms[X64_OP_COUNT][3][2][3][2];
@@ -138,37 +138,12 @@ int x64_encode_vregs(x64_op op, int bits, const uint8_t *reg, int nregs, int64_t
  * zmm registers, one memory operand with a GPR base or [rip + disp32]
  * (constants: the disp32 is then the last four bytes before any imm8),
  * maybe a write mask on operand 0, {1to16} and an imm8. Only EVEX encodes
- * zmm, and
- * EVEX rows do not differ in length, so the row the search picks depends
- * on the pattern alone, never on the registers or the displacement: kept
- * per pattern, the encoding is the EVEX prefix from the registers, the
- * opcode, and the ModRM/SIB/disp8*N the full encoder would write.
- *
- * The patterns are too many to index directly: a 2-way hashed table of
- * words holding the pattern and its form together (one atomic load, never
- * torn), refilled by the search on a miss.
- *   bits 0-20: the pattern (key_vmem), 21: present, 22-23 map, 24-25 pp,
- *   26 W, 27-34 opcode, 35-37 ModRM.reg operand (7: /ext), 38-40 vvvv
- *   operand (7: none), 41-43 ext, 44-46 log2 of the disp8 scale N,
- *   47-55 features, 56 the imm8 is unsigned. */
-enum { VM_BITS = 9, VM_N = 1 << VM_BITS, VM_KEY = (1 << 21) - 1 };
-static _Atomic uint64_t vmforms[VM_N];
-
-/* The pattern: mnemonic, operand count, where the memory operand is, its
- * width, broadcast, index or not, masking, immediate. Never 0 (nops >= 2). */
-static uint64_t key_vmem(x64_op op, const x64_opnd *ops, int nops, int mem) {
-    const x64_opnd *m = &ops[mem];
-    unsigned mb = m->bits == 0 ? 0 : (unsigned)__builtin_ctz(m->bits) - 2;  /* 8..512: 1..7 */
-    int imm = ops[nops - 1].kind == X64_K_IMM;
-    return (uint64_t)op | (uint64_t)(nops - 1) << 8 | (uint64_t)mem << 10 |
-           (uint64_t)(mb & 7) << 12 | (uint64_t)m->bcst << 15 |
-           (uint64_t)(ops[0].mask != 0) << 16 | (uint64_t)ops[0].zero << 17 | (uint64_t)imm << 18 |
-           (uint64_t)(m->index != X64_NOREG) << 19;
-}
-
-static unsigned vm_slot(uint64_t key) {
-    return (unsigned)((key * 0x9e3779b97f4a7c15ull) >> (64 - VM_BITS)) & ~1u;
-}
+ * zmm, and EVEX rows do not differ in length, so the row the search picks
+ * depends on the pattern alone, never on the registers or the
+ * displacement: kept per pattern (x64_templ.h), the encoding is the EVEX
+ * prefix from the registers, the opcode, and the ModRM/SIB/disp8*N the
+ * full encoder would write. */
+_Atomic uint64_t x64_vmforms[X64_VM_N];
 
 /* The form for ops' pattern (absent: the present bit clear). */
 static __attribute__((noinline)) uint64_t vm_make(x64_op op, const x64_opnd *ops, int nops,
@@ -219,9 +194,13 @@ int x64_encode_vmem(x64_op op, const x64_opnd *ops, int nops, uint8_t *out,
                     uint32_t *features) {
     if ((unsigned)op - 1u >= X64_OP_COUNT - 1u || nops < 2 || nops > 4) return 0;
     int mem = -1, imm = ops[nops - 1].kind == X64_K_IMM;
+    uint32_t regs = 0;
     for (int i = 0; i < nops - imm; i++) {
         const x64_opnd *o = &ops[i];
-        if (o->kind == X64_K_VEC && o->bits == 512 && o->reg < 32) continue;
+        if (o->kind == X64_K_VEC && o->bits == 512 && o->reg < 32) {
+            regs |= (uint32_t)o->reg << 8 * i;
+            continue;
+        }
         if (o->kind != X64_K_MEM || mem >= 0 ||
             (o->base >= 16 && (o->base != X64_RIP || o->index != X64_NOREG)) ||
             (o->index != X64_NOREG &&
@@ -235,38 +214,22 @@ int x64_encode_vmem(x64_op op, const x64_opnd *ops, int nops, uint8_t *out,
     if (mem < 0 || ops[0].mask >= 8 || (ops[0].zero && !ops[0].mask)) return 0;
     for (int i = 1; i < nops; i++)
         if (ops[i].mask || ops[i].zero) return 0;
-    uint64_t key = key_vmem(op, ops, nops, mem);
-    unsigned s = vm_slot(key);
-    uint64_t f = atomic_load_explicit(&vmforms[s], memory_order_relaxed);
-    if ((f & VM_KEY) != key) {
-        s ^= 1;
-        f = atomic_load_explicit(&vmforms[s], memory_order_relaxed);
-        if ((f & VM_KEY) != key) {
-            f = vm_make(op, ops, nops, mem, key);
-            atomic_store_explicit(&vmforms[s], f, memory_order_relaxed);
-        }
+    const x64_opnd *o = &ops[mem];
+    x64_vm_mem m = {o->base, o->index, o->index == X64_NOREG ? 1 : o->scale, o->bcst, o->bits,
+                    o->disp};
+    uint64_t key = x64_vm_key(op, nops, mem, &m, ops[0].mask, ops[0].zero, imm);
+    uint64_t f = x64_vm_lookup(key);
+    if (!f) {
+        f = vm_make(op, ops, nops, mem, key);
+        unsigned s = x64_vm_slot(key);
+        /* The pair's first slot, or its second if the first holds another
+         * pattern (a later miss of that one takes the first again). */
+        if ((atomic_load_explicit(&x64_vmforms[s], memory_order_relaxed) & X64_VM_KEY) != 0) s ^= 1;
+        atomic_store_explicit(&x64_vmforms[s], f, memory_order_relaxed);
     }
     if (!(f >> 21 & 1)) return 0;
-    if (imm) {
-        int64_t v = ops[nops - 1].imm;
-        if (f >> 56 & 1 ? v < 0 || v > 255 : v < -128 || v > 127) return 0;
-    }
-    const x64_opnd *m = &ops[mem];
-    unsigned map = f >> 22 & 3, pp = f >> 24 & 3, w = f >> 26 & 1;
-    unsigned gop = f >> 35 & 7, hop = f >> 38 & 7;
-    unsigned g = gop == VF_NONE ? (f >> 41 & 7) : ops[gop].reg;
-    unsigned h = hop == VF_NONE ? 0 : ops[hop].reg, b = m->base;
-    unsigned x = m->index == X64_NOREG ? 0 : m->index;
-    uint8_t *p = out;
-    *p++ = 0x62;
-    *p++ = (uint8_t)((~g & 8) << 4 | (~x & 8) << 3 | (~b & 8) << 2 | (~g & 16) | map);
-    *p++ = (uint8_t)(w << 7 | (~h & 15) << 3 | 4 | pp);
-    *p++ = (uint8_t)(ops[0].zero << 7 | 2 << 5 | m->bcst << 4 | (~h & 16) >> 1 | ops[0].mask);
-    *p++ = (uint8_t)(f >> 27);
-    p += x64_enc_modrm(p, (int)g, m, 1 << (f >> 44 & 7));
-    if (imm) *p++ = (uint8_t)ops[nops - 1].imm;
-    *features = (uint32_t)(f >> 47 & 0x1ff);
-    return (int)(p - out);
+    return x64_vm_fill(f, regs, &m, ops[0].mask, ops[0].zero, imm ? ops[nops - 1].imm : 0, imm,
+                       out, features);
 }
 
 
@@ -336,6 +299,29 @@ int x64_encode_gpr(x64_op op, int bits, int r0, int r1, int64_t imm, uint8_t *ou
     int32_t v = (int32_t)imm;
     memcpy(p, &v, 4);
     return (int)(p - out) + 4;
+}
+
+int x64_encode_gpr_mem(x64_op op, int bits, int reg, int store, const x64_vm_mem *m,
+                       uint8_t *out) {
+    int pf = op == X64_PREFETCHT0 ? 1 : op == X64_PREFETCHT1 ? 2 : op == X64_PREFETCHNTA ? 0 : -1;
+    int n = alu_ext(op), opc;
+    if (pf >= 0) {
+        reg = pf;
+        bits = 32;   /* no REX.W */
+    } else if ((bits != 32 && bits != 64) || (unsigned)reg >= 16) {
+        return 0;
+    }
+    if (pf >= 0) opc = 0x18;
+    else if (op == X64_MOV) opc = store ? 0x89 : 0x8B;
+    else if (n >= 0 && !store) opc = n * 8 + 3;
+    else return 0;
+    unsigned b = m->base == X64_RIP ? 0 : m->base, x = m->index == X64_NOREG ? 0 : m->index;
+    unsigned rex = (unsigned)(bits == 64) << 3 | (unsigned)(reg >> 3) << 2 | (x >> 3) << 1 | b >> 3;
+    uint8_t *p = out;
+    if (rex) *p++ = (uint8_t)(0x40 | rex);
+    if (pf >= 0) *p++ = 0x0F;
+    *p++ = (uint8_t)opc;
+    return (int)(x64_modrm_mem(p, (unsigned)reg, m, 0) - out);
 }
 
 int x64_encode_jump(x64_op op, int rel32, int32_t rel, uint8_t *out) {

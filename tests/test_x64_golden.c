@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "kernels/x64.h"
+#include "kernels/x64_templ.h"
 #include "fjtest.h"
 
 /* Operand initializers. Registers are physical numbers. */
@@ -674,6 +675,51 @@ START_TEST(test_gpr_jump) {
     uint8_t out[X64_MAX_LEN];
     ck_assert_int_eq(x64_encode_jump(X64_CALL, 1, 0, out), 0);
     ck_assert_int_eq(x64_encode_gpr(X64_ADD, 16, 0, 1, 0, out), 0);
+
+    /* Memory forms (x64_encode_gpr_mem): every base (SIB for rsp/r12, a
+     * disp8 0 for rbp/r13) and RIP, indexes with and without REX bits and
+     * every scale, displacements of each size. */
+    static const x64_op mops[] = {X64_MOV, X64_ADD, X64_SUB, X64_CMP, X64_AND, X64_XOR, X64_OR,
+                                  X64_PREFETCHT0, X64_PREFETCHT1, X64_PREFETCHNTA, X64_LEA,
+                                  X64_TEST};
+    static const int32_t disps[] = {0, 8, -8, 127, -128, 128, -129, 0x12345, -0x7fffffff};
+    static const uint8_t idx[] = {X64_NOREG, X64_RAX, X64_RBP, X64_R8, X64_R13, X64_R15};
+    compared = 0;
+    for (size_t k = 0; k < sizeof mops / sizeof mops[0]; k++)
+        for (int bits = 32; bits <= 64; bits += 32)
+            for (int store = 0; store < 2; store++)
+                for (int base = 0; base <= 16; base++)   /* 16: RIP */
+                    for (size_t t = 0; t < sizeof disps / sizeof disps[0] * 6; t++) {
+                        int pf = mops[k] >= X64_PREFETCHT0 && mops[k] <= X64_PREFETCHNTA;
+                        int reg = (base * 5 + (int)t) % 16;
+                        x64_vm_mem m = {(uint8_t)(base == 16 ? X64_RIP : base),
+                                        base == 16 ? X64_NOREG : idx[t % 6],
+                                        (uint8_t)(1 << (t / 6 % 4)), 0, 0, disps[t / 6]};
+                        if (m.index == X64_NOREG) m.scale = 1;
+                        uint8_t fast[X64_MAX_LEN + 8], ref[X64_MAX_LEN + 8];
+                        int n = x64_encode_gpr_mem(mops[k], bits, reg, store, &m, fast);
+                        x64_opnd mo = MEM(0, m.base, m.index, m.scale, m.disp);
+                        x64_opnd o[2] = {GPR((uint16_t)bits, (uint8_t)reg), mo};
+                        if (store) { o[0] = mo; o[1] = (x64_opnd)GPR((uint16_t)bits, (uint8_t)reg); }
+                        if (pf) o[0] = mo;
+                        x64_enc_info info;
+                        int mm = x64_encode_search(mops[k], o, pf ? 1 : 2, ref, &info);
+                        if (n == 0) {
+                            ck_assert_msg(mops[k] == X64_LEA || mops[k] == X64_TEST ||
+                                              (store && mops[k] != X64_MOV && !pf),
+                                          "%s/%d %s base %d: no direct form",
+                                          x64_op_name(mops[k]), bits, store ? "store" : "load",
+                                          base);
+                            continue;
+                        }
+                        ck_assert_msg(mm == n && !memcmp(fast, ref, (size_t)n),
+                                      "%s/%d %s r%d [base %d index %d*%d %+d]: direct %d bytes, "
+                                      "search %d", x64_op_name(mops[k]), bits,
+                                      store ? "store" : "load", reg, base, m.index, m.scale,
+                                      m.disp, n, mm);
+                        compared++;
+                    }
+    ck_assert_int_gt(compared, 5000);
 }
 END_TEST
 
