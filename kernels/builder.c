@@ -551,6 +551,37 @@ static inline int emit_gpr(fj_builder *b, fj_op op, const fj_opnd *ops, int nops
     return n > 0;
 }
 
+/* bzhi/shlx/shrx of three registers (x64_encode_gpr3; BMI2) and kmovw
+ * between mask and general registers (x64_encode_kmov; AVX-512): the
+ * tail masks of element-wise loops. */
+static inline int emit_gpr3_kmov(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
+    uint32_t h[3] = {0, 0, 0};
+    for (int i = 0; i < nops && i < 3; i++) {
+        memcpy(&h[i], &ops[i], sizeof h[i]);
+        if (h[i] != FJ_OPND_REG || ops[i].mask.id) return 0;
+    }
+    int n = 0;
+    if (op == FJ_KMOVW && nops == 2) {
+        if (!(b->features & X64_F_AVX512F)) return 0;
+        int kd = H_CLASS(ops[0].reg.id) == RC_K, ks = H_CLASS(ops[1].reg.id) == RC_K;
+        int d = live_phys(b, ops[0].reg, kd ? RC_K : RC_GPR);
+        int r = live_phys(b, ops[1].reg, ks ? RC_K : RC_GPR);
+        if (d < 0 || r < 0 || (!kd && ops[0].bits != 32) || (!ks && ops[1].bits != 32)) return 0;
+        if (!grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return 1;
+        n = x64_encode_kmov(kd, d, ks, r, b->code + b->len);
+    } else if (nops == 3 && (op == FJ_BZHI || op == FJ_SHLX || op == FJ_SHRX)) {
+        unsigned bits = ops[0].bits;
+        int r[3];
+        if (!(b->features & X64_F_BMI2) || (bits != 32 && bits != 64)) return 0;
+        for (int i = 0; i < 3; i++)
+            if (ops[i].bits != bits || (r[i] = live_phys(b, ops[i].reg, RC_GPR)) < 0) return 0;
+        if (!grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return 1;
+        n = x64_encode_gpr3((x64_op)op, (int)bits, r[0], r[1], r[2], b->code + b->len);
+    }
+    b->len += (size_t)n;
+    return n > 0;
+}
+
 /* A memory operand on a GPR base or the frame, flattened for the legacy
  * direct forms; 0 for anything else (the pool, a broadcast, a mask). */
 static inline int legacy_mem(const fj_builder *b, const fj_opnd *o, x64_vm_mem *m) {
@@ -696,7 +727,7 @@ void fj_emitv(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
      * paths take. */
     if (nops >= 1 && atomic_load_explicit(&fast_paths, memory_order_relaxed) &&
         ((nops >= 2 && (emit_vregs(b, op, ops, nops) || emit_gpr(b, op, ops, nops) ||
-                        emit_fast(b, op, ops, nops))) ||
+                        emit_fast(b, op, ops, nops) || emit_gpr3_kmov(b, op, ops, nops))) ||
          emit_gpr_mem(b, op, ops, nops)))
         return;
     switch (op) {
@@ -807,6 +838,10 @@ void kb_test_raw(fj_builder *b, const void *bytes, size_t n) {
 /* ---- calls and returns ---------------------------------------------- */
 
 static void mov_rr(fj_builder *b, int dst, int src) {
+    if (kb_fast_paths() && !b->err && grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) {
+        b->len += (size_t)x64_encode_gpr(X64_MOV, 64, dst, src, 0, b->code + b->len);
+        return;
+    }
     x64_opnd o[2] = {gpr_op(dst, 64), gpr_op(src, 64)};
     put(b, X64_MOV, o, 2, NULL);
 }
@@ -922,12 +957,18 @@ void fj_return(fj_builder *b, fj_opnd value) {
         kb_fail(b, "fj_return: the value must be a general-purpose register or an immediate");
         return;
     }
-    x64_opnd rel = {0};
-    rel.kind = X64_K_REL; rel.bits = 32;
-    x64_enc_info info;
-    int n = put(b, X64_JMP, &rel, 1, &info);
-    if (!n) return;
-    add_fixup(b, (uint32_t)(b->len - (size_t)n + (size_t)info.rel_pos), (uint32_t)b->len,
-              EPILOGUE, 0);
+    if (kb_fast_paths()) {
+        if (b->err || !grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return;
+        b->len += (size_t)x64_encode_jump(X64_JMP, 1, 0, b->code + b->len);
+        add_fixup(b, (uint32_t)(b->len - 4), (uint32_t)b->len, EPILOGUE, 0);
+    } else {
+        x64_opnd rel = {0};
+        rel.kind = X64_K_REL; rel.bits = 32;
+        x64_enc_info info;
+        int n = put(b, X64_JMP, &rel, 1, &info);
+        if (!n) return;
+        add_fixup(b, (uint32_t)(b->len - (size_t)n + (size_t)info.rel_pos), (uint32_t)b->len,
+                  EPILOGUE, 0);
+    }
     b->last_ret_jmp = (int32_t)b->len;
 }

@@ -22,6 +22,7 @@
  *     [rsp, rsp+callarea)      caller-saved registers preserved by fj_call
  */
 #include "kernels/builder_priv.h"
+#include "kernels/x64_templ.h"
 
 #include <string.h>
 
@@ -61,6 +62,14 @@ static int frame_insn(x64_op op, const x64_opnd *o, int cnt, uint8_t *out) {
                  (o[1].kind == X64_K_GPR || o[1].kind == X64_K_IMM))
             n = x64_encode_gpr(op, o[0].bits, o[0].reg, o[1].kind == X64_K_GPR ? o[1].reg : -1,
                                o[1].imm, out);
+        else if (cnt == 2 && (o[0].kind == X64_K_MEM) != (o[1].kind == X64_K_MEM)) {
+            /* the save slots: mov [base + disp], r / mov r, [base + disp] */
+            const x64_opnd *m = o[0].kind == X64_K_MEM ? &o[0] : &o[1], *r = m == o ? &o[1] : &o[0];
+            x64_vm_mem vm = {m->base, m->index, m->index == X64_NOREG ? 1 : m->scale, 0, m->bits,
+                             m->disp};
+            if (r->kind == X64_K_GPR && m->base < 16)
+                n = x64_encode_gpr_mem(op, r->bits, r->reg, m == o, &vm, out);
+        }
         if (n > 0) return n;
     }
     return x64_encode(op, o, cnt, out, NULL);

@@ -105,9 +105,14 @@ FJ_INTERNAL int x64_encode_vmem(x64_op op, const x64_opnd *ops, int nops, uint8_
 /* The loop-control and frame instructions of every kernel, straight from
  * their rows (the bytes x64_encode gives): add/sub/and/or/xor/cmp of a
  * 32- or 64-bit register (r0) with a register (r1 >= 0) or an immediate
- * in int32 range (r1 < 0), mov and test of two registers, mov of an int32
- * immediate. Returns the length, or 0 for anything else (use x64_encode). */
+ * in int32 range (r1 < 0), mov, test and cmovcc of two registers, mov of
+ * an int32 immediate. Returns the length, or 0 for anything else (use x64_encode). */
 FJ_INTERNAL int x64_encode_gpr(x64_op op, int bits, int r0, int r1, int64_t imm, uint8_t *out);
+/* bzhi/shlx/shrx of three 32- or 64-bit registers; 0 for other ops. */
+FJ_INTERNAL int x64_encode_gpr3(x64_op op, int bits, int r0, int r1, int r2, uint8_t *out);
+/* kmovw k, k / k, r32 / r32, k (k_dst, k_src: the operand is a mask
+ * register); 0 if neither is. */
+FJ_INTERNAL int x64_encode_kmov(int k_dst, int dst, int k_src, int src, uint8_t *out);
 /* jmp / jcc with a rel8 (near) or rel32 displacement; the rel32 field is
  * the instruction's last 4 bytes. Returns the length, 0 if op is neither. */
 FJ_INTERNAL int x64_encode_jump(x64_op op, int rel32, int32_t rel, uint8_t *out);

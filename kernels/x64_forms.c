@@ -259,6 +259,14 @@ int x64_encode_gpr(x64_op op, int bits, int r0, int r1, int64_t imm, uint8_t *ou
     if ((bits != 32 && bits != 64) || (unsigned)r0 >= 16 || r1 >= 16) return 0;
     int n = alu_ext(op), w = bits == 64;
     uint8_t *p = out;
+    if (op >= X64_CMOVO && op <= X64_CMOVG) {   /* 0F 40+cc /r: reg=r0, r/m=r1 */
+        if (r1 < 0) return 0;
+        if (w || r0 >= 8 || r1 >= 8) *p++ = (uint8_t)(0x40 | w << 3 | (r0 >> 3) << 2 | r1 >> 3);
+        *p++ = 0x0F;
+        *p++ = (uint8_t)(0x40 + (op - X64_CMOVO));
+        *p++ = (uint8_t)(0xC0 | (r0 & 7) << 3 | (r1 & 7));
+        return (int)(p - out);
+    }
     if (r1 >= 0) {   /* op r/m=r0, reg=r1 */
         int opc = n >= 0 ? n * 8 + 1 : op == X64_MOV ? 0x89 : op == X64_TEST ? 0x85 : -1;
         if (opc < 0) return 0;
@@ -313,6 +321,7 @@ int x64_encode_gpr_mem(x64_op op, int bits, int reg, int store, const x64_vm_mem
     }
     if (pf >= 0) opc = 0x18;
     else if (op == X64_MOV) opc = store ? 0x89 : 0x8B;
+    else if (op == X64_LEA && !store) opc = 0x8D;
     else if (n >= 0 && !store) opc = n * 8 + 3;
     else return 0;
     unsigned b = m->base == X64_RIP ? 0 : m->base, x = m->index == X64_NOREG ? 0 : m->index;
@@ -322,6 +331,41 @@ int x64_encode_gpr_mem(x64_op op, int bits, int reg, int store, const x64_vm_mem
     if (pf >= 0) *p++ = 0x0F;
     *p++ = (uint8_t)opc;
     return (int)(x64_modrm_mem(p, (unsigned)reg, m, 0) - out);
+}
+
+/* bzhi/shlx/shrx r0, r1, r2: VEX.LZ.0F38 (no prefix / 66 / F2) F5 or F7,
+ * ModRM.reg = r0, r/m = r1, vvvv = r2. */
+int x64_encode_gpr3(x64_op op, int bits, int r0, int r1, int r2, uint8_t *out) {
+    int pp = op == X64_BZHI ? 0 : op == X64_SHLX ? 1 : op == X64_SHRX ? 3 : -1;
+    if (pp < 0 || (bits != 32 && bits != 64) || (unsigned)(r0 | r1 | r2) >= 16) return 0;
+    out[0] = 0xC4;
+    out[1] = (uint8_t)((~r0 & 8) << 4 | 0x40 | (~r1 & 8) << 2 | 0x02);
+    out[2] = (uint8_t)((bits == 64) << 7 | (~r2 & 15) << 3 | pp);
+    out[3] = op == X64_BZHI ? 0xF5 : 0xF7;
+    out[4] = (uint8_t)(0xC0 | (r0 & 7) << 3 | (r1 & 7));
+    return 5;
+}
+
+/* kmovw between mask registers and 32-bit GPRs (k_dst, k_src: whether the
+ * operand is a mask register): VEX.L0.0F.W0 90 (k, k), 92 (k, r32),
+ * 93 (r32, k); two-byte VEX unless r/m is r8-r15. */
+int x64_encode_kmov(int k_dst, int dst, int k_src, int src, uint8_t *out) {
+    if ((unsigned)dst >= (k_dst ? 8u : 16u) || (unsigned)src >= (k_src ? 8u : 16u) ||
+        (!k_dst && !k_src))
+        return 0;
+    uint8_t opc = k_dst && k_src ? 0x90 : k_dst ? 0x92 : 0x93;
+    uint8_t *p = out;
+    if (src < 8) {
+        *p++ = 0xC5;
+        *p++ = (uint8_t)((~dst & 8) << 4 | 0x78);
+    } else {
+        *p++ = 0xC4;
+        *p++ = (uint8_t)((~dst & 8) << 4 | 0x40 | (~src & 8) << 2 | 0x01);
+        *p++ = 0x78;
+    }
+    *p++ = opc;
+    *p++ = (uint8_t)(0xC0 | (dst & 7) << 3 | (src & 7));
+    return (int)(p - out);
 }
 
 int x64_encode_jump(x64_op op, int rel32, int32_t rel, uint8_t *out) {

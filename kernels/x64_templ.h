@@ -191,8 +191,8 @@ static inline int x64_vm_fill(uint64_t f, uint32_t regs, const x64_vm_mem *m, un
 }
 
 /* Legacy forms with a memory operand every kernel has (x64_forms.c):
- * prefetcht0/t1/nta [m]; mov r, [m] and mov [m], r (store); add, sub,
- * and, or, xor, cmp r, [m]; 32- or 64-bit registers. Returns the length,
+ * prefetcht0/t1/nta [m]; mov r, [m] and mov [m], r (store); lea r, [m];
+ * add, sub, and, or, xor, cmp r, [m]; 32- or 64-bit registers. Returns the length,
  * 0 for anything else. */
 FJ_INTERNAL int x64_encode_gpr_mem(x64_op op, int bits, int reg, int store, const x64_vm_mem *m,
                                    uint8_t *out);

@@ -676,6 +676,54 @@ START_TEST(test_gpr_jump) {
     ck_assert_int_eq(x64_encode_jump(X64_CALL, 1, 0, out), 0);
     ck_assert_int_eq(x64_encode_gpr(X64_ADD, 16, 0, 1, 0, out), 0);
 
+    /* cmovcc, bzhi/shlx/shrx and kmovw, over every register. */
+    compared = 0;
+    for (int bits = 32; bits <= 64; bits += 32)
+        for (int r0 = 0; r0 < 16; r0++)
+            for (int r1 = 0; r1 < 16; r1++) {
+                uint8_t fast[X64_MAX_LEN + 8], ref[X64_MAX_LEN + 8];
+                x64_enc_info info;
+                for (int op = X64_CMOVO; op <= X64_CMOVG; op++) {
+                    x64_opnd o[2] = {GPR((uint16_t)bits, (uint8_t)r0), GPR((uint16_t)bits, (uint8_t)r1)};
+                    int n = x64_encode_gpr((x64_op)op, bits, r0, r1, 0, fast);
+                    int m = x64_encode_search((x64_op)op, o, 2, ref, &info);
+                    ck_assert_msg(n > 0 && n == m && !memcmp(fast, ref, (size_t)n), "%s r%d r%d",
+                                  x64_op_name((x64_op)op), r0, r1);
+                    compared++;
+                }
+                static const x64_op g3[] = {X64_BZHI, X64_SHLX, X64_SHRX};
+                for (int k = 0; k < 3; k++) {
+                    int r2 = (r0 * 3 + r1 + k) % 16;
+                    x64_opnd o[3] = {GPR((uint16_t)bits, (uint8_t)r0), GPR((uint16_t)bits, (uint8_t)r1),
+                                     GPR((uint16_t)bits, (uint8_t)r2)};
+                    int n = x64_encode_gpr3(g3[k], bits, r0, r1, r2, fast);
+                    int m = x64_encode_search(g3[k], o, 3, ref, &info);
+                    ck_assert_msg(n > 0 && n == m && !memcmp(fast, ref, (size_t)n) &&
+                                      info.features == X64_F_BMI2,
+                                  "%s/%d r%d r%d r%d", x64_op_name(g3[k]), bits, r0, r1, r2);
+                    compared++;
+                }
+                if (bits == 32)
+                    for (int form = 0; form < 3; form++) {   /* k,k  k,r32  r32,k */
+                        int kd = form != 2, ks = form != 1, d = kd ? r0 % 8 : r0, sr = ks ? r1 % 8 : r1;
+                        x64_opnd o[2] = {GPR(32, (uint8_t)d), GPR(32, (uint8_t)sr)};
+                        if (kd) o[0] = (x64_opnd){.kind = X64_K_KREG, .bits = 16, .reg = (uint8_t)d,
+                                                  .base = X64_NOREG, .index = X64_NOREG};
+                        if (ks) o[1] = (x64_opnd){.kind = X64_K_KREG, .bits = 16, .reg = (uint8_t)sr,
+                                                  .base = X64_NOREG, .index = X64_NOREG};
+                        int n = x64_encode_kmov(kd, d, ks, sr, fast);
+                        int m = x64_encode_search(X64_KMOVW, o, 2, ref, &info);
+                        ck_assert_msg(n > 0 && n == m && !memcmp(fast, ref, (size_t)n),
+                                      "kmovw form %d %d %d: direct %d bytes, search %d", form, d,
+                                      sr, n, m);
+                        compared++;
+                    }
+            }
+    ck_assert_int_gt(compared, 10000);
+    ck_assert_int_eq(x64_encode_gpr3(X64_ADD, 32, 0, 1, 2, out), 0);
+    ck_assert_int_eq(x64_encode_kmov(0, 1, 0, 2, out), 0);
+    ck_assert_int_eq(x64_encode_kmov(1, 8, 0, 2, out), 0);
+
     /* Memory forms (x64_encode_gpr_mem): every base (SIB for rsp/r12, a
      * disp8 0 for rbp/r13) and RIP, indexes with and without REX bits and
      * every scale, displacements of each size. */
@@ -705,8 +753,7 @@ START_TEST(test_gpr_jump) {
                         x64_enc_info info;
                         int mm = x64_encode_search(mops[k], o, pf ? 1 : 2, ref, &info);
                         if (n == 0) {
-                            ck_assert_msg(mops[k] == X64_LEA || mops[k] == X64_TEST ||
-                                              (store && mops[k] != X64_MOV && !pf),
+                            ck_assert_msg(mops[k] == X64_TEST || (store && mops[k] != X64_MOV && !pf),
                                           "%s/%d %s base %d: no direct form",
                                           x64_op_name(mops[k]), bits, store ? "store" : "load",
                                           base);
