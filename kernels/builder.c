@@ -34,24 +34,14 @@ void kb_fail(fj_builder *b, const char *fmt, ...) {
     va_end(ap);
 }
 
-#define ERR_NOMEM(b) \
-    do { if ((b)->err == FJ_OK) { (b)->err = FJ_ERR_NO_MEMORY; \
-         snprintf((b)->errmsg, sizeof (b)->errmsg, "out of memory"); } } while (0)
-
-static __attribute__((noinline)) int grow_slow(fj_builder *b, void **p, size_t *cap, size_t need,
-                                               size_t elem) {
+int kb_grow_slow(fj_builder *b, void **p, size_t *cap, size_t need, size_t elem) {
     size_t n = *cap ? *cap : 256; /* few reallocations for typical kernels */
     while (n < need) n *= 2;
     void *q = fj_realloc(*p, n * elem);
-    if (!q) { ERR_NOMEM(b); return 0; }
+    if (!q) { KB_ERR_NOMEM(b); return 0; }
     *p = q;
     *cap = n;
     return 1;
-}
-
-/* Room for need elements: inline, as every instruction asks. */
-static inline int grow(fj_builder *b, void **p, size_t *cap, size_t need, size_t elem) {
-    return need <= *cap || grow_slow(b, p, cap, need, elem);
 }
 
 /* ---- creation ------------------------------------------------------- */
@@ -263,7 +253,7 @@ fj_opnd fj_stack_slot(fj_builder *b, uint32_t bytes, uint32_t align, uint16_t bi
 static uint32_t add_const(fj_builder *b, const void *data, uint32_t bytes, uint32_t align) {
     uint32_t off = (b->const_len + align - 1) & ~(align - 1);
     size_t cap = b->const_cap;
-    if (!grow(b, (void **)&b->consts, &cap, (size_t)off + bytes, 1)) return 0;
+    if (!kb_grow(b, (void **)&b->consts, &cap, (size_t)off + bytes, 1)) return 0;
     b->const_cap = (uint32_t)cap;
     memset(b->consts + b->const_len, 0, off - b->const_len);
     memcpy(b->consts + off, data, bytes);
@@ -299,7 +289,7 @@ static const char *isa_need(uint32_t missing) {
  * error, which is then sticky). */
 static int put(fj_builder *b, x64_op op, const x64_opnd *o, int n, x64_enc_info *info) {
     if (b->err) return 0;
-    if (!grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return 0;
+    if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return 0;
     x64_enc_info tmp;
     if (!info) info = &tmp;
     int r = x64_encode(op, o, n, b->code + b->len, info);
@@ -424,7 +414,7 @@ fj_label fj_label_new(fj_builder *b) {
     fj_label l = {0};
     if (!b || b->err) return l;
     size_t cap = b->labels_cap;
-    if (!grow(b, (void **)&b->labels, &cap, b->nlabels + 1, sizeof(int32_t))) return l;
+    if (!kb_grow(b, (void **)&b->labels, &cap, b->nlabels + 1, sizeof(int32_t))) return l;
     b->labels_cap = (uint32_t)cap;
     if (b->nlabels >= (1u << 20) - 1) { kb_fail(b, "more than 2^20 labels"); return l; }
     b->labels[b->nlabels++] = -1;
@@ -450,7 +440,7 @@ void fj_label_bind(fj_builder *b, fj_label l) {
 }
 
 static void add_fixup(fj_builder *b, uint32_t pos, uint32_t end, uint32_t target, int is_const) {
-    if (!grow(b, (void **)&b->fix, &b->fix_cap, b->nfix + 1, sizeof(fixup))) return;
+    if (!kb_grow(b, (void **)&b->fix, &b->fix_cap, b->nfix + 1, sizeof(fixup))) return;
     b->fix[b->nfix++] = (fixup){pos, end, target, (uint8_t)is_const};
 }
 
@@ -458,7 +448,7 @@ static void add_fixup(fj_builder *b, uint32_t pos, uint32_t end, uint32_t target
  * with a fixup resolved when the label is bound or at assembly. */
 static void jump(fj_builder *b, x64_op op, int li) {
     if (atomic_load_explicit(&fast_paths, memory_order_relaxed)) {
-        if (b->err || !grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return;
+        if (b->err || !kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return;
         int32_t target = b->labels[li];
         int64_t d8 = (int64_t)target - (int64_t)(b->len + 2);
         int n = target >= 0 && d8 >= -128 ? x64_encode_jump(op, 0, (int32_t)d8, b->code + b->len)
@@ -490,7 +480,6 @@ static void jump(fj_builder *b, x64_op op, int li) {
 
 /* ---- instructions --------------------------------------------------- */
 
-
 /* The physical register of a plain vector register operand of width bits
  * (as fj_vec, fj_zmm... make it: no mask, broadcast, zeroing or scale), or
  * -1 for anything else. */
@@ -517,7 +506,7 @@ static inline int emit_vregs(fj_builder *b, fj_op op, const fj_opnd *ops, int no
         if (p < 0) return 0;
         regs |= (uint32_t)p << 8 * i;
     }
-    if (!grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return 1;
+    if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return 1;
     uint32_t feat;
     int n = x64_vregs((x64_op)op, (int)bits, regs, nv, has_imm ? ops[nops - 1].val : 0, has_imm,
                       b->code + b->len, &feat);
@@ -545,7 +534,7 @@ static inline int emit_gpr(fj_builder *b, fj_op op, const fj_opnd *ops, int nops
     } else if (o->kind != FJ_OPND_IMM || o->mask.id) {
         return 0;
     }
-    if (!grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return 1;
+    if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return 1;
     int n = x64_encode_gpr((x64_op)op, d->bits, r0, r1, o->val, b->code + b->len);
     b->len += (size_t)n;
     return n > 0;
@@ -567,7 +556,7 @@ static inline int emit_gpr3_kmov(fj_builder *b, fj_op op, const fj_opnd *ops, in
         int d = live_phys(b, ops[0].reg, kd ? RC_K : RC_GPR);
         int r = live_phys(b, ops[1].reg, ks ? RC_K : RC_GPR);
         if (d < 0 || r < 0 || (!kd && ops[0].bits != 32) || (!ks && ops[1].bits != 32)) return 0;
-        if (!grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return 1;
+        if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return 1;
         n = x64_encode_kmov(kd, d, ks, r, b->code + b->len);
     } else if (nops == 3 && (op == FJ_BZHI || op == FJ_SHLX || op == FJ_SHRX)) {
         unsigned bits = ops[0].bits;
@@ -575,7 +564,7 @@ static inline int emit_gpr3_kmov(fj_builder *b, fj_op op, const fj_opnd *ops, in
         if (!(b->features & X64_F_BMI2) || (bits != 32 && bits != 64)) return 0;
         for (int i = 0; i < 3; i++)
             if (ops[i].bits != bits || (r[i] = live_phys(b, ops[i].reg, RC_GPR)) < 0) return 0;
-        if (!grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return 1;
+        if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return 1;
         n = x64_encode_gpr3((x64_op)op, (int)bits, r[0], r[1], r[2], b->code + b->len);
     }
     b->len += (size_t)n;
@@ -630,20 +619,19 @@ static inline int emit_gpr_mem(fj_builder *b, fj_op op, const fj_opnd *ops, int 
     }
     x64_vm_mem m;
     if (!legacy_mem(b, mo, &m)) return 0;
-    if (!grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return 1;
+    if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return 1;
     int n = x64_encode_gpr_mem((x64_op)op, bits, reg, store, &m, b->code + b->len);
     b->len += (size_t)n;
     return n > 0;
 }
 
-/* The encoder's template paths, for most instructions of a compute loop:
- * vector registers of one width only (x64_encode_vregs), or zmm registers
- * and one [base (+ index*scale) + disp] operand, maybe a write mask on
- * operand 0 (x64_encode_vmem); either with a last imm8. Returns 1 when it
+/* The 512-bit memory forms (x64_templ.h): zmm registers and one [base (+
+ * index*scale) + disp] or constant-pool operand, maybe a write mask on
+ * operand 0 and a last imm8. Like the other paths above, returns 1 when it
  * emitted the instruction, 0 to leave it to the general path, which also
  * reports any error (a stale handle, a width the target lacks, a bad
- * scale, a broadcast on a register, no such form): anything this path is
- * not sure of goes there. */
+ * scale, a broadcast on a register, no such form): anything these paths
+ * are not sure of goes there. */
 static inline int emit_fast(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
     int has_imm = ops[nops - 1].kind == FJ_OPND_IMM, nv = nops - has_imm, mem = -1;
     unsigned bits = 0;
@@ -682,7 +670,7 @@ static inline int emit_fast(fj_builder *b, fj_op op, const fj_opnd *ops, int nop
     int64_t imm = has_imm ? ops[nops - 1].val : 0;
     uint64_t f = x64_vm_lookup(x64_vm_key((x64_op)op, nops, mem, &m, (unsigned)k, zero, has_imm));
     if (f && !(f >> 21 & 1)) return 0;   /* no such form: the general path explains */
-    if (!grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return 1;
+    if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return 1;
     uint32_t feat = 0;
     int n;
     if (f) {
@@ -768,69 +756,9 @@ void fj_emitv(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
     }
 }
 
-uint32_t kb_body_len(const fj_builder *b) { return (uint32_t)b->len; }
-
-void kb_interleave(fj_builder *b, const uint32_t *at, size_t stride, int lanes, int count) {
-    if (b->err || lanes < 2 || count < 1) return;
-    if (stride <= (size_t)count) goto bad;
-    const size_t lo = at[0], hi = b->len;
-    for (int l = 0; l < lanes; l++)
-        for (int k = 0; k < count; k++)
-            if (at[l * stride + k] > at[l * stride + k + 1]) goto bad;
-    for (int l = 0; l + 1 < lanes; l++)
-        if (at[l * stride + count] != at[(l + 1) * stride]) goto bad;
-    if (at[(lanes - 1) * stride + count] != hi) goto bad;
-    for (uint32_t i = 0; i < b->nlabels; i++)
-        if (b->labels[i] > (int32_t)lo && (size_t)b->labels[i] < hi) goto bad;
-    /* The span's fixups: the last ones added, in body order. */
-    size_t f0 = b->nfix;
-    while (f0 > 0 && b->fix[f0 - 1].pos >= lo) f0--;
-    for (size_t i = f0; i < b->nfix; i++)
-        if (!b->fix[i].is_const) goto bad;
-    /* Instructions are copied 16 bytes at a time (at most 15 long): room
-     * for that past the body and in tmp. */
-    if (!grow(b, (void **)&b->code, &b->cap, hi + 16, 1)) return;
-    uint8_t stack[4096], *tmp = hi - lo + 16 <= sizeof stack ? stack : fj_malloc(hi - lo + 16);
-    if (!tmp) { ERR_NOMEM(b); return; }
-    size_t to = 0;
-    for (int k = 0; k < count; k++)
-        for (int l = 0; l < lanes; l++) {
-            size_t from = at[l * stride + k], len = at[l * stride + k + 1] - from;
-            if (len <= 16) memcpy(tmp + to, b->code + from, 16);
-            else memcpy(tmp + to, b->code + from, len);
-            to += len;
-        }
-    memcpy(b->code + lo, tmp, hi - lo);
-    if (tmp != stack) fj_free(tmp);
-    /* A fixup moves with its instruction: stream l's instruction k now
-     * starts after instructions 0..k-1 of every stream and instruction k
-     * of streams 0..l-1. */
-    for (size_t i = f0; i < b->nfix; i++) {
-        fixup *f = &b->fix[i];
-        int l = 0;
-        while (l + 1 < lanes && f->pos >= at[(l + 1) * stride]) l++;
-        const uint32_t *a = at + l * stride;
-        int k = 0, e = count;   /* the last k with a[k] <= pos */
-        while (e - k > 1) {
-            int m = (k + e) / 2;
-            if (a[m] <= f->pos) k = m; else e = m;
-        }
-        size_t start = lo;
-        for (int l2 = 0; l2 < lanes; l2++)
-            start += at[l2 * stride + k] - at[l2 * stride] + (l2 < l ? at[l2 * stride + k + 1] -
-                                                                           at[l2 * stride + k] : 0);
-        int64_t shift = (int64_t)start - (int64_t)a[k];
-        f->pos = (uint32_t)((int64_t)f->pos + shift);
-        f->end = (uint32_t)((int64_t)f->end + shift);
-    }
-    return;
-bad:
-    kb_fail(b, "internal: interleaved streams that are not straight-line code");
-}
-
 void kb_test_raw(fj_builder *b, const void *bytes, size_t n) {
     if (!b || b->err) return;
-    if (!grow(b, (void **)&b->code, &b->cap, b->len + n, 1)) return;
+    if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + n, 1)) return;
     memcpy(b->code + b->len, bytes, n);
     b->len += n;
 }
@@ -838,7 +766,7 @@ void kb_test_raw(fj_builder *b, const void *bytes, size_t n) {
 /* ---- calls and returns ---------------------------------------------- */
 
 static void mov_rr(fj_builder *b, int dst, int src) {
-    if (kb_fast_paths() && !b->err && grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) {
+    if (kb_fast_paths() && !b->err && kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) {
         b->len += (size_t)x64_encode_gpr(X64_MOV, 64, dst, src, 0, b->code + b->len);
         return;
     }
@@ -958,7 +886,7 @@ void fj_return(fj_builder *b, fj_opnd value) {
         return;
     }
     if (kb_fast_paths()) {
-        if (b->err || !grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return;
+        if (b->err || !kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return;
         b->len += (size_t)x64_encode_jump(X64_JMP, 1, 0, b->code + b->len);
         add_fixup(b, (uint32_t)(b->len - 4), (uint32_t)b->len, EPILOGUE, 0);
     } else {

@@ -1,6 +1,6 @@
 /* builder_frame.c: assembling a builder's kernel: the prologue and
  * epilogue (and their frame records) around the body, the constant pool,
- * the fixups.
+ * the fixups; and the reordering of straight-line streams (kb_interleave).
  *
  * Layout of an assembled kernel:
  *
@@ -211,4 +211,66 @@ fj_status kb_assemble(fj_builder *b, kb_code *out) {
 nomem:
     kb_code_free(out);
     return fj_fail(FJ_ERR_NO_MEMORY, "kernel %s: out of memory", b->name);
+}
+
+/* ---- interleaving (kb_interleave) ----------------------------------- */
+
+uint32_t kb_body_len(const fj_builder *b) { return (uint32_t)b->len; }
+
+void kb_interleave(fj_builder *b, const uint32_t *at, size_t stride, int lanes, int count) {
+    if (b->err || lanes < 2 || count < 1) return;
+    if (stride <= (size_t)count) goto bad;
+    const size_t lo = at[0], hi = b->len;
+    for (int l = 0; l < lanes; l++)
+        for (int k = 0; k < count; k++)
+            if (at[l * stride + k] > at[l * stride + k + 1]) goto bad;
+    for (int l = 0; l + 1 < lanes; l++)
+        if (at[l * stride + count] != at[(l + 1) * stride]) goto bad;
+    if (at[(lanes - 1) * stride + count] != hi) goto bad;
+    for (uint32_t i = 0; i < b->nlabels; i++)
+        if (b->labels[i] > (int32_t)lo && (size_t)b->labels[i] < hi) goto bad;
+    /* The span's fixups: the last ones added, in body order. */
+    size_t f0 = b->nfix;
+    while (f0 > 0 && b->fix[f0 - 1].pos >= lo) f0--;
+    for (size_t i = f0; i < b->nfix; i++)
+        if (!b->fix[i].is_const) goto bad;
+    /* Instructions are copied 16 bytes at a time (at most 15 long): room
+     * for that past the body and in tmp. */
+    if (!kb_grow(b, (void **)&b->code, &b->cap, hi + 16, 1)) return;
+    uint8_t stack[4096], *tmp = hi - lo + 16 <= sizeof stack ? stack : fj_malloc(hi - lo + 16);
+    if (!tmp) { KB_ERR_NOMEM(b); return; }
+    size_t to = 0;
+    for (int k = 0; k < count; k++)
+        for (int l = 0; l < lanes; l++) {
+            size_t from = at[l * stride + k], len = at[l * stride + k + 1] - from;
+            if (len <= 16) memcpy(tmp + to, b->code + from, 16);
+            else memcpy(tmp + to, b->code + from, len);
+            to += len;
+        }
+    memcpy(b->code + lo, tmp, hi - lo);
+    if (tmp != stack) fj_free(tmp);
+    /* A fixup moves with its instruction: stream l's instruction k now
+     * starts after instructions 0..k-1 of every stream and instruction k
+     * of streams 0..l-1. */
+    for (size_t i = f0; i < b->nfix; i++) {
+        fixup *f = &b->fix[i];
+        int l = 0;
+        while (l + 1 < lanes && f->pos >= at[(l + 1) * stride]) l++;
+        const uint32_t *a = at + l * stride;
+        int k = 0, e = count;   /* the last k with a[k] <= pos */
+        while (e - k > 1) {
+            int m = (k + e) / 2;
+            if (a[m] <= f->pos) k = m; else e = m;
+        }
+        size_t start = lo;
+        for (int l2 = 0; l2 < lanes; l2++)
+            start += at[l2 * stride + k] - at[l2 * stride] + (l2 < l ? at[l2 * stride + k + 1] -
+                                                                           at[l2 * stride + k] : 0);
+        int64_t shift = (int64_t)start - (int64_t)a[k];
+        f->pos = (uint32_t)((int64_t)f->pos + shift);
+        f->end = (uint32_t)((int64_t)f->end + shift);
+    }
+    return;
+bad:
+    kb_fail(b, "internal: interleaved streams that are not straight-line code");
 }

@@ -4,6 +4,7 @@
 #define FJ_BUILDER_PRIV_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "kernels/builder_int.h"
 #include "kernels/x64.h"
@@ -67,6 +68,19 @@ struct fj_builder {
     int nofp;              /* KB_NOFP: no frame pointer, rbp allocatable */
 #endif
 };
+
+/* Sets the builder's sticky error to "out of memory" (if none yet). */
+#define KB_ERR_NOMEM(b) \
+    do { if ((b)->err == FJ_OK) { (b)->err = FJ_ERR_NO_MEMORY; \
+         snprintf((b)->errmsg, sizeof (b)->errmsg, "out of memory"); } } while (0)
+
+/* Room for need elements of elem bytes in *p (capacity *cap): inline, as
+ * every instruction asks; 0 (sticky error set) when out of memory. */
+FJ_INTERNAL __attribute__((noinline)) int kb_grow_slow(fj_builder *b, void **p, size_t *cap,
+                                                       size_t need, size_t elem);
+static inline int kb_grow(fj_builder *b, void **p, size_t *cap, size_t need, size_t elem) {
+    return need <= *cap || kb_grow_slow(b, p, cap, need, elem);
+}
 
 /* 0 when a test has turned the template and direct paths off. */
 FJ_INTERNAL int kb_fast_paths(void);
