@@ -317,6 +317,7 @@ static fj_status map_views(cc_arena *a, size_t span) {
 static void warm_views(cc_arena *a, size_t span) {
     volatile uint8_t *w = a->rw + a->code_off;
     *w = *w;
+    a->rw_mapped = page_size();
     (void)*(volatile const uint8_t *)a->lo;
     if (!a->meta_room) return;
     w = a->rw;
@@ -478,9 +479,10 @@ fj_status cc_arena_reserve(cc_arena *a, size_t len, cc_txn *t, int *fits) {
  * pay the fault after all). Placement is sequential, so only the page
  * holding the cursor can see a later write: its way is remembered
  * (tail_file). Small kernels go through the view, so a page of them pays
- * one fault for all of them; a kernel that reaches a new page and fills at
- * least half a page, or one that continues a page written through the
- * file, goes into the file. (A page of n-byte kernels pays one fault
+ * one fault for all of them; a kernel that reaches a page not mapped in
+ * the view yet (rw_mapped: the first one is, from the arena's creation)
+ * and fills at least half a page, or one that continues a page written
+ * through the file, goes into the file. (A page of n-byte kernels pays one fault
  * through the view or page/n calls through the file: from about half a page
  * the file wins, at the costs measured there and at usual bare-metal ones.) */
 static fj_status write_file(cc_arena *a, size_t at, const void *code, size_t len, size_t span) {
@@ -495,10 +497,12 @@ fj_status cc_arena_write(cc_txn *t, const void *code, size_t len, int *by_file) 
     cc_arena *a = t->a;
     const size_t page = page_size();
     /* Written through the file: always for a page already written that
-     * way, else for a kernel that reaches a new page and is not small. */
+     * way, else for a kernel that reaches a page not mapped in the view
+     * yet and is not small. */
     int cont = t->off % page != 0, file = 0;
     if (a->kind != CC_ANON && t->span - len <= sizeof int3_page) {
-        int new_page = (t->off + t->span - 1) / page != t->off / page || !cont;
+        int new_page = t->off + t->span > a->rw_mapped &&
+                       ((t->off + t->span - 1) / page != t->off / page || !cont);
         file = (cont && a->tail_file) || (new_page && 2 * len >= page);
     }
     *by_file = file;
@@ -511,6 +515,8 @@ fj_status cc_arena_write(cc_txn *t, const void *code, size_t len, int *by_file) 
     }
     /* The page the cursor will be in (a continued page keeps its way). */
     if ((t->off + t->span) % page) a->tail_file = file;
+    if (!file && t->off + t->span > a->rw_mapped)
+        a->rw_mapped = (t->off + t->span + page - 1) / page * page;
     return FJ_OK;
 }
 

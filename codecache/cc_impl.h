@@ -109,6 +109,7 @@ struct cc_arena {
     void (*image_free)(void *);
     size_t cursor;                   /* next free byte, relative to lo */
     int tail_file;                   /* the cursor's page was written through the file */
+    size_t rw_mapped;                /* code bytes [0, rw_mapped) mapped in the RW view */
     size_t collapsed;                /* bytes from lo already offered to MADV_COLLAPSE */
     atomic_size_t ndead;             /* removed entries (written under the lock) */
     int slot;                        /* index in the global slot table, -1 if none */

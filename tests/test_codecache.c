@@ -531,7 +531,8 @@ END_TEST
 
 /* ---- how code gets into the arena ------------------------------------------
  * File arenas write small kernels through their RW view and kernels that
- * reach a new page and fill half of one, or continue a page written that
+ * reach a page not mapped in that view yet (the first page is, from the
+ * arena's creation) and fill half of one, or continue a page written that
  * way, into the file (cc_arena.c). Both ways must leave the same bytes,
  * int3 after them to the line's end, behind the executable view. */
 
@@ -556,9 +557,10 @@ static cc_entry *place_sized(cc_cache *c, uint32_t v, size_t len) {
 static void write_paths(cc_cache *c, int file) {
     /* {size, written into the file}: offsets from a fresh arena's start. */
     static const struct { size_t len; int file; } seq[] = {
-        {6, 0},    /* 0: a new page, small: the view */
-        {3000, 0}, /* 64: within a page written through the view */
-        {2500, 1}, /* 3072: reaches page 1, fills more than half a page */
+        {2500, 0}, /* 0: fills more than half of page 0, which the arena's creation
+                      mapped in the view: the view */
+        {6, 0},    /* 2560: within a page written through the view */
+        {3000, 1}, /* 2624: reaches page 1, fills more than half a page */
         {100, 1},  /* 5632: continues page 1, written into the file */
         {1000, 1}, {2040, 1}, /* ... and on into page 2 */
         {3456, 1}, /* 8832: ends exactly at page 3 */
