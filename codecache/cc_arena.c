@@ -324,6 +324,7 @@ static void warm_views(cc_arena *a, size_t span) {
     *w = *w;
     size_t meta = a->code_off + span;
     if (!file_fault() && os.fallocate(a->fd, 0, (off_t)meta, (off_t)page_size()) == 0) {
+        a->meta_backed = page_size();
         w = a->rw + meta;
         *w = *w;
     }

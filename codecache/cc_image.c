@@ -54,10 +54,11 @@ static fj_status in_room(const cc_arena *a, uint64_t off, uint64_t n, const char
 }
 
 fj_status cc_image_back(const cc_entry *e, uint64_t off, uint64_t n) {
-    const cc_arena *a = e ? file_arena(e) : NULL;
+    cc_arena *a = e ? file_arena(e) : NULL;
     if (!a) return fj_fail(FJ_ERR_INVALID_ARG, "cc_image_back: not a live file-backed arena");
     fj_status st = in_room(a, off, n, "image space");
-    if (st != FJ_OK || n == 0) return st;
+    if (st != FJ_OK || n == 0 || off + n <= a->meta_backed) return st;
+    const uint64_t rel = off;
     off += a->code_off + (a->hi - a->lo);
     /* fallocate only: a file system that cannot allocate ahead would turn a
      * full /dev/shm into SIGBUS on a later store through the mapping. */
@@ -66,14 +67,16 @@ fj_status cc_image_back(const cc_entry *e, uint64_t off, uint64_t n) {
     if (bad)
         return fj_fail(FJ_ERR_OS, "codecache: allocating %llu bytes at %#llx of %s: %s",
                        (unsigned long long)n, (unsigned long long)off, a->path, strerror(errno));
+    if (rel <= a->meta_backed && rel + n > a->meta_backed) a->meta_backed = rel + n;
     return FJ_OK;
 }
 
 fj_status cc_image_discard(const cc_entry *e, uint64_t off, uint64_t n, int truncate) {
-    const cc_arena *a = e ? file_arena(e) : NULL;
+    cc_arena *a = e ? file_arena(e) : NULL;
     if (!a) return fj_fail(FJ_ERR_INVALID_ARG, "cc_image_discard: not a live file-backed arena");
     fj_status st = in_room(a, off, truncate ? 0 : n, "image discard");
     if (st != FJ_OK) return st;
+    if (off < a->meta_backed) a->meta_backed = off;   /* known allocated up to here only */
     off += a->code_off + (a->hi - a->lo);
     if (truncate) {
         if (fj_fault_hit(FJ_FAULT_FILE) ? (errno = EIO, 1) : ftruncate(a->fd, (off_t)off) != 0)

@@ -106,6 +106,7 @@ struct cc_arena {
     uintptr_t aux;                   /* the owner's room at the block's end (cc_config) */
     size_t aux_len;
     void *image;                     /* the image writer's state (cc_image_set_state) */
+    uint64_t meta_backed;            /* metadata bytes [0, meta_backed) allocated in the file */
     void (*image_free)(void *);
     size_t cursor;                   /* next free byte, relative to lo */
     int tail_file;                   /* the cursor's page was written through the file */
