@@ -407,6 +407,10 @@ void bench_gemm(const bench_ctx *c) {
             one_shape(c, rt[t], t, s);
         }
     }
+    /* The same pause as before a two-thread block: the generation rows run
+     * on one thread, and the last block's worker threads still spin. */
+    struct timespec pause = {0, 30000000};
+    nanosleep(&pause, NULL);
     gen_time(c, (shape){256, 256, 256}, 0);
     gen_time(c, (shape){64, 64, 64}, 0);
     gen_time(c, (shape){100, 60, 70}, 0);
