@@ -483,9 +483,10 @@ fj_status cc_arena_reserve(cc_arena *a, size_t len, cc_txn *t, int *fits) {
  * one fault for all of them; a kernel that reaches a page not mapped in
  * the view yet (rw_mapped: the first one is, from the arena's creation)
  * and fills at least half a page, or one that continues a page written
- * through the file, goes into the file. (A page of n-byte kernels pays one fault
- * through the view or page/n calls through the file: from about half a page
- * the file wins, at the costs measured there and at usual bare-metal ones.) */
+ * through the file, goes into the file. (A page of n-byte kernels pays one
+ * fault through the view or page/n calls through the file: from about half
+ * a page the file wins, at the costs measured there and at usual
+ * bare-metal ones.) */
 static fj_status write_file(cc_arena *a, size_t at, const void *code, size_t len, size_t span) {
     struct iovec iov[2] = {{(void *)code, len}, {(void *)int3_page, span - len}};
     if (file_fault() || pwrite_all(a->fd, iov, 2, (off_t)(a->code_off + at)) != 0)

@@ -93,6 +93,7 @@ fj_status kb_new(const char *name, int nargs, fj_isa isa, uint32_t cpu, fj_runti
     b->vbits = isa == FJ_ISA_AVX512 ? 512 : 256;
     b->nvec = isa == FJ_ISA_AVX512 ? 32 : 16;
     b->last_ret_jmp = -1;
+    b->last_jump = -1;
     for (int i = 0; i < nargs; i++) {
         new_handle(b, RC_GPR, arg_regs[i]);
         b->arg_tag[i] = b->tag[RC_GPR][arg_regs[i]];
@@ -447,6 +448,7 @@ static void add_fixup(fj_builder *b, uint32_t pos, uint32_t end, uint32_t target
 /* jmp/jcc to a label: rel8 when the (backward) target is near, else rel32
  * with a fixup resolved when the label is bound or at assembly. */
 static void jump(fj_builder *b, x64_op op, int li) {
+    b->last_jump = (int32_t)b->len;
     if (atomic_load_explicit(&fast_paths, memory_order_relaxed)) {
         if (b->err || !kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return;
         int32_t target = b->labels[li];
@@ -885,6 +887,7 @@ void fj_return(fj_builder *b, fj_opnd value) {
         kb_fail(b, "fj_return: the value must be a general-purpose register or an immediate");
         return;
     }
+    b->last_jump = (int32_t)b->len;
     if (kb_fast_paths()) {
         if (b->err || !kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return;
         b->len += (size_t)x64_encode_jump(X64_JMP, 1, 0, b->code + b->len);

@@ -227,6 +227,9 @@ void kb_interleave(fj_builder *b, const uint32_t *at, size_t stride, int lanes, 
     for (int l = 0; l + 1 < lanes; l++)
         if (at[l * stride + count] != at[(l + 1) * stride]) goto bad;
     if (at[(lanes - 1) * stride + count] != hi) goto bad;
+    /* Straight-line code: no label bound inside, no jump (a backward one
+     * may have no fixup). */
+    if (b->last_jump >= (int32_t)lo) goto bad;
     for (uint32_t i = 0; i < b->nlabels; i++)
         if (b->labels[i] > (int32_t)lo && (size_t)b->labels[i] < hi) goto bad;
     /* The span's fixups: the last ones added, in body order. */

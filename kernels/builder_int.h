@@ -51,7 +51,7 @@ FJ_INTERNAL uint32_t kb_body_len(const fj_builder *b);
  * one ending at the body's end. Rewrites that span as instruction 0 of every
  * stream, then instruction 1, ... (independent chains side by side, for
  * the out-of-order core), moving constant fixups with their instructions.
- * Jumps to labels or labels bound inside the span make it an error. */
+ * A jump or a label bound inside the span makes it an error. */
 FJ_INTERNAL void kb_interleave(fj_builder *b, const uint32_t *at, size_t stride, int lanes,
                                int count);
 

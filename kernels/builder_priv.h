@@ -64,6 +64,7 @@ struct fj_builder {
     uint32_t slot_bytes;   /* below the save area */
     uint32_t call_area;    /* max bytes any fj_call needs */
     int32_t last_ret_jmp;  /* body offset just past fj_return's jmp, or -1 */
+    int32_t last_jump;     /* body offset of the last jump emitted, or -1 (kb_interleave) */
 #if FJ_FP_TAX_PROBE
     int nofp;              /* KB_NOFP: no frame pointer, rbp allocatable */
 #endif

@@ -108,10 +108,10 @@ END_TEST
 /* kb_interleave (eltwise's lanes): streams emitted one after the other,
  * then reordered, give the bytes of the same instructions emitted in the
  * interleaved order directly, constant-pool fixups included; a label or a
- * jump inside the span is refused. */
+ * jump (forward, or backward with no fixup) inside the span is refused. */
 typedef struct ilv_ctx {
     int order;    /* 0: streams, then kb_interleave; 1: interleaved by hand */
-    int bad;      /* 1: a label bound inside; 2: a jump inside */
+    int bad;      /* 1: a label bound inside; 2: a jump inside; 3: a backward one */
 } ilv_ctx;
 
 /* Instruction k of stream lane; cs: its constant (made beforehand, so that
@@ -138,7 +138,8 @@ static void ilv_gen(fj_builder *b, const void *p) {
                                   : fj_const_f32(b, x);
         }
     }
-    fj_label lbl = fj_label_new(b);
+    fj_label lbl = fj_label_new(b), back = fj_label_new(b);
+    fj_label_bind(b, back);
     if (c->order) {
         for (int k = 0; k < COUNT; k++)
             for (int l = 0; l < LANES; l++) ilv_insn(b, src, v[l], l, k, cs[l][k]);
@@ -150,6 +151,7 @@ static void ilv_gen(fj_builder *b, const void *p) {
                 ilv_insn(b, src, v[l], l, k, cs[l][k]);
                 if (l == 1 && k == 4 && c->bad == 1) fj_label_bind(b, lbl);
                 if (l == 1 && k == 4 && c->bad == 2) fj_emit(b, FJ_JMP, fj_lbl(lbl));
+                if (l == 1 && k == 4 && c->bad == 3) fj_emit(b, FJ_JE, fj_lbl(back));
                 at[l][k + 1] = kb_body_len(b);
             }
         }
@@ -170,7 +172,7 @@ START_TEST(interleave) {
                       a.len, c.len);
         kb_code_free(&a);
         kb_code_free(&c);
-        for (int bad = 1; bad <= 2; bad++) {
+        for (int bad = 1; bad <= 3; bad++) {
             ck_assert_int_ne(assemble(i, 1, ilv_gen, &(ilv_ctx){0, bad}, 1, &a), FJ_OK);
             ck_assert_msg(strstr(fj_last_error(), "straight-line"), "%s", fj_last_error());
         }
