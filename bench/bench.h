@@ -20,6 +20,12 @@ double bench_now_ns(void);
 double bench_cpu_ns(void);
 /* Median of v[0..n) (sorts v). */
 double bench_median(double *v, int n);
+/* Fresh runtimes per generation row: a row is the difference of two calls
+ * (the first and a warm one), and the warm one's own time swings on a
+ * shared host (a 256^3 GEMM's ~80 us by tens of us), so a median needs
+ * more of them than the timing rows; a fresh runtime costs well under a
+ * millisecond. */
+static inline int bench_gen_reps(const bench_ctx *c) { return c->quick ? c->reps : 31; }
 /* Times `calls` calls of fn(arg) per repetition, interleaved with the
  * others in the same group by the caller; returns ns per call. */
 

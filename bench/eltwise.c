@@ -152,14 +152,16 @@ static void run_case(const bench_ctx *c, fj_runtime *rt, const elt_case *ec, siz
     free(dst);
 }
 
-/* Generation: first call in a fresh runtime minus a warm call, median;
- * by wall clock and by the thread's CPU time (the host's preemptions left
- * out: generation is all on the calling thread). */
+/* Generation: first call in a fresh runtime minus a warm call, median
+ * over bench_gen_reps fresh runtimes; by wall clock and by the thread's
+ * CPU time (the host's preemptions left out: generation is all on the
+ * calling thread). */
 static void gen_time(const bench_ctx *c, const elt_case *ec) {
     double v[64], vc[64];
     float src[1024], dst[1024];
+    const int reps = bench_gen_reps(c) < 64 ? bench_gen_reps(c) : 64;
     for (int i = 0; i < 1024; i++) src[i] = 0.5f;
-    for (int rep = 0; rep < c->reps; rep++) {
+    for (int rep = 0; rep < reps; rep++) {
         fj_options o;
         fj_options_init(&o);
         o.threads = 1;
@@ -177,8 +179,8 @@ static void gen_time(const bench_ctx *c, const elt_case *ec) {
     }
     char name[64];
     snprintf(name, sizeof name, "generate %s", ec->name);
-    bench_row("eltwise", name, "framejit", bench_median(v, c->reps), "us", 0);
-    bench_row("eltwise", name, "framejit cpu", bench_median(vc, c->reps), "us", 0);
+    bench_row("eltwise", name, "framejit", bench_median(v, reps), "us", 0);
+    bench_row("eltwise", name, "framejit cpu", bench_median(vc, reps), "us", 0);
 }
 
 void bench_eltwise(const bench_ctx *c) {

@@ -219,7 +219,7 @@ static void gen_time(const bench_ctx *c, shape s, int used) {
                    rand_buf((size_t)s.m * s.n)};
     gemm_bufs w = {{16, 16, 16}, rand_buf(256), rand_buf(256), rand_buf(256)};
     double v[32], vc[32], mk[32];
-    int reps = c->reps > 32 ? 32 : c->reps, n = 0;
+    int reps = bench_gen_reps(c) > 32 ? 32 : bench_gen_reps(c), n = 0;
     for (int r = 0; r < reps && g.a && g.b && g.c && w.a && w.b && w.c; r++) {
         fj_options o;
         fj_options_init(&o);
