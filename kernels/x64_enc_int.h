@@ -20,8 +20,5 @@ typedef struct x64_found {
 
 /* The full search for ops: 1 and *out, or 0 when no row takes them. */
 FJ_INTERNAL int x64_enc_find(x64_op op, const x64_opnd *ops, int nops, x64_found *out);
-/* ModRM (+ SIB + displacement) for ModRM.reg = regf and rm, as the encoder
- * writes them (n: the disp8 scale). Returns the bytes written. */
-FJ_INTERNAL int x64_enc_modrm(uint8_t *p, int regf, const x64_opnd *rm, int n);
 
 #endif

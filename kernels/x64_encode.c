@@ -6,6 +6,7 @@
 #include "kernels/x64.h"
 #include "kernels/x64_enc_int.h"
 #include "kernels/x64_table.h"
+#include "kernels/x64_templ.h"
 
 /*
  *   x64_encode(op, operands)
@@ -426,44 +427,29 @@ static int disp_scale(const x64_form *f) {
 static int scale_bits(int scale) { return scale == 8 ? 3 : scale == 4 ? 2 : scale == 2 ? 1 : 0; }
 
 /* ModRM (+ SIB + displacement) for ModRM.reg = regf and f->rm. N is the
- * disp8 scale (1 outside EVEX). Returns bytes written; *disp_at is set to
- * the offset of a RIP-relative disp32. */
+ * disp8 scale (1 outside EVEX, a power of two). Returns bytes written;
+ * *disp_at is set to the offset of a RIP-relative disp32. A base register
+ * or RIP: the writer the template paths use (x64_templ.h). */
 static int emit_modrm(uint8_t *p, int regf, const x64_opnd *rm, int n, int *disp_at) {
-    uint8_t *q = p;
     regf &= 7;
     if (rm->kind != X64_K_MEM) {
-        *q++ = (uint8_t)(0xC0 | regf << 3 | (rm->reg & 7));   /* mod 11: register */
-        return (int)(q - p);
+        *p = (uint8_t)(0xC0 | regf << 3 | (rm->reg & 7));   /* mod 11: register */
+        return 1;
     }
     int32_t d = rm->disp;
-    int base = rm->base, index = rm->index;
-    if (base == X64_RIP) {
-        *q++ = (uint8_t)(regf << 3 | 5);      /* mod 00 rm 101: [rip + disp32] */
-        *disp_at = (int)(q - p);
-    } else if (base == X64_NOREG) {
+    if (rm->base == X64_NOREG) {
         /* mod 00 rm 100, SIB base 101: [index*scale + disp32] or [disp32]
          * (rm 101 alone would be RIP-relative in 64-bit mode). */
-        *q++ = (uint8_t)(regf << 3 | 4);
-        *q++ = (uint8_t)(scale_bits(rm->scale) << 6 | (index == X64_NOREG ? 4 : index & 7) << 3 | 5);
-    } else {
-        int mod;
-        /* rbp/r13 as base with mod 00 means "no base": they need a disp8 0. */
-        if (d == 0 && (base & 7) != 5) mod = 0;
-        else if (d % n == 0 && fits8(d / n)) mod = 1;
-        else mod = 2;
-        if (index != X64_NOREG || (base & 7) == 4) {
-            /* rsp/r12 as base (rm 100) always need a SIB byte. */
-            *q++ = (uint8_t)(mod << 6 | regf << 3 | 4);
-            *q++ = (uint8_t)((index == X64_NOREG ? 0 : scale_bits(rm->scale)) << 6 |
-                             (index == X64_NOREG ? 4 : index & 7) << 3 | (base & 7));
-        } else {
-            *q++ = (uint8_t)(mod << 6 | regf << 3 | (base & 7));
-        }
-        if (mod == 1) { *q++ = (uint8_t)(int8_t)(d / n); return (int)(q - p); }
-        if (mod == 0) return (int)(q - p);
+        p[0] = (uint8_t)(regf << 3 | 4);
+        p[1] = (uint8_t)(scale_bits(rm->scale) << 6 |
+                         (rm->index == X64_NOREG ? 4 : rm->index & 7) << 3 | 5);
+        memcpy(p + 2, &d, 4);   /* x86-64 is little-endian */
+        return 6;
     }
-    memcpy(q, &d, 4);   /* x86-64 is little-endian */
-    return (int)(q - p) + 4;
+    if (rm->base == X64_RIP) *disp_at = 1;
+    const x64_vm_mem m = {rm->base, rm->index,
+                          (uint8_t)(rm->index == X64_NOREG ? 1 : rm->scale), 0, rm->bits, d};
+    return (int)(x64_modrm_mem(p, (unsigned)regf, &m, (unsigned)__builtin_ctz((unsigned)n)) - p);
 }
 
 /* Bit 3 (REX/VEX extension) and bit 4 (EVEX) of the rm operand's register
@@ -966,11 +952,6 @@ int x64_enc_find(x64_op op, const x64_opnd *ops, int nops, x64_found *out) {
     for (const row_aux *a = aux + op_first[op], *e = a + op_nrows[op]; a < e; a++)
         out->vex_rows += x64_rows[a - aux].enc == XE_VEX && (sig & a->acc) == sig;
     return 1;
-}
-
-int x64_enc_modrm(uint8_t *p, int regf, const x64_opnd *rm, int n) {
-    int disp_at = -1;
-    return emit_modrm(p, regf, rm, n, &disp_at);
 }
 
 int x64_encode(x64_op op, const x64_opnd *ops, int nops, uint8_t *out, x64_enc_info *info) {
