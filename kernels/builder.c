@@ -445,54 +445,44 @@ static void add_fixup(fj_builder *b, uint32_t pos, uint32_t end, uint32_t target
     b->fix[b->nfix++] = (fixup){pos, end, target, (uint8_t)is_const};
 }
 
-/* jmp/jcc to a label: rel8 when the (backward) target is near, else rel32
- * with a fixup resolved when the label is bound or at assembly. */
-static void jump(fj_builder *b, x64_op op, int li) {
+/* jmp/jcc: rel8 when the target, bound at body offset at (or -1), is
+ * near and backward, else rel32 with a fixup to target (a label index, or
+ * EPILOGUE for fj_return) resolved when the label is bound or at
+ * assembly. Written straight (x64_encode_jump) unless a test turned the
+ * direct paths off. Returns 0 on error (then sticky). */
+static int jump_to(fj_builder *b, x64_op op, int32_t at, uint32_t target) {
     b->last_jump = (int32_t)b->len;
-    if (atomic_load_explicit(&fast_paths, memory_order_relaxed)) {
-        if (b->err || !kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return;
-        int32_t target = b->labels[li];
-        int64_t d8 = (int64_t)target - (int64_t)(b->len + 2);
-        int n = target >= 0 && d8 >= -128 ? x64_encode_jump(op, 0, (int32_t)d8, b->code + b->len)
-                                          : x64_encode_jump(op, 1, 0, b->code + b->len);
-        if (n) {
-            b->len += (size_t)n;
-            if (n > 2) add_fixup(b, (uint32_t)(b->len - 4), (uint32_t)b->len, (uint32_t)li, 0);
-            return;
-        }
+    if (b->err || !kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return 0;
+    const size_t start = b->len;
+    const int64_t d8 = (int64_t)at - (int64_t)(start + 2);
+    const int near = at >= 0 && d8 >= -128;
+    int n = kb_fast_paths() ? x64_encode_jump(op, !near, near ? (int32_t)d8 : 0, b->code + start)
+                            : 0;
+    int rel_at = n - 4;
+    if (n) {
+        b->len += (size_t)n;
+    } else {
+        x64_opnd rel = {0};
+        rel.kind = X64_K_REL;
+        rel.bits = near ? 8 : 32;
+        rel.imm = near ? d8 : 0;
+        x64_enc_info info;
+        if (!put(b, op, &rel, 1, &info)) return 0;
+        rel_at = info.rel_pos;
     }
-    x64_opnd rel = {0};
-    rel.kind = X64_K_REL;
-    int32_t target = b->labels[li];
-    if (target >= 0) {
-        int64_t d8 = (int64_t)target - (int64_t)(b->len + 2);
-        if (d8 >= -128) {
-            rel.bits = 8; rel.imm = d8;
-            put(b, op, &rel, 1, NULL);
-            return;
-        }
-    }
-    rel.bits = 32;
-    x64_enc_info info;
-    int n = put(b, op, &rel, 1, &info);
-    if (!n) return;
-    add_fixup(b, (uint32_t)(b->len - (size_t)n + (size_t)info.rel_pos), (uint32_t)b->len,
-              (uint32_t)li, 0);
+    if (!near) add_fixup(b, (uint32_t)(start + (size_t)rel_at), (uint32_t)b->len, target, 0);
+    return 1;
 }
 
 /* ---- instructions --------------------------------------------------- */
 
-/* The physical register of a plain vector register operand of width bits
- * (as fj_vec, fj_zmm... make it: no mask, broadcast, zeroing or scale), or
- * -1 for anything else. */
-static inline int plain_vreg(const fj_builder *b, const fj_opnd *o, unsigned bits) {
-    uint32_t head, id = o->reg.id;
+/* The physical register of a plain register operand of class cls and
+ * width bits (as fj_vec, fj_r64... make it: no mask, broadcast, zeroing or
+ * scale), or -1 for anything else. */
+static inline int plain_reg(const fj_builder *b, const fj_opnd *o, int cls, unsigned bits) {
+    uint32_t head;
     memcpy(&head, o, sizeof head);   /* kind, scale, bcst, zero */
-    unsigned p = H_PHYS(id);
-    if (head != FJ_OPND_REG || o->bits != bits || o->mask.id || H_CLASS(id) != RC_VEC ||
-        b->tag[RC_VEC][p] != H_TAG(id) || !H_TAG(id))
-        return -1;
-    return (int)p;
+    return head == FJ_OPND_REG && o->bits == bits && !o->mask.id ? live_phys(b, o->reg, cls) : -1;
 }
 
 /* Register-only vector instructions (most of a compute loop): a straight
@@ -500,11 +490,11 @@ static inline int plain_vreg(const fj_builder *b, const fj_opnd *o, unsigned bit
 static inline int emit_vregs(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
     int has_imm = ops[nops - 1].kind == FJ_OPND_IMM, nv = nops - has_imm;
     unsigned bits = ops[0].bits;
-    int p0 = plain_vreg(b, &ops[0], bits), p1 = plain_vreg(b, &ops[1], bits);
+    int p0 = plain_reg(b, &ops[0], RC_VEC, bits), p1 = plain_reg(b, &ops[1], RC_VEC, bits);
     if ((p0 | p1) < 0 || nv < 2 || bits > (unsigned)b->vbits) return 0;
     uint32_t regs = (uint32_t)p0 | (uint32_t)p1 << 8;
     for (int i = 2; i < nv; i++) {
-        int p = plain_vreg(b, &ops[i], bits);
+        int p = plain_reg(b, &ops[i], RC_VEC, bits);
         if (p < 0) return 0;
         regs |= (uint32_t)p << 8 * i;
     }
@@ -521,23 +511,18 @@ static inline int emit_vregs(fj_builder *b, fj_op op, const fj_opnd *ops, int no
  * register or an immediate (x64_encode_gpr): a kernel's pointer and
  * counter updates and compares. */
 static inline int emit_gpr(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
-    if (nops != 2) return 0;
-    const fj_opnd *d = &ops[0], *o = &ops[1];
-    uint32_t head;
-    memcpy(&head, d, sizeof head);
-    if (head != FJ_OPND_REG || (d->bits != 32 && d->bits != 64) || d->mask.id) return 0;
-    int r0 = live_phys(b, d->reg, RC_GPR), r1 = -1;
+    const unsigned bits = ops[0].bits;
+    if (nops != 2 || (bits != 32 && bits != 64)) return 0;
+    const fj_opnd *o = &ops[1];
+    int r0 = plain_reg(b, &ops[0], RC_GPR, bits), r1 = -1;
     if (r0 < 0) return 0;
     if (o->kind == FJ_OPND_REG) {
-        memcpy(&head, o, sizeof head);
-        if (head != FJ_OPND_REG || o->bits != d->bits || o->mask.id ||
-            (r1 = live_phys(b, o->reg, RC_GPR)) < 0)
-            return 0;
+        if ((r1 = plain_reg(b, o, RC_GPR, bits)) < 0) return 0;
     } else if (o->kind != FJ_OPND_IMM || o->mask.id) {
         return 0;
     }
     if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return 1;
-    int n = x64_encode_gpr((x64_op)op, d->bits, r0, r1, o->val, b->code + b->len);
+    int n = x64_encode_gpr((x64_op)op, (int)bits, r0, r1, o->val, b->code + b->len);
     b->len += (size_t)n;
     return n > 0;
 }
@@ -546,18 +531,15 @@ static inline int emit_gpr(fj_builder *b, fj_op op, const fj_opnd *ops, int nops
  * between mask and general registers (x64_encode_kmov; AVX-512): the
  * tail masks of element-wise loops. */
 static inline int emit_gpr3_kmov(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
-    uint32_t h[3] = {0, 0, 0};
-    for (int i = 0; i < nops && i < 3; i++) {
-        memcpy(&h[i], &ops[i], sizeof h[i]);
-        if (h[i] != FJ_OPND_REG || ops[i].mask.id) return 0;
-    }
     int n = 0;
     if (op == FJ_KMOVW && nops == 2) {
         if (!(b->features & X64_F_AVX512F)) return 0;
+        /* A mask register of any width (the encoder takes it as 16), or a
+         * 32-bit GPR. */
         int kd = H_CLASS(ops[0].reg.id) == RC_K, ks = H_CLASS(ops[1].reg.id) == RC_K;
-        int d = live_phys(b, ops[0].reg, kd ? RC_K : RC_GPR);
-        int r = live_phys(b, ops[1].reg, ks ? RC_K : RC_GPR);
-        if (d < 0 || r < 0 || (!kd && ops[0].bits != 32) || (!ks && ops[1].bits != 32)) return 0;
+        int d = plain_reg(b, &ops[0], kd ? RC_K : RC_GPR, kd ? ops[0].bits : 32u);
+        int r = plain_reg(b, &ops[1], ks ? RC_K : RC_GPR, ks ? ops[1].bits : 32u);
+        if (d < 0 || r < 0) return 0;
         if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return 1;
         n = x64_encode_kmov(kd, d, ks, r, b->code + b->len);
     } else if (nops == 3 && (op == FJ_BZHI || op == FJ_SHLX || op == FJ_SHRX)) {
@@ -565,7 +547,7 @@ static inline int emit_gpr3_kmov(fj_builder *b, fj_op op, const fj_opnd *ops, in
         int r[3];
         if (!(b->features & X64_F_BMI2) || (bits != 32 && bits != 64)) return 0;
         for (int i = 0; i < 3; i++)
-            if (ops[i].bits != bits || (r[i] = live_phys(b, ops[i].reg, RC_GPR)) < 0) return 0;
+            if ((r[i] = plain_reg(b, &ops[i], RC_GPR, bits)) < 0) return 0;
         if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return 1;
         n = x64_encode_gpr3((x64_op)op, (int)bits, r[0], r[1], r[2], b->code + b->len);
     }
@@ -612,11 +594,9 @@ static inline int emit_gpr_mem(fj_builder *b, fj_op op, const fj_opnd *ops, int 
         return 0;
     }
     if (r) {
-        uint32_t head;
-        memcpy(&head, r, sizeof head);
         bits = r->bits;
-        if (head != FJ_OPND_REG || (bits != 32 && bits != 64) || r->mask.id ||
-            (mo->bits && mo->bits != bits) || (reg = live_phys(b, r->reg, RC_GPR)) < 0)
+        if ((bits != 32 && bits != 64) || (mo->bits && mo->bits != bits) ||
+            (reg = plain_reg(b, r, RC_GPR, (unsigned)bits)) < 0)
             return 0;
     }
     x64_vm_mem m;
@@ -738,7 +718,7 @@ void fj_emitv(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
             return;
         }
         int li = label_index(b, (uint32_t)ops[0].val);
-        if (li >= 0) jump(b, (x64_op)op, li);
+        if (li >= 0) jump_to(b, (x64_op)op, b->labels[li], (uint32_t)li);
         return;
     }
     /* Not zero-initialized: xlate fills each operand used, and the
@@ -887,19 +867,5 @@ void fj_return(fj_builder *b, fj_opnd value) {
         kb_fail(b, "fj_return: the value must be a general-purpose register or an immediate");
         return;
     }
-    b->last_jump = (int32_t)b->len;
-    if (kb_fast_paths()) {
-        if (b->err || !kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return;
-        b->len += (size_t)x64_encode_jump(X64_JMP, 1, 0, b->code + b->len);
-        add_fixup(b, (uint32_t)(b->len - 4), (uint32_t)b->len, EPILOGUE, 0);
-    } else {
-        x64_opnd rel = {0};
-        rel.kind = X64_K_REL; rel.bits = 32;
-        x64_enc_info info;
-        int n = put(b, X64_JMP, &rel, 1, &info);
-        if (!n) return;
-        add_fixup(b, (uint32_t)(b->len - (size_t)n + (size_t)info.rel_pos), (uint32_t)b->len,
-                  EPILOGUE, 0);
-    }
-    b->last_ret_jmp = (int32_t)b->len;
+    if (jump_to(b, X64_JMP, -1, EPILOGUE)) b->last_ret_jmp = (int32_t)b->len;
 }
