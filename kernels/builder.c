@@ -186,15 +186,6 @@ static __attribute__((noinline, cold)) int phys_fail(fj_builder *b, fj_reg r, in
     return -1;
 }
 
-/* The physical register of a live handle of class cls, or -1. Tags are
- * never 0, so a free register (tag 0) cannot match; the frame and
- * constant-pool bases are class 0, never a register. */
-static inline int live_phys(const fj_builder *b, fj_reg r, int cls) {
-    uint32_t id = r.id;
-    unsigned p = H_PHYS(id);
-    return H_CLASS(id) == (unsigned)cls && H_TAG(id) && b->tag[cls][p] == H_TAG(id) ? (int)p : -1;
-}
-
 /* The same, with the error set when it is not one.
  * Inline: every register operand of every instruction comes through here. */
 static inline int phys_of(fj_builder *b, fj_reg r, int cls, const char *what) {
@@ -437,6 +428,7 @@ void fj_label_bind(fj_builder *b, fj_label l) {
     int i = label_index(b, l.id);
     if (i < 0) return;
     if (b->labels[i] >= 0) { kb_fail(b, "label %d bound twice", i + 1); return; }
+    if (b->trace) b->trace->bad = 1;   /* a replay would not bind it */
     b->labels[i] = (int32_t)b->len;
 }
 
@@ -476,28 +468,13 @@ static int jump_to(fj_builder *b, x64_op op, int32_t at, uint32_t target) {
 
 /* ---- instructions --------------------------------------------------- */
 
-/* The physical register of a plain register operand of class cls and
- * width bits (as fj_vec, fj_r64... make it: no mask, broadcast, zeroing or
- * scale), or -1 for anything else. */
-static inline int plain_reg(const fj_builder *b, const fj_opnd *o, int cls, unsigned bits) {
-    uint32_t head;
-    memcpy(&head, o, sizeof head);   /* kind, scale, bcst, zero */
-    return head == FJ_OPND_REG && o->bits == bits && !o->mask.id ? live_phys(b, o->reg, cls) : -1;
-}
-
 /* Register-only vector instructions (most of a compute loop): a straight
  * line for them, ahead of emit_fast's general operand loop. */
 static inline int emit_vregs(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
     int has_imm = ops[nops - 1].kind == FJ_OPND_IMM, nv = nops - has_imm;
     unsigned bits = ops[0].bits;
-    int p0 = plain_reg(b, &ops[0], RC_VEC, bits), p1 = plain_reg(b, &ops[1], RC_VEC, bits);
-    if ((p0 | p1) < 0 || nv < 2 || bits > (unsigned)b->vbits) return 0;
-    uint32_t regs = (uint32_t)p0 | (uint32_t)p1 << 8;
-    for (int i = 2; i < nv; i++) {
-        int p = plain_reg(b, &ops[i], RC_VEC, bits);
-        if (p < 0) return 0;
-        regs |= (uint32_t)p << 8 * i;
-    }
+    uint32_t regs;
+    if (!kb_vregs_of(b, ops, nv, &regs)) return 0;
     if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return 1;
     uint32_t feat;
     int n = x64_vregs((x64_op)op, (int)bits, regs, nv, has_imm ? ops[nops - 1].val : 0, has_imm,
@@ -693,6 +670,7 @@ void fj_emitv(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
         kb_fail(b, "%s: %d operands (0..4, non-NULL)", x64_op_name((x64_op)op), nops);
         return;
     }
+    if (__builtin_expect(b->trace != NULL, 0)) { kb_trace_add(b, op, ops, nops); return; }
     /* Before the checks below: no mnemonic they refuse has a form these
      * paths take. */
     if (nops >= 1 && atomic_load_explicit(&fast_paths, memory_order_relaxed) &&

@@ -55,6 +55,48 @@ FJ_INTERNAL uint32_t kb_body_len(const fj_builder *b);
 FJ_INTERNAL void kb_interleave(fj_builder *b, const uint32_t *at, size_t stride, int lanes,
                                int count);
 
+/* Traces. A generator that emits one straight-line sequence many times
+ * with other registers (a math op once per vector of an unrolled loop,
+ * once per accumulator of an epilogue) records it once and replays it:
+ * between kb_trace_begin and kb_trace_end, fj_emitv records each
+ * instruction instead of emitting it, and kb_replay emits copies of the
+ * recording with registers renamed, instruction k of every copy before
+ * instruction k + 1 of any (independent chains side by side, for the
+ * out-of-order core, as kb_interleave lays them out). Register-only vector
+ * instructions replay straight through the encoder's register templates,
+ * their operands checked once when recorded; the others through fj_emitv.
+ * Jumps, labels and anything that emits bytes other than fj_emitv make a
+ * trace unusable (kb_trace_end says so; bytes emitted meanwhile are an
+ * error of the builder). */
+enum { KB_TRACE_MAX = 48, KB_REPLAY_MAX = 8 };
+typedef struct kb_tinsn {
+    uint16_t op;
+    uint8_t nops;
+    uint8_t gen;           /* 1: operands in gen[gi]; 0: vector registers in regs */
+    uint16_t bits;         /* the vector width (registers) */
+    uint8_t gi, nv;        /* nv: register operands (registers) */
+    uint32_t regs;         /* physical registers, operand i's in bits 8i..8i+7 */
+    int32_t imm;           /* last operand, an imm8 (registers, has_imm) */
+    uint8_t has_imm;
+    uint8_t evex;          /* w and sh hold the form (registers, 512 bits) */
+    uint8_t sh[3];         /* where ModRM.reg, ModRM.rm, vvvv's registers are in regs (32: none) */
+    uint64_t w;            /* the form's bytes word (x64_templ.h) */
+} kb_tinsn;
+typedef struct kb_trace {
+    kb_tinsn in[KB_TRACE_MAX];
+    fj_opnd gen[KB_TRACE_MAX][4];
+    int n, ngen, bad;
+    size_t len0, nfix0;
+} kb_trace;
+FJ_INTERNAL void kb_trace_begin(fj_builder *b, kb_trace *t);
+/* 1 when the trace can be replayed. */
+FJ_INTERNAL int kb_trace_end(fj_builder *b);
+/* Emits copies of t (1..KB_REPLAY_MAX), interleaved, copy c with the
+ * register of from[i] renamed to that of to[c * nmap + i] (vector or mask
+ * registers, live; any other register the trace names is kept). */
+FJ_INTERNAL void kb_replay(fj_builder *b, const kb_trace *t, int copies, const fj_reg *from,
+                           const fj_reg *to, int nmap);
+
 /* Sets the builder's sticky error (if none yet), for generators that find
  * a problem of their own (unknown op, unsupported parameter...). */
 FJ_INTERNAL void kb_fail(fj_builder *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -5,6 +5,7 @@
 
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "kernels/builder_int.h"
 #include "kernels/x64.h"
@@ -65,10 +66,50 @@ struct fj_builder {
     uint32_t call_area;    /* max bytes any fj_call needs */
     int32_t last_ret_jmp;  /* body offset just past fj_return's jmp, or -1 */
     int32_t last_jump;     /* body offset of the last jump emitted, or -1 (kb_interleave) */
+    kb_trace *trace;       /* recording (kb_trace_begin): fj_emitv records, emits nothing */
 #if FJ_FP_TAX_PROBE
     int nofp;              /* KB_NOFP: no frame pointer, rbp allocatable */
 #endif
 };
+
+/* The physical register of a live handle of class cls, or -1. Tags are
+ * never 0, so a free register (tag 0) cannot match; the frame and
+ * constant-pool bases are class 0, never a register. */
+static inline int live_phys(const fj_builder *b, fj_reg r, int cls) {
+    uint32_t id = r.id;
+    unsigned p = H_PHYS(id);
+    return H_CLASS(id) == (unsigned)cls && H_TAG(id) && b->tag[cls][p] == H_TAG(id) ? (int)p : -1;
+}
+
+/* The physical register of a plain register operand of class cls and
+ * width bits (as fj_vec, fj_r64... make it: no mask, broadcast, zeroing or
+ * scale), or -1 for anything else. */
+static inline int plain_reg(const fj_builder *b, const fj_opnd *o, int cls, unsigned bits) {
+    uint32_t head;
+    memcpy(&head, o, sizeof head);   /* kind, scale, bcst, zero */
+    return head == FJ_OPND_REG && o->bits == bits && !o->mask.id ? live_phys(b, o->reg, cls) : -1;
+}
+
+/* Operands 0..nv-1 (nv >= 2) as plain vector registers of operand 0's
+ * width, at most the builder's: their physical registers packed in *regs,
+ * operand i's in bits 8i..8i+7 (the encoder's register templates take
+ * them so). 0 when one is anything else. */
+static inline int kb_vregs_of(const fj_builder *b, const fj_opnd *ops, int nv, uint32_t *regs) {
+    unsigned bits = ops[0].bits;
+    int p0 = plain_reg(b, &ops[0], RC_VEC, bits), p1 = plain_reg(b, &ops[1], RC_VEC, bits);
+    if ((p0 | p1) < 0 || nv < 2 || bits > (unsigned)b->vbits) return 0;
+    uint32_t r = (uint32_t)p0 | (uint32_t)p1 << 8;
+    for (int i = 2; i < nv; i++) {
+        int p = plain_reg(b, &ops[i], RC_VEC, bits);
+        if (p < 0) return 0;
+        r |= (uint32_t)p << 8 * i;
+    }
+    *regs = r;
+    return 1;
+}
+
+/* Records one instruction into the builder's trace (builder_trace.c). */
+FJ_INTERNAL void kb_trace_add(fj_builder *b, fj_op op, const fj_opnd *ops, int nops);
 
 /* Sets the builder's sticky error to "out of memory" (if none yet). */
 #define KB_ERR_NOMEM(b) \

@@ -283,6 +283,17 @@ int kg_elt_kregs(fj_isa isa, fj_eltwise_op op, float alpha) {
     return k;
 }
 
+/* ---- replays ----
+ * Every copy of a math op is a replay of its chain (kb_replay): recorded
+ * on the first vector the op is applied to, with lane 0's scratch. One
+ * recording per thread, the last state's to record (a kernel applies one
+ * op at a time: softmax's exp and log take turns at most once or twice). */
+static _Thread_local struct {
+    kb_trace t;
+    const kg_elt_state *owner;
+    fj_reg x;              /* the vector it was recorded on */
+} rec;
+
 kg_elt_state *kg_elt_prepare_cfg(fj_builder *b, fj_eltwise_op op, float alpha, float beta,
                                  const kg_elt_cfg *cfg) {
     if (!b) return NULL;
@@ -294,6 +305,7 @@ kg_elt_state *kg_elt_prepare_cfg(fj_builder *b, fj_eltwise_op op, float alpha, f
         return NULL;
     }
     kg_elt_state *s = &pool[slot];
+    if (rec.owner == s) rec.owner = NULL;
     fj_reg params = cfg ? cfg->params : (fj_reg){0};
     init_state(s, b, fj_builder_isa(b), op, params.id ? ELT_KEY_ALPHA : elt_bits(alpha),
                params.id ? ELT_KEY_BETA : elt_bits(beta));
@@ -334,12 +346,74 @@ kg_elt_state *kg_elt_prepare(fj_builder *b, fj_eltwise_op op, float alpha, float
     return kg_elt_prepare_cfg(b, op, alpha, beta, NULL);
 }
 
+static int cheap(fj_eltwise_op op);
+
+static atomic_int replay_on = 1;
+void kg_elt_test_replay(int on) { atomic_store(&replay_on, on != 0); }
+
+/* 0: no usable recording (nothing was emitted; the emitter runs as
+ * usual). */
+static int traced(kg_elt_state *s, fj_reg x) {
+    if (s->notrace || !atomic_load_explicit(&replay_on, memory_order_relaxed)) return 0;
+    if (rec.owner == s) return 1;
+    /* Instructions with a memory operand replay through fj_emitv, at the
+     * cost of emitting them: the simple ops (a few instructions, some
+     * with a constant from memory) and AVX2 chains (16 registers: most
+     * constants come from memory) cost more to record and replay than to
+     * emit (AVX2 tanh: 115K -> 124K host instructions per kernel). */
+    if (cheap(s->op) || !s->avx512) { s->notrace = 1; return 0; }
+    rec.owner = NULL;
+    const int lane = s->lane;
+    s->lane = 0;
+    kb_trace_begin(s->b, &rec.t);
+    emit_op(s, x);
+    s->lane = lane;
+    if (!kb_trace_end(s->b)) { s->notrace = 1; return 0; }
+    rec.owner = s;
+    rec.x = x;
+    return 1;
+}
+
+/* The op on x[0..n-1] (n <= lanes), vector l with lane l's scratch,
+ * interleaved. */
+static void replay(kg_elt_state *s, const fj_reg *x, int n) {
+    enum { M = 1 + ELT_MAXT + ELT_MAXK };
+    fj_reg from[M], to[ELT_LANES * M];
+    const int nmap = 1 + s->nt + s->nk;
+    from[0] = rec.x;
+    memcpy(from + 1, s->t[0], (size_t)s->nt * sizeof *from);
+    memcpy(from + 1 + s->nt, s->k[0], (size_t)s->nk * sizeof *from);
+    for (int l = 0; l < n; l++) {
+        fj_reg *d = to + l * nmap;
+        d[0] = x[l];
+        memcpy(d + 1, s->t[l], (size_t)s->nt * sizeof *d);
+        memcpy(d + 1 + s->nt, s->k[l], (size_t)s->nk * sizeof *d);
+    }
+    kb_replay(s->b, &rec.t, n, from, to, nmap);
+}
+
 void kg_elt_apply(kg_elt_state *s, fj_reg x) {
-    if (s) emit_op(s, x);
+    if (!s) return;
+    /* Recording and replaying a chain costs more than emitting it once:
+     * an op applied once (a loop's tail after a folded main body) is not
+     * recorded. */
+    if (rec.owner != s && !s->applied) {
+        s->applied = 1;
+        emit_op(s, x);
+    } else if (traced(s, x)) {
+        replay(s, &x, 1);
+    } else {
+        emit_op(s, x);
+    }
 }
 
 void kg_elt_apply_n(kg_elt_state *s, const fj_reg *x, int n) {
-    if (!s) return;
+    if (!s || n < 1) return;
+    if (traced(s, x[0])) {
+        const int step = s->lanes > 1 ? s->lanes : 1;
+        for (int at = 0; at < n; at += step) replay(s, x + at, n - at < step ? n - at : step);
+        return;
+    }
     if (s->lanes < 2 || n < 2) {
         for (int i = 0; i < n; i++) emit_op(s, x[i]);
         return;
@@ -365,6 +439,7 @@ void kg_elt_apply_n(kg_elt_state *s, const fj_reg *x, int n) {
 
 void kg_elt_finish(kg_elt_state *s) {
     if (!s) return;
+    if (rec.owner == s) rec.owner = NULL;   /* the slot's next state is another op */
     for (int l = 0; l < s->lanes; l++) {
         for (int i = 0; i < s->nt; i++) fj_release(s->b, s->t[l][i]);
         for (int i = 0; i < s->nk; i++) fj_release(s->b, s->k[l][i]);

@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "kernels/builder_int.h"
 #include "kernels/eltwise.h"
 
 /* Keys of the runtime parameters (signalling-NaN patterns that no literal
@@ -47,6 +48,8 @@ struct kg_elt_state {
     int nmarks;            /* instructions marked (ELT_MAXREC + 1: too many) */
     int slot;              /* index in the thread's state pool */
     int planning;          /* dry run (b == NULL): record constants/scratch */
+    int applied;           /* kg_elt_apply has emitted the op once */
+    int notrace;           /* the op's chain is not replayed (see eltwise.c) */
 };
 
 static inline uint32_t elt_bits(float f) {

@@ -44,6 +44,14 @@ FJ_INTERNAL uint64_t x64_vform_make(x64_vform *vf, x64_op op, int bits, int hi, 
 FJ_INTERNAL int x64_vform_fill(uint64_t f, uint32_t regs, int64_t imm, int has_imm,
                                uint8_t *out);
 
+/* An EVEX form's bytes word with registers g (ModRM.reg), e (ModRM.rm)
+ * and h (vvvv) put in: R X B R' in P0, vvvv in P1, V' in P2, then opcode,
+ * ModRM. */
+static inline uint64_t x64_evex_regs(uint64_t w, uint64_t g, uint64_t e, uint64_t h) {
+    w ^= (g & 8) << 12 | (g & 16) << 8 | (e & 24) << 10 | (h & 15) << 19 | (h & 16) << 23;
+    return w | (g & 7) << 43 | (e & 7) << 40;
+}
+
 /* See x64_encode_vregs (x64.h); the registers packed, operand i's in
  * bits 8i..8i+7 (the others 0): shifted out rather than loaded back from
  * an array just stored, which would put a store-forwarding wait on the
@@ -55,7 +63,10 @@ static inline int x64_vregs(x64_op op, int bits, uint32_t regs, int nregs, int64
     int wi = bits == 512 ? 2 : bits == 256 ? 1 : bits == 128 ? 0 : -1;
     unsigned any = (regs | regs >> 8 | regs >> 16 | regs >> 24) & 0xff;
     if (wi < 0 || any >= 32) return 0;
-    int hi = any >> 4 & 1, ii = has_imm != 0;
+    /* zmm: only EVEX encodes it, whatever the registers, and EVEX rows do
+     * not differ in length, so one form serves registers 0-31 (one table
+     * line to touch, and the one replays use). */
+    int hi = (any >> 4 & 1) | (wi == 2), ii = has_imm != 0;
     x64_vform *vf = &x64_vforms[op][wi][hi][nregs - 2][ii];
     uint64_t f = atomic_load_explicit(&vf->f, memory_order_acquire);
     if (__builtin_expect(!f, 0)) f = x64_vform_make(vf, op, bits, hi, nregs, ii);
@@ -68,9 +79,8 @@ static inline int x64_vregs(x64_op op, int bits, uint32_t regs, int nregs, int64
     uint64_t w = atomic_load_explicit(&vf->bytes, memory_order_relaxed);
     int n = (int)(w >> 56);
     switch ((uint8_t)w) {
-    case 0x62:   /* EVEX: R X B R' in P0, vvvv in P1, V' in P2, then opcode, ModRM */
-        w ^= (g & 8) << 12 | (g & 16) << 8 | (e & 24) << 10 | (h & 15) << 19 | (h & 16) << 23;
-        w |= (g & 7) << 43 | (e & 7) << 40;
+    case 0x62:
+        w = x64_evex_regs(w, g, e, h);
         break;
     case 0xC4:   /* VEX3: R X B, then W vvvv L pp, opcode, ModRM */
         w ^= (g & 8) << 12 | (e & 8) << 10 | (h & 15) << 19;

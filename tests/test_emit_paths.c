@@ -1,12 +1,14 @@
 /* test_emit_paths.c: the builder's template paths (x64_encode_vregs and
- * x64_encode_vmem) change how fast kernels are emitted, never what is
- * emitted. Every generator's kernels, on both ISAs, come out byte for byte
- * the same (and with the same frame records) as when every instruction
- * goes through the encoder's table search: this checks the builder's
- * translation of operands into those paths (registers, bases, indexes,
- * scales, displacements, masks, broadcasts) in the instructions real
- * kernels are made of. The paths' own encodings are compared form by form
- * in x64_golden and x64_zydis. */
+ * x64_encode_vmem) and the math ops' replays (kb_replay) change how fast
+ * kernels are emitted, never what is emitted. Every generator's kernels,
+ * on both ISAs, come out byte for byte the same (and with the same frame
+ * records) as when every instruction goes through the encoder's table
+ * search, and as when every copy of a math op is made by its emitter: this
+ * checks the builder's translation of operands into those paths
+ * (registers, bases, indexes, scales, displacements, masks, broadcasts)
+ * and the replays' renaming in the instructions real kernels are made of.
+ * The paths' own encodings are compared form by form in x64_golden and
+ * x64_zydis. */
 #include <check.h>
 #include <stdio.h>
 #include <string.h>
@@ -26,42 +28,50 @@ static const uint32_t all_features = X64_F_AVX | X64_F_AVX2 | X64_F_FMA | X64_F_
                                      X64_F_AVX512BW | X64_F_AVX512DQ;
 static long compared;
 
-static fj_status assemble(fj_isa isa, int nargs, gen_fn gen, const void *ctx, int fast,
+/* way: 0 everything on; 1 no template paths; 2 no replays. */
+static fj_status assemble(fj_isa isa, int nargs, gen_fn gen, const void *ctx, int way,
                           kb_code *out) {
     fj_builder *b = NULL;
-    kb_test_fast_paths(fast);
+    kb_test_fast_paths(way != 1);
+    kg_elt_test_replay(way != 2);
     ck_assert_int_eq(kb_new("emit_paths", nargs, isa, all_features, NULL, &b), FJ_OK);
     gen(b, ctx);
     fj_status s = kb_assemble(b, out);
     kb_free(b);
     kb_test_fast_paths(1);
+    kg_elt_test_replay(1);
     return s;
 }
 
-/* Returns 1 if the kernel was made (both ways) and compared, 0 if the
- * generator refuses the configuration (both ways, with the same message). */
+static const char *const ways[3] = {"", "without the template paths", "without replays"};
+
+/* Returns 1 if the kernel was made (every way) and compared, 0 if the
+ * generator refuses the configuration (every way, with the same message). */
 static int same(fj_isa isa, int nargs, gen_fn gen, const void *ctx, const char *what) {
     kb_code a, c;
-    fj_status sa = assemble(isa, nargs, gen, ctx, 1, &a);
+    fj_status sa = assemble(isa, nargs, gen, ctx, 0, &a);
     char why[256];
     snprintf(why, sizeof why, "%s", fj_last_error());
-    fj_status sc = assemble(isa, nargs, gen, ctx, 0, &c);
-    ck_assert_msg(sa == sc, "%s: %s with the template paths, %s without (%s / %s)", what,
-                  fj_status_str(sa), fj_status_str(sc), why, fj_last_error());
-    if (sa != FJ_OK) {
-        ck_assert_str_eq(why, fj_last_error());
-        return 0;
+    for (int way = 1; way <= 2; way++) {
+        fj_status sc = assemble(isa, nargs, gen, ctx, way, &c);
+        ck_assert_msg(sa == sc, "%s: %s, %s %s (%s / %s)", what, fj_status_str(sa),
+                      fj_status_str(sc), ways[way], why, fj_last_error());
+        if (sa != FJ_OK) {
+            ck_assert_str_eq(why, fj_last_error());
+            continue;
+        }
+        size_t at = 0;
+        while (at < a.len && at < c.len && a.bytes[at] == c.bytes[at]) at++;
+        ck_assert_msg(a.len == c.len && at == a.len,
+                      "%s (%s): %zu vs %zu bytes %s, first difference at byte %zu", what,
+                      isa == FJ_ISA_AVX512 ? "avx512" : "avx2", a.len, c.len, ways[way], at);
+        ck_assert_msg(a.code_len == c.code_len && a.nrecs == c.nrecs &&
+                          !memcmp(a.recs, c.recs, a.nrecs * sizeof *a.recs),
+                      "%s: frame records differ %s", what, ways[way]);
+        kb_code_free(&c);
     }
-    size_t at = 0;
-    while (at < a.len && at < c.len && a.bytes[at] == c.bytes[at]) at++;
-    ck_assert_msg(a.len == c.len && at == a.len,
-                  "%s (%s): %zu vs %zu bytes, first difference at byte %zu", what,
-                  isa == FJ_ISA_AVX512 ? "avx512" : "avx2", a.len, c.len, at);
-    ck_assert_msg(a.code_len == c.code_len && a.nrecs == c.nrecs &&
-                      !memcmp(a.recs, c.recs, a.nrecs * sizeof *a.recs),
-                  "%s: frame records differ", what);
+    if (sa != FJ_OK) return 0;
     kb_code_free(&a);
-    kb_code_free(&c);
     compared++;
     return 1;
 }
@@ -165,16 +175,129 @@ START_TEST(interleave) {
     for (int isa = 0; isa < 2; isa++) {
         fj_isa i = isa ? FJ_ISA_AVX512 : FJ_ISA_AVX2;
         kb_code a, c;
-        ck_assert_int_eq(assemble(i, 1, ilv_gen, &(ilv_ctx){0, 0}, 1, &a), FJ_OK);
-        ck_assert_int_eq(assemble(i, 1, ilv_gen, &(ilv_ctx){1, 0}, 1, &c), FJ_OK);
+        ck_assert_int_eq(assemble(i, 1, ilv_gen, &(ilv_ctx){0, 0}, 0, &a), FJ_OK);
+        ck_assert_int_eq(assemble(i, 1, ilv_gen, &(ilv_ctx){1, 0}, 0, &c), FJ_OK);
         ck_assert_msg(a.len == c.len && !memcmp(a.bytes, c.bytes, a.len),
                       "interleaved streams differ from the interleaved emission (%zu / %zu bytes)",
                       a.len, c.len);
         kb_code_free(&a);
         kb_code_free(&c);
         for (int bad = 1; bad <= 3; bad++) {
-            ck_assert_int_ne(assemble(i, 1, ilv_gen, &(ilv_ctx){0, bad}, 1, &a), FJ_OK);
+            ck_assert_int_ne(assemble(i, 1, ilv_gen, &(ilv_ctx){0, bad}, 0, &a), FJ_OK);
             ck_assert_msg(strstr(fj_last_error(), "straight-line"), "%s", fj_last_error());
+        }
+    }
+}
+END_TEST
+
+/* kb_trace_begin/_end and kb_replay: a recording replayed in three copies
+ * with renamed registers gives the bytes of the same instructions emitted
+ * by hand, interleaved: register-only forms (signed and unsigned imm8, an
+ * is4 register on AVX2), masked and mask-writing instructions,
+ * constant-pool and GPR-based memory operands (their fixups where the
+ * copies put them), a register all copies share. What cannot be replayed
+ * is refused. */
+typedef struct rp_ctx {
+    int by_hand;
+    int bad;      /* 1 a jump, 2 a label bound, 3 fj_return, 4 nested, 5 a released target */
+    int ended;    /* out: what kb_trace_end said */
+} rp_ctx;
+
+static void rp_insn(fj_builder *b, int k, fj_reg src, fj_reg x, fj_reg t, fj_reg m, fj_reg sh,
+                    fj_opnd cs) {
+    const fj_opnd X = fj_vec(b, x), T = fj_vec(b, t), S = fj_vec(b, sh);
+    switch (k) {
+    case 0: fj_emit(b, FJ_VMOVAPS, T, S); break;
+    case 1: fj_emit(b, FJ_VFMADD231PS, T, X, S); break;
+    case 2: fj_emit(b, FJ_VPSLLD, T, T, fj_imm(23)); break;
+    case 3: fj_emit(b, FJ_VPTERNLOGD, X, T, S, fj_imm(0xe4)); break;
+    case 4: fj_emit(b, FJ_VMULPS, X, X, cs); break;
+    case 5: fj_emit(b, FJ_VCMPPS, fj_k(m), X, T, fj_imm(0x1d)); break;
+    case 6: fj_emit(b, FJ_VSUBPS, fj_masked(X, m, 0), X, T); break;
+    case 7: fj_emit(b, FJ_VADDPS, X, X, fj_mem(0, src, 64)); break;
+    case 8: fj_emit(b, FJ_VXORPS, T, T, T); break;
+    default: fj_emit(b, FJ_VBLENDVPS, X, T, X, S); break;
+    }
+}
+
+static void rp_gen(fj_builder *b, const void *p) {
+    rp_ctx *c = (rp_ctx *)p;
+    const int avx512 = fj_builder_isa(b) == FJ_ISA_AVX512;
+    enum { COPIES = 3 };
+    static const int seq512[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 1}, seq2[] = {0, 1, 2, 4, 7, 9, 8, 1};
+    const int *seq = avx512 ? seq512 : seq2;
+    const int n = avx512 ? 10 : 8;
+    fj_reg src = fj_arg(b, 0), sh = fj_vreg(b), x[COPIES], t[COPIES], m[COPIES] = {{0}};
+    const float h[8] = {1.5f, 1.5f, 1.5f, 1.5f, 1.5f, 1.5f, 1.5f, 1.5f};
+    fj_opnd cs = avx512 ? fj_bcst(fj_const_f32(b, 1.5f)) : fj_const_data(b, h, 32, 32, 0);
+    for (int l = 0; l < COPIES; l++) {
+        x[l] = fj_vreg(b);
+        t[l] = fj_vreg(b);
+        if (avx512) m[l] = fj_kreg(b);
+    }
+    if (c->by_hand) {
+        for (int i = 0; i < n; i++)
+            for (int l = 0; l < COPIES; l++) rp_insn(b, seq[i], src, x[l], t[l], m[l], sh, cs);
+    } else {
+        kb_trace tr;
+        fj_label lbl = fj_label_new(b);
+        kb_trace_begin(b, &tr);
+        for (int i = 0; i < n; i++) {
+            rp_insn(b, seq[i], src, x[0], t[0], m[0], sh, cs);
+            if (i == 3 && c->bad == 1) fj_emit(b, FJ_JMP, fj_lbl(lbl));
+            if (i == 3 && c->bad == 2) fj_label_bind(b, lbl);
+            if (i == 3 && c->bad == 3) fj_return(b, fj_none());
+            if (i == 3 && c->bad == 4) kb_trace_begin(b, &(kb_trace){.n = 0});
+        }
+        c->ended = kb_trace_end(b);
+        if (c->bad == 5) fj_release(b, t[2]);
+        const int nmap = avx512 ? 3 : 2;
+        fj_reg from[3] = {x[0], t[0], m[0]}, to[COPIES * 3];
+        for (int l = 0; l < COPIES; l++) {
+            to[l * nmap] = x[l];
+            to[l * nmap + 1] = t[l];
+            if (avx512) to[l * nmap + 2] = m[l];
+        }
+        if (c->ended) kb_replay(b, &tr, COPIES, from, to, nmap);
+        if (c->bad != 2) fj_label_bind(b, lbl);
+    }
+    fj_return(b, fj_none());
+}
+
+START_TEST(replay) {
+    for (int isa = 0; isa < 2; isa++) {
+        fj_isa i = isa ? FJ_ISA_AVX512 : FJ_ISA_AVX2;
+        for (int way = 0; way < 2; way++) {   /* the replay's template paths on and off */
+            kb_code a, c;
+            rp_ctx r = {0, 0, 0}, h = {1, 0, 0};
+            ck_assert_msg(assemble(i, 1, rp_gen, &r, way, &a) == FJ_OK, "%s", fj_last_error());
+            ck_assert_int_eq(r.ended, 1);
+            ck_assert_int_eq(assemble(i, 1, rp_gen, &h, way, &c), FJ_OK);
+            size_t at = 0;
+            while (at < a.len && at < c.len && a.bytes[at] == c.bytes[at]) at++;
+            ck_assert_msg(a.len == c.len && at == a.len,
+                          "replayed copies differ from the instructions emitted by hand (%s, %zu / "
+                          "%zu bytes, first difference at %zu)", isa ? "avx512" : "avx2", a.len,
+                          c.len, at);
+            kb_code_free(&a);
+            kb_code_free(&c);
+        }
+        /* A jump or a label: not recorded; the kernel is still made (the
+         * generator would emit the chain itself). */
+        for (int bad = 1; bad <= 2; bad++) {
+            rp_ctx r = {0, bad, 1};
+            kb_code a;
+            ck_assert_int_eq(assemble(i, 1, rp_gen, &r, 0, &a), FJ_OK);
+            ck_assert_int_eq(r.ended, 0);
+            kb_code_free(&a);
+        }
+        static const char *const why[] = {"outside fj_emitv", "while recording another",
+                                          "not live"};
+        for (int bad = 3; bad <= 5; bad++) {
+            rp_ctx r = {0, bad, 0};
+            kb_code a;
+            ck_assert_int_ne(assemble(i, 1, rp_gen, &r, 0, &a), FJ_OK);
+            ck_assert_msg(strstr(fj_last_error(), why[bad - 3]), "%s", fj_last_error());
         }
     }
 }
@@ -187,6 +310,7 @@ int main(void) {
     tcase_add_test(tc, eltwise_reduce_softmax);
     tcase_add_test(tc, gemm_kernels);
     tcase_add_test(tc, interleave);
+    tcase_add_test(tc, replay);
     suite_add_tcase(s, tc);
     return fjt_run_suite(s);
 }
