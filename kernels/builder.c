@@ -716,6 +716,37 @@ void fj_emitv(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
     }
 }
 
+void kb_bcst_consts(fj_builder *b, const fj_reg *dst, const uint32_t *vals, int n) {
+    if (!b || b->err || n <= 0) return;
+    if (!dst || !vals) { kb_fail(b, "internal: kb_bcst_consts without registers or values"); return; }
+    /* One pool entry for all: where n 4-byte constants would go one by one. */
+    const uint32_t off = add_const(b, vals, 4u * (uint32_t)n, 4);
+    const uint16_t vbits = (uint16_t)b->vbits;
+    int i = 0;
+    if (vbits == 512 && kb_fast_paths()) {
+        const x64_vm_mem m = {X64_RIP, X64_NOREG, 1, 0, 32, 0};
+        /* The first through fj_emitv, which makes the form if it is new. */
+        fj_emit(b, FJ_VBROADCASTSS, fj_reg_opnd_(dst[0], vbits), base_mem(32, H_CONST, off));
+        const uint64_t f = x64_vm_lookup(x64_vm_key(X64_VBROADCASTSS, 2, 1, &m, 0, 0, 0));
+        for (i = 1; i < n && f && (f >> 21 & 1) && !b->err; i++) {
+            const int p = plain_reg(b, &(fj_opnd){.kind = FJ_OPND_REG, .bits = vbits, .reg = dst[i]},
+                                    RC_VEC, vbits);
+            if (p < 0) break;
+            if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return;
+            uint32_t feat = 0;
+            const int len = x64_vm_fill(f, (uint32_t)p, &m, 0, 0, 0, 0, b->code + b->len, &feat);
+            if (len <= 0 || (feat & ~b->features)) break;
+            b->len += (size_t)len;
+            add_fixup(b, (uint32_t)(b->len - 4), (uint32_t)b->len, off + 4u * (uint32_t)i, 1);
+        }
+    }
+    /* The rest (AVX2, a first use that failed, a bad handle: the general
+     * path explains) one by one. */
+    for (; i < n && !b->err; i++)
+        fj_emit(b, FJ_VBROADCASTSS, fj_reg_opnd_(dst[i], vbits),
+                base_mem(32, H_CONST, off + 4u * (uint32_t)i));
+}
+
 void kb_test_raw(fj_builder *b, const void *bytes, size_t n) {
     if (!b || b->err) return;
     if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + n, 1)) return;

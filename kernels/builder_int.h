@@ -97,6 +97,12 @@ FJ_INTERNAL int kb_trace_end(fj_builder *b);
 FJ_INTERNAL void kb_replay(fj_builder *b, const kb_trace *t, int copies, const fj_reg *from,
                            const fj_reg *to, int nmap);
 
+/* dst[i] := vals[i] (a float's bits) broadcast, for i < n, from n
+ * constants laid out in the pool one after the other (as n
+ * fj_const_data(4 bytes, align 4) calls would place them): what the
+ * vbroadcastss of each would emit, the form looked up once. */
+FJ_INTERNAL void kb_bcst_consts(fj_builder *b, const fj_reg *dst, const uint32_t *vals, int n);
+
 /* Sets the builder's sticky error (if none yet), for generators that find
  * a problem of their own (unknown op, unsupported parameter...). */
 FJ_INTERNAL void kb_fail(fj_builder *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -139,18 +139,37 @@ fj_reg elt_creg(kg_elt_state *s, uint32_t key, fj_reg scratch) {
 }
 
 /* Puts constant c in a register (r) or in the constant pool (m). */
-static void place_const(kg_elt_state *s, elt_const *c, fj_reg params, int in_reg) {
+/* Literal constants bound for registers, in the order place_const meets
+ * them: one kb_bcst_consts for a run of them (a twelfth of a math kernel's
+ * generation went to broadcasting its constants one fj_emit at a time). */
+typedef struct bcst_run {
+    fj_reg r[ELT_MAXC];
+    uint32_t v[ELT_MAXC];
+    int n;
+} bcst_run;
+
+static void flush_run(kg_elt_state *s, bcst_run *q) {
+    if (q->n) kb_bcst_consts(s->b, q->r, q->v, q->n);
+    q->n = 0;
+}
+
+static void place_const(kg_elt_state *s, elt_const *c, fj_reg params, int in_reg, bcst_run *q) {
     fj_builder *b = s->b;
     int param = c->key == ELT_KEY_ALPHA || c->key == ELT_KEY_BETA;
+    if (in_reg && !param && c->key != 0) {
+        c->r = fj_vreg(b);
+        q->r[q->n] = c->r;
+        q->v[q->n++] = c->key;
+        return;
+    }
+    flush_run(s, q);   /* what follows emits, or takes pool space */
     if (in_reg || param) {
         c->r = fj_vreg(b);
         if (param)
             fj_emit(b, FJ_VBROADCASTSS, elt_v(s, c->r),
                     fj_mem(32, params, c->key == ELT_KEY_ALPHA ? 0 : 4));
-        else if (c->key == 0)
-            fj_emit(b, FJ_VXORPS, fj_xmm(c->r), fj_xmm(c->r), fj_xmm(c->r));
         else
-            fj_emit(b, FJ_VBROADCASTSS, elt_v(s, c->r), fj_const_data(b, &c->key, 4, 4, 32));
+            fj_emit(b, FJ_VXORPS, fj_xmm(c->r), fj_xmm(c->r), fj_xmm(c->r));
         return;
     }
     if (s->avx512) {
@@ -323,17 +342,20 @@ kg_elt_state *kg_elt_prepare_cfg(fj_builder *b, fj_eltwise_op op, float alpha, f
         for (int i = 0; i < s->nk; i++) ok &= (s->k[l][i] = fj_kreg(b)).id != 0;
     }
     int budget = cfg ? cfg->const_regs : 0;
+    bcst_run q;
+    q.n = 0;
     /* Required registers first, then optional ones in first-use order. */
     for (int i = 0; i < s->nc && ok; i++)
         if (s->c[i].must_reg) {
-            place_const(s, &s->c[i], params, 1);
+            place_const(s, &s->c[i], params, 1, &q);
             ok &= s->c[i].r.id != 0;
         }
     for (int i = 0; i < s->nc && ok; i++)
         if (!s->c[i].must_reg) {
-            place_const(s, &s->c[i], params, budget-- > 0);
+            place_const(s, &s->c[i], params, budget-- > 0, &q);
             ok &= s->c[i].r.id != 0 || s->c[i].m.kind == FJ_OPND_MEM;
         }
+    if (ok) flush_run(s, &q);
     if (!ok) {
         /* The builder has a sticky error (out of registers or memory). */
         pool_used[slot] = 0;

@@ -180,7 +180,7 @@ static inline uint8_t *x64_modrm_mem(uint8_t *p, unsigned reg, const x64_vm_mem 
  * (the memory operand's byte unused), the memory operand, operand 0's
  * write mask (0: none) and zeroing, the imm8. Returns the length, or 0
  * when the imm8 is out of the form's range. */
-static inline int x64_vm_fill(uint64_t f, uint32_t regs, const x64_vm_mem *m, unsigned mask,
+static inline __attribute__((always_inline)) int x64_vm_fill(uint64_t f, uint32_t regs, const x64_vm_mem *m, unsigned mask,
                               unsigned zero, int64_t imm, int has_imm, uint8_t *out,
                               uint32_t *features) {
     if (has_imm && (f >> 56 & 1 ? imm < 0 || imm > 255 : imm < -128 || imm > 127)) return 0;
