@@ -36,6 +36,7 @@ typedef struct fixup {
 
 struct fj_builder {
     char *name;
+    size_t name_cap;
     fj_runtime *rt;
     fj_isa isa;
     uint32_t features;     /* X64_F_* allowed: the ISA's and the CPU's */
