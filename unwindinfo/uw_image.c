@@ -72,18 +72,26 @@ static uint64_t mix64(uint64_t x) {
     return x ^ (x >> 31);
 }
 
-/* Bytes to 64 bits, eight at a time. */
+/* Bytes to 64 bits, eight at a time in four independent lanes (every
+ * kernel's code is hashed as it is added: one lane's multiply chain was a
+ * cycle per byte), folded at the end. */
 static uint64_t hash_bytes(const void *p, size_t n, uint64_t seed) {
     const uint8_t *b = p;
-    uint64_t h = mix64(seed ^ (n * 0x9e3779b97f4a7c15ull));
+    const uint64_t k = 0x100000001b3ull;
+    uint64_t h[4] = {mix64(seed ^ (n * 0x9e3779b97f4a7c15ull)), 1, 2, 3};
+    for (; n >= 32; n -= 32, b += 32) {
+        uint64_t w[4];
+        memcpy(w, b, 32);
+        for (int i = 0; i < 4; i++) h[i] = (h[i] ^ mix64(w[i])) * k;
+    }
     for (; n >= 8; n -= 8, b += 8) {
         uint64_t w;
         memcpy(&w, b, 8);
-        h = (h ^ mix64(w)) * 0x100000001b3ull;
+        h[0] = (h[0] ^ mix64(w)) * k;
     }
     uint64_t w = 0;
     memcpy(&w, b, n);
-    return mix64(h ^ w);
+    return mix64(h[0] ^ w ^ mix64(h[1] ^ mix64(h[2] ^ mix64(h[3]))));
 }
 
 typedef struct img_hash {
