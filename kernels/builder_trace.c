@@ -14,6 +14,28 @@
 
 #include <string.h>
 
+/* The EVEX form of a register-only zmm instruction, once for all its
+ * replays: x64_vregs uses one form for any registers at 512 bits. 0 when
+ * it is not such a form: the replay then takes x64_vregs. */
+static int evex_recipe(const fj_builder *b, kb_tinsn *e) {
+    if (e->bits != 512 || e->nv + e->has_imm > 4) return 0;
+    x64_vform *vf = &x64_vforms[e->op][2][1][e->nv - 2][e->has_imm];
+    uint64_t f = atomic_load_explicit(&vf->f, memory_order_acquire);
+    if (!f) f = x64_vform_make(vf, (x64_op)e->op, 512, 1, e->nv, e->has_imm);
+    const uint64_t w = atomic_load_explicit(&vf->bytes, memory_order_relaxed);
+    if (!(f & 2) || (uint8_t)w != 0x62 || (f >> 29 & 7) != X64_VF_NONE ||
+        ((uint32_t)(f >> 32 & 0xffff) & ~b->features))
+        return 0;
+    if (e->has_imm && (f >> 48 & 1 ? e->imm < 0 || e->imm > 255 : e->imm < -128 || e->imm > 127))
+        return 0;
+    unsigned gop = f >> 18 & 7, hop = f >> 23 & 7;
+    e->sh[0] = (uint8_t)(gop == X64_VF_NONE ? 32 : 8 * gop);
+    e->sh[1] = (uint8_t)(8 * (f >> 21 & 3));
+    e->sh[2] = (uint8_t)(hop == X64_VF_NONE ? 32 : 8 * hop);
+    e->w = w;
+    return 1;
+}
+
 void kb_trace_begin(fj_builder *b, kb_trace *t) {
     t->n = t->ngen = 0;
     t->bad = 1;
@@ -35,28 +57,12 @@ int kb_trace_end(fj_builder *b) {
         kb_fail(b, "internal: code emitted outside fj_emitv while recording a trace");
         t->bad = 1;
     }
-    return !t->bad && !b->err;
-}
-
-/* The EVEX form of a register-only zmm instruction, once for all its
- * replays: x64_vregs uses one form for any registers at 512 bits. 0 when
- * it is not such a form: the replay then takes x64_vregs. */
-static int evex_recipe(const fj_builder *b, kb_tinsn *e) {
-    if (e->bits != 512 || e->nv + e->has_imm > 4) return 0;
-    x64_vform *vf = &x64_vforms[e->op][2][1][e->nv - 2][e->has_imm];
-    uint64_t f = atomic_load_explicit(&vf->f, memory_order_acquire);
-    if (!f) f = x64_vform_make(vf, (x64_op)e->op, 512, 1, e->nv, e->has_imm);
-    const uint64_t w = atomic_load_explicit(&vf->bytes, memory_order_relaxed);
-    if (!(f & 2) || (uint8_t)w != 0x62 || (f >> 29 & 7) != X64_VF_NONE ||
-        ((uint32_t)(f >> 32 & 0xffff) & ~b->features))
-        return 0;
-    if (e->has_imm && (f >> 48 & 1 ? e->imm < 0 || e->imm > 255 : e->imm < -128 || e->imm > 127))
-        return 0;
-    unsigned gop = f >> 18 & 7, hop = f >> 23 & 7;
-    e->sh[0] = (uint8_t)(gop == X64_VF_NONE ? 32 : 8 * gop);
-    e->sh[1] = (uint8_t)(8 * (f >> 21 & 3));
-    e->sh[2] = (uint8_t)(hop == X64_VF_NONE ? 32 : 8 * hop);
-    e->w = w;
+    if (t->bad || b->err) return 0;
+    const int fast = kb_fast_paths();
+    for (int k = 0; k < t->n; k++) {
+        kb_tinsn *e = &t->in[k];
+        if (!e->gen) e->evex = (uint8_t)(fast && evex_recipe(b, e));
+    }
     return 1;
 }
 
@@ -80,7 +86,10 @@ void kb_trace_add(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
         e->regs = regs;
         e->has_imm = (uint8_t)has_imm;
         e->imm = has_imm ? (int32_t)ops[nops - 1].val : 0;
-        e->evex = (uint8_t)(kb_fast_paths() && evex_recipe(b, e));
+        /* The form is read at kb_trace_end: its table line, often cold in
+         * a new runtime, is fetched meanwhile, alongside the others. */
+        if (e->bits == 512 && nv + has_imm <= 4)
+            __builtin_prefetch(&x64_vforms[op][2][1][nv - 2][has_imm]);
     } else {
         for (int i = 0; i < nops; i++)
             if (ops[i].kind == FJ_OPND_LABEL) t->bad = 1;

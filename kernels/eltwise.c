@@ -307,11 +307,12 @@ int kg_elt_kregs(fj_isa isa, fj_eltwise_op op, float alpha) {
  * on the first vector the op is applied to, with lane 0's scratch. One
  * recording per thread, the last state's to record (a kernel applies one
  * op at a time: softmax's exp and log take turns at most once or twice). */
-static _Thread_local struct {
+struct elt_rec {
     kb_trace t;
     const kg_elt_state *owner;
     fj_reg x;              /* the vector it was recorded on */
-} rec;
+};
+static _Thread_local elt_rec rec;
 
 kg_elt_state *kg_elt_prepare_cfg(fj_builder *b, fj_eltwise_op op, float alpha, float beta,
                                  const kg_elt_cfg *cfg) {
@@ -324,10 +325,12 @@ kg_elt_state *kg_elt_prepare_cfg(fj_builder *b, fj_eltwise_op op, float alpha, f
         return NULL;
     }
     kg_elt_state *s = &pool[slot];
-    if (rec.owner == s) rec.owner = NULL;
+    elt_rec *r = &rec;
+    if (r->owner == s) r->owner = NULL;
     fj_reg params = cfg ? cfg->params : (fj_reg){0};
     init_state(s, b, fj_builder_isa(b), op, params.id ? ELT_KEY_ALPHA : elt_bits(alpha),
                params.id ? ELT_KEY_BETA : elt_bits(beta));
+    s->rec = r;   /* the thread's, looked up once (each lookup is a call in a shared library) */
     s->slot = slot;
     plan(s);
     if (s->nc > ELT_MAXC || s->nt > ELT_MAXT || s->nk > ELT_MAXK) {
@@ -377,22 +380,22 @@ void kg_elt_test_replay(int on) { atomic_store(&replay_on, on != 0); }
  * usual). */
 static int traced(kg_elt_state *s, fj_reg x) {
     if (s->notrace || !atomic_load_explicit(&replay_on, memory_order_relaxed)) return 0;
-    if (rec.owner == s) return 1;
+    if (s->rec->owner == s) return 1;
     /* Instructions with a memory operand replay through fj_emitv, at the
      * cost of emitting them: the simple ops (a few instructions, some
      * with a constant from memory) and AVX2 chains (16 registers: most
      * constants come from memory) cost more to record and replay than to
      * emit (AVX2 tanh: 115K -> 124K host instructions per kernel). */
     if (cheap(s->op) || !s->avx512) { s->notrace = 1; return 0; }
-    rec.owner = NULL;
+    s->rec->owner = NULL;
     const int lane = s->lane;
     s->lane = 0;
-    kb_trace_begin(s->b, &rec.t);
+    kb_trace_begin(s->b, &s->rec->t);
     emit_op(s, x);
     s->lane = lane;
     if (!kb_trace_end(s->b)) { s->notrace = 1; return 0; }
-    rec.owner = s;
-    rec.x = x;
+    s->rec->owner = s;
+    s->rec->x = x;
     return 1;
 }
 
@@ -402,7 +405,7 @@ static void replay(kg_elt_state *s, const fj_reg *x, int n) {
     enum { M = 1 + ELT_MAXT + ELT_MAXK };
     fj_reg from[M], to[ELT_LANES * M];
     const int nmap = 1 + s->nt + s->nk;
-    from[0] = rec.x;
+    from[0] = s->rec->x;
     memcpy(from + 1, s->t[0], (size_t)s->nt * sizeof *from);
     memcpy(from + 1 + s->nt, s->k[0], (size_t)s->nk * sizeof *from);
     for (int l = 0; l < n; l++) {
@@ -411,7 +414,7 @@ static void replay(kg_elt_state *s, const fj_reg *x, int n) {
         memcpy(d + 1, s->t[l], (size_t)s->nt * sizeof *d);
         memcpy(d + 1 + s->nt, s->k[l], (size_t)s->nk * sizeof *d);
     }
-    kb_replay(s->b, &rec.t, n, from, to, nmap);
+    kb_replay(s->b, &s->rec->t, n, from, to, nmap);
 }
 
 void kg_elt_apply(kg_elt_state *s, fj_reg x) {
@@ -419,7 +422,7 @@ void kg_elt_apply(kg_elt_state *s, fj_reg x) {
     /* Recording and replaying a chain costs more than emitting it once:
      * an op applied once (a loop's tail after a folded main body) is not
      * recorded. */
-    if (rec.owner != s && !s->applied) {
+    if (s->rec->owner != s && !s->applied) {
         s->applied = 1;
         emit_op(s, x);
     } else if (traced(s, x)) {
@@ -461,7 +464,7 @@ void kg_elt_apply_n(kg_elt_state *s, const fj_reg *x, int n) {
 
 void kg_elt_finish(kg_elt_state *s) {
     if (!s) return;
-    if (rec.owner == s) rec.owner = NULL;   /* the slot's next state is another op */
+    if (s->rec && s->rec->owner == s) s->rec->owner = NULL;   /* the slot's next state is another op */
     for (int l = 0; l < s->lanes; l++) {
         for (int i = 0; i < s->nt; i++) fj_release(s->b, s->t[l][i]);
         for (int i = 0; i < s->nk; i++) fj_release(s->b, s->k[l][i]);

@@ -30,6 +30,8 @@ typedef struct elt_const {
     fj_opnd m;
 } elt_const;
 
+typedef struct elt_rec elt_rec;
+
 struct kg_elt_state {
     fj_builder *b;
     fj_eltwise_op op;
@@ -50,6 +52,7 @@ struct kg_elt_state {
     int planning;          /* dry run (b == NULL): record constants/scratch */
     int applied;           /* kg_elt_apply has emitted the op once */
     int notrace;           /* the op's chain is not replayed (see eltwise.c) */
+    elt_rec *rec;          /* the thread's recording (eltwise.c) */
 };
 
 static inline uint32_t elt_bits(float f) {
