@@ -72,26 +72,32 @@ static uint64_t mix64(uint64_t x) {
     return x ^ (x >> 31);
 }
 
-/* Bytes to 64 bits, eight at a time in four independent lanes (every
- * kernel's code is hashed as it is added: one lane's multiply chain was a
- * cycle per byte), folded at the end. */
+/* Bytes to 64 bits, eight at a time in four independent lanes, one
+ * multiply per word (every kernel's code is hashed as it is added; a
+ * single lane with a full mix per word took a cycle per byte), the lanes
+ * mixed at the end. */
 static uint64_t hash_bytes(const void *p, size_t n, uint64_t seed) {
     const uint8_t *b = p;
-    const uint64_t k = 0x100000001b3ull;
-    uint64_t h[4] = {mix64(seed ^ (n * 0x9e3779b97f4a7c15ull)), 1, 2, 3};
+    const uint64_t k = 0x9e3779b97f4a7c15ull;
+    uint64_t h0 = mix64(seed ^ (n * k)), h1 = h0 ^ 1, h2 = h0 ^ 2, h3 = h0 ^ 3;
+#define LANE(h, at)                                  \
+    do {                                             \
+        uint64_t w_;                                 \
+        memcpy(&w_, b + (at), 8);                    \
+        h = (h ^ w_) * k;                            \
+        h = h << 31 | h >> 33;                       \
+    } while (0)
     for (; n >= 32; n -= 32, b += 32) {
-        uint64_t w[4];
-        memcpy(w, b, 32);
-        for (int i = 0; i < 4; i++) h[i] = (h[i] ^ mix64(w[i])) * k;
+        LANE(h0, 0);
+        LANE(h1, 8);
+        LANE(h2, 16);
+        LANE(h3, 24);
     }
-    for (; n >= 8; n -= 8, b += 8) {
-        uint64_t w;
-        memcpy(&w, b, 8);
-        h[0] = (h[0] ^ mix64(w)) * k;
-    }
+    for (; n >= 8; n -= 8, b += 8) LANE(h0, 0);
+#undef LANE
     uint64_t w = 0;
     memcpy(&w, b, n);
-    return mix64(h[0] ^ w ^ mix64(h[1] ^ mix64(h[2] ^ mix64(h[3]))));
+    return mix64(h0 ^ w ^ mix64(h1 ^ mix64(h2 ^ mix64(h3))));
 }
 
 typedef struct img_hash {
