@@ -631,6 +631,41 @@ static inline int emit_gpr_mem(fj_builder *b, fj_op op, const fj_opnd *ops, int 
     return n > 0;
 }
 
+/* Register-only zmm instructions that emit_vregs leaves: mask-register
+ * operands (kops: which ones), a write mask k on operand 0 (x64_templ.h's
+ * mask-register forms): math kernels' compares into masks and masked
+ * arithmetic. */
+static int emit_vkregs(fj_builder *b, fj_op op, const fj_opnd *ops, int nops, uint32_t regs,
+                       unsigned kops, int k) {
+    const int has_imm = ops[nops - 1].kind == FJ_OPND_IMM;
+    const unsigned zero = k && ops[0].zero;
+    if (!kops && !k) return 0;
+    const int64_t imm = has_imm ? ops[nops - 1].val : 0;
+    uint64_t f = x64_vm_lookup(x64_vk_key((x64_op)op, nops, kops, k, zero, has_imm));
+    if (f && !(f >> 21 & 1)) return 0;   /* no such form: the general path explains */
+    if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return 1;
+    uint32_t feat = 0;
+    int n;
+    if (f) {
+        n = x64_vk_fill(f, regs, (unsigned)k, zero, imm, has_imm, b->code + b->len, &feat);
+    } else {
+        /* The pattern's first instruction: x64_encode_vkregs makes its form. */
+        x64_opnd x[4];
+        for (int i = 0; i < nops; i++) {
+            const unsigned r = regs >> 8 * i & 0xff;
+            x[i] = i == nops - 1 && has_imm ? imm_op(imm)
+                   : kops >> i & 1          ? k_op((int)r)
+                                            : vec_op((int)r, 512);
+        }
+        x[0].mask = (uint8_t)k;
+        x[0].zero = (uint8_t)zero;
+        n = x64_encode_vkregs((x64_op)op, x, nops, b->code + b->len, &feat);
+    }
+    if (n <= 0 || (feat & ~b->features)) return 0;
+    b->len += (size_t)n;
+    return 1;
+}
+
 /* The 512-bit memory forms (x64_templ.h): zmm registers and one [base (+
  * index*scale) + disp] or constant-pool operand, maybe a write mask on
  * operand 0 and a last imm8. Like the other paths above, returns 1 when it
@@ -640,13 +675,18 @@ static inline int emit_gpr_mem(fj_builder *b, fj_op op, const fj_opnd *ops, int 
  * are not sure of goes there. */
 static inline int emit_fast(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
     int has_imm = ops[nops - 1].kind == FJ_OPND_IMM, nv = nops - has_imm, mem = -1;
-    unsigned bits = 0;
+    unsigned bits = 0, kops = 0;
     uint32_t regs = 0;
     int base = 0, index = X64_NOREG;
     for (int i = 0; i < nv; i++) {
         const fj_opnd *o = &ops[i];
         if (i && o->mask.id) return 0;
-        if (o->kind == FJ_OPND_REG) {
+        if (o->kind == FJ_OPND_REG && H_CLASS(o->reg.id) == RC_K) {
+            int p = live_phys(b, o->reg, RC_K);
+            if (p < 0 || o->bits != 16 || o->bcst || o->zero) return 0;
+            kops |= 1u << i;
+            regs |= (uint32_t)p << 8 * i;
+        } else if (o->kind == FJ_OPND_REG) {
             int p = live_phys(b, o->reg, RC_VEC);
             if (p < 0 || (bits && o->bits != bits) || o->bcst) return 0;
             bits = o->bits;
@@ -663,11 +703,11 @@ static inline int emit_fast(fj_builder *b, fj_op op, const fj_opnd *ops, int nop
             return 0;
         }
     }
-    /* Register-only instructions were emit_vregs's; what is left of them
-     * (masks, odd fields) goes to the general path. */
-    if (mem < 0 || bits != 512 || bits > (unsigned)b->vbits || nv < 2) return 0;
+    if (bits != 512 || bits > (unsigned)b->vbits || nv < 2) return 0;
     int k = 0;
     if (ops[0].mask.id && (k = live_phys(b, ops[0].mask, RC_K)) < 0) return 0;
+    if (mem < 0) return emit_vkregs(b, op, ops, nops, regs, kops, k);
+    if (kops) return 0;
     const fj_opnd *o = &ops[mem];
     x64_vm_mem m = {(uint8_t)base, (uint8_t)index,
                     (uint8_t)(index == X64_NOREG || !o->scale ? 1 : o->scale), o->bcst != 0,

@@ -102,6 +102,13 @@ FJ_INTERNAL int x64_encode_vregs(x64_op op, int bits, const uint8_t *reg, int nr
  * x64_encode). */
 FJ_INTERNAL int x64_encode_vmem(x64_op op, const x64_opnd *ops, int nops, uint8_t *out,
                                 uint32_t *features);
+/* Register-only 512-bit instructions with mask-register operands or a
+ * write mask on operand 0 (zmm and k operands, a last imm8): the same
+ * bytes as x64_encode from a per-pattern form (see x64_templ.h). Returns
+ * the length and the features, or 0 when the operands are not of that
+ * kind or the pattern has no form (use x64_encode). */
+FJ_INTERNAL int x64_encode_vkregs(x64_op op, const x64_opnd *ops, int nops, uint8_t *out,
+                                  uint32_t *features);
 /* The loop-control and frame instructions of every kernel, straight from
  * their rows (the bytes x64_encode gives): add/sub/and/or/xor/cmp of a
  * 32- or 64-bit register (r0) with a register (r1 >= 0) or an immediate

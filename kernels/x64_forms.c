@@ -233,6 +233,78 @@ int x64_encode_vmem(x64_op op, const x64_opnd *ops, int nops, uint8_t *out,
 }
 
 
+/* ---- 512-bit register-only forms with mask registers ---------------------- */
+
+/* The form for ops' pattern (absent: the present bit clear). */
+static __attribute__((noinline)) uint64_t vk_make(x64_op op, const x64_opnd *ops, int nops,
+                                                  uint64_t key) {
+    x64_opnd o[4];
+    memset(o, 0, sizeof o);
+    for (int i = 0; i < nops; i++) {
+        o[i] = ops[i];
+        o[i].mask = o[i].zero = 0;
+        if (o[i].kind == X64_K_VEC) o[i].reg = 0;
+        if (o[i].kind == X64_K_KREG) o[i].reg = 1;
+        if (o[i].kind == X64_K_IMM) o[i].imm = 0x5a;   /* in range for both imm8 kinds */
+    }
+    o[0].mask = ops[0].mask ? 1 : 0;
+    o[0].zero = ops[0].zero;
+    x64_found fd;
+    if (!x64_enc_find(op, o, nops, &fd)) return key;
+    const x64_row *r = fd.row;
+    if (r->enc != XE_EVEX || (r->flags & (XF_RM0 | XF_CC | XF_LIG)) || r->w == XW_S ||
+        fd.l != 512 || (fd.features >> 9))
+        return key;
+    unsigned gop = VF_NONE, eop = VF_NONE, hop = VF_NONE;
+    uint64_t u8 = 0;
+    for (int i = 0; i < nops; i++) {
+        int slot = X64_OPD_SLOT(r->opd[i]), c = X64_OPD_CLASS(r->opd[i]);
+        if (o[i].kind == X64_K_IMM) {
+            if (i != nops - 1 || slot != XS_AUTO || (c != XC_I8 && c != XC_U8)) return key;
+            u8 = c == XC_U8;
+        } else if (slot == XS_G && gop == VF_NONE) gop = (unsigned)i;
+        else if (slot == XS_E && eop == VF_NONE) eop = (unsigned)i;
+        else if (slot == XS_H && hop == VF_NONE) hop = (unsigned)i;
+        else return key;
+    }
+    if (eop == VF_NONE || (gop == VF_NONE) != (r->ext >= 0)) return key;
+    return key | 1ull << 21 | (uint64_t)X64_PFX_MAP(r->pfx) << 22 |
+           (uint64_t)X64_PFX_PP(r->pfx) << 24 | (uint64_t)(r->w == XW_1) << 26 |
+           (uint64_t)r->opc << 27 | (uint64_t)gop << 35 | (uint64_t)hop << 38 |
+           (uint64_t)(r->ext >= 0 ? r->ext : 0) << 41 | (uint64_t)eop << 44 |
+           (uint64_t)fd.features << 47 | u8 << 56;
+}
+
+int x64_encode_vkregs(x64_op op, const x64_opnd *ops, int nops, uint8_t *out,
+                      uint32_t *features) {
+    if ((unsigned)op - 1u >= X64_OP_COUNT - 1u || nops < 2 || nops > 4) return 0;
+    const int imm = ops[nops - 1].kind == X64_K_IMM;
+    uint32_t regs = 0;
+    unsigned kops = 0, vecs = 0;
+    for (int i = 0; i < nops - imm; i++) {
+        const x64_opnd *o = &ops[i];
+        if (o->kind == X64_K_VEC && o->bits == 512 && o->reg < 32) vecs++;
+        else if (o->kind == X64_K_KREG && o->reg < 8) kops |= 1u << i;
+        else return 0;
+        regs |= (uint32_t)o->reg << 8 * i;
+    }
+    if (!vecs || (!kops && !ops[0].mask) || ops[0].mask >= 8 || (ops[0].zero && !ops[0].mask))
+        return 0;
+    for (int i = 1; i < nops; i++)
+        if (ops[i].mask || ops[i].zero) return 0;
+    uint64_t key = x64_vk_key(op, nops, kops, ops[0].mask, ops[0].zero, imm);
+    uint64_t f = x64_vm_lookup(key);
+    if (!f) {
+        f = vk_make(op, ops, nops, key);
+        unsigned s = x64_vm_slot(key);
+        if ((atomic_load_explicit(&x64_vmforms[s], memory_order_relaxed) & X64_VM_KEY) != 0) s ^= 1;
+        atomic_store_explicit(&x64_vmforms[s], f, memory_order_relaxed);
+    }
+    if (!(f >> 21 & 1)) return 0;
+    return x64_vk_fill(f, regs, ops[0].mask, ops[0].zero, imm ? ops[nops - 1].imm : 0, imm, out,
+                       features);
+}
+
 /* ---- loop control and frames ----------------------------------------------
  * A handful of legacy forms every kernel has (pointer and counter
  * updates, compares, the frame's register moves) and jumps: their bytes

@@ -200,6 +200,47 @@ static inline __attribute__((always_inline)) int x64_vm_fill(uint64_t f, uint32_
     return (int)(p - out);
 }
 
+/* ---- 512-bit register-only forms with mask registers ----
+ * What x64_vregs leaves of register-only zmm instructions: mask-register
+ * operands (vcmpps k, zmm, zmm, imm8) and a write mask on operand 0
+ * (vsubps zmm{k}, zmm, zmm). The row depends on the pattern alone, as for
+ * the memory forms, and they share that table, their keys marked by bit
+ * 20: bits 0-7 mnemonic, 8-9 operands - 1, 12-15 which operands are mask
+ * registers, 16 masked, 17 zeroing, 18 imm8. The form word is laid out as
+ * the memory forms', with the ModRM.rm operand in bits 44-45. Filled by
+ * x64_encode_vkregs on a miss. */
+static inline uint64_t x64_vk_key(x64_op op, int nops, unsigned kops, int masked, int zero,
+                                  int has_imm) {
+    return (uint64_t)op | (uint64_t)(nops - 1) << 8 | (uint64_t)(kops & 15) << 12 |
+           (uint64_t)(masked != 0) << 16 | (uint64_t)(zero != 0) << 17 |
+           (uint64_t)(has_imm != 0) << 18 | 1ull << 20;
+}
+
+/* Encodes with form word f (present): registers packed as for x64_vregs
+ * (a mask register's number for a mask operand), operand 0's write mask
+ * (0: none) and zeroing, the imm8. Returns the length, or 0 when the imm8
+ * is out of the form's range. */
+static inline __attribute__((always_inline)) int x64_vk_fill(uint64_t f, uint32_t regs,
+                                                             unsigned mask, unsigned zero,
+                                                             int64_t imm, int has_imm,
+                                                             uint8_t *out, uint32_t *features) {
+    if (has_imm && (f >> 56 & 1 ? imm < 0 || imm > 255 : imm < -128 || imm > 127)) return 0;
+    const unsigned gop = f >> 35 & 7, hop = f >> 38 & 7;
+    const unsigned g = gop == X64_VF_NONE ? (f >> 41 & 7) : regs >> 8 * gop & 0xff;
+    const unsigned h = hop == X64_VF_NONE ? 0 : regs >> 8 * hop & 0xff;
+    const unsigned e = regs >> 8 * (f >> 44 & 3) & 0xff;
+    out[0] = 0x62;   /* rm's bit 4 is EVEX.X in register form */
+    out[1] = (uint8_t)((~g & 8) << 4 | (~e & 16) << 2 | (~e & 8) << 2 | (~g & 16) | (f >> 22 & 3));
+    out[2] = (uint8_t)((f >> 26 & 1) << 7 | (~h & 15) << 3 | 4 | (f >> 24 & 3));
+    out[3] = (uint8_t)(zero << 7 | 2 << 5 | (~h & 16) >> 1 | mask);
+    out[4] = (uint8_t)(f >> 27);
+    out[5] = (uint8_t)(0xc0 | (g & 7) << 3 | (e & 7));
+    int n = 6;
+    if (has_imm) out[n++] = (uint8_t)imm;
+    *features = (uint32_t)(f >> 47 & 0x1ff);
+    return n;
+}
+
 /* Legacy forms with a memory operand every kernel has (x64_forms.c):
  * prefetcht0/t1/nta [m]; mov r, [m] and mov [m], r (store); lea r, [m];
  * add, sub, and, or, xor, cmp r, [m]; 32- or 64-bit registers. Returns the length,

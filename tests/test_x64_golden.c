@@ -22,6 +22,8 @@
 #define ZMM(n) VEC(512, n)
 #define ZMMK(n, k, z) { .kind = X64_K_VEC, .bits = 512, .reg = n, .mask = k, .zero = z, \
                         .base = X64_NOREG, .index = X64_NOREG }
+#define YMMK(n, k, z) { .kind = X64_K_VEC, .bits = 256, .reg = n, .mask = k, .zero = z, \
+                        .base = X64_NOREG, .index = X64_NOREG }
 #define KR(n) { .kind = X64_K_KREG, .bits = 16, .reg = n, .base = X64_NOREG, .index = X64_NOREG }
 #define KRK(n, k) { .kind = X64_K_KREG, .bits = 16, .reg = n, .mask = k, .base = X64_NOREG, \
                     .index = X64_NOREG }
@@ -618,6 +620,73 @@ START_TEST(test_vmem) {
 }
 END_TEST
 
+/* The register-only forms with mask registers (x64_encode_vkregs): the
+ * compares into a mask and the masked arithmetic of the math kernels, with
+ * every register and mask, give the full search's bytes; random patterns
+ * over every mnemonic never disagree with it; and what is not such a form
+ * is refused. */
+static int vk_check(x64_op op, const x64_opnd *o, int n) {
+    uint8_t fast[X64_MAX_LEN + 8], ref[X64_MAX_LEN + 8];
+    uint32_t feat = 0;
+    int len = x64_encode_vkregs(op, o, n, fast, &feat);
+    if (len <= 0) return 0;
+    x64_enc_info info;
+    int m = x64_encode_search(op, o, n, ref, &info);
+    ck_assert_msg(m == len && !memcmp(fast, ref, (size_t)len) && feat == info.features,
+                  "%s: mask-register form %d bytes, search %d (registers %d %d)",
+                  x64_op_name(op), len, m, o[0].reg, o[1].reg);
+    return 1;
+}
+
+START_TEST(test_vkregs) {
+    for (int a = 0; a < 32; a++)
+        for (int c = 0; c < 32; c++) {
+            const uint8_t k = (uint8_t)((a + c) % 8), m = (uint8_t)(1 + (a * 3 + c) % 7);
+            x64_opnd cmp[4] = {KR(k), ZMM(a), ZMM(c), IMM(0x1d)};
+            x64_opnd cmpm[4] = {KRK(k, m), ZMM(a), ZMM(c), IMM(0x1e)};
+            x64_opnd sub[3] = {ZMMK(c, m, 0), ZMM(a), ZMM((a + c) % 32)};
+            x64_opnd subz[3] = {ZMMK(a, m, 1), ZMM(c), ZMM(a)};
+            x64_opnd tern[4] = {ZMMK(a, m, 0), ZMM(c), ZMM(31 - a), IMM(0xe4)};
+            x64_opnd blend[3] = {ZMMK(a, m, 0), ZMM(c), ZMM((a * 7 + c) % 32)};
+            x64_opnd fpc[3] = {KRK(k, m), ZMM(c), IMM(0x22)};
+            ck_assert(vk_check(X64_VCMPPS, cmp, 4));
+            ck_assert(vk_check(X64_VCMPPS, cmpm, 4));
+            ck_assert(vk_check(X64_VSUBPS, sub, 3));
+            ck_assert(vk_check(X64_VSUBPS, subz, 3));
+            ck_assert(vk_check(X64_VPTERNLOGD, tern, 4));
+            ck_assert(vk_check(X64_VBLENDMPS, blend, 3));
+            ck_assert(vk_check(X64_VFPCLASSPS, fpc, 3));
+        }
+    long accepted = 0;
+    for (int op = 1; op < X64_OP_COUNT; op++)
+        for (int t = 0; t < 64; t++) {
+            int n = 2 + (int)(vr_next() % 3);
+            x64_opnd o[4];
+            for (int i = 0; i < n; i++) {
+                if (vr_next() % 3 == 0) o[i] = (x64_opnd)KR((uint8_t)(vr_next() % 8));
+                else o[i] = (x64_opnd)ZMM((uint8_t)(vr_next() % 32));
+            }
+            if (vr_next() % 2) {
+                o[0].mask = (uint8_t)(1 + vr_next() % 7);
+                o[0].zero = (uint8_t)(o[0].kind == X64_K_VEC && vr_next() % 2);
+            }
+            if (vr_next() % 3 == 0) o[n - 1] = (x64_opnd)IMM((int64_t)(vr_next() % 384) - 128);
+            accepted += vk_check((x64_op)op, o, n);
+        }
+    ck_assert_int_gt(accepted, 50);
+    /* Not for this path: no mask anywhere (x64_encode_vregs's), ymm, a
+     * memory operand, a mask on a source. */
+    x64_opnd plain[3] = {ZMM(1), ZMM(2), ZMM(3)}, y[3] = {YMMK(1, 1, 0), YMM(2), YMM(3)},
+             mem[3] = {ZMMK(1, 1, 0), ZMM(2), M(512, RAX, 0)}, src[3] = {ZMM(1), ZMMK(2, 1, 0), ZMM(3)};
+    uint8_t out[X64_MAX_LEN];
+    uint32_t feat;
+    ck_assert_int_eq(x64_encode_vkregs(X64_VADDPS, plain, 3, out, &feat), 0);
+    ck_assert_int_eq(x64_encode_vkregs(X64_VADDPS, y, 3, out, &feat), 0);
+    ck_assert_int_eq(x64_encode_vkregs(X64_VADDPS, mem, 3, out, &feat), 0);
+    ck_assert_int_eq(x64_encode_vkregs(X64_VADDPS, src, 3, out, &feat), 0);
+}
+END_TEST
+
 /* The direct loop-control forms (x64_encode_gpr, x64_encode_jump): the
  * search's bytes for every register pair and immediate class they take,
  * and 0 for what they do not. */
@@ -779,6 +848,7 @@ int main(void) {
     tcase_add_test(tc, test_names);
     tcase_add_test(tc, test_vregs);
     tcase_add_test(tc, test_vmem);
+    tcase_add_test(tc, test_vkregs);
     tcase_add_test(tc, test_gpr_jump);
     suite_add_tcase(s, tc);
     return fjt_run_suite(s);
