@@ -61,9 +61,74 @@ int kb_trace_end(fj_builder *b) {
     const int fast = kb_fast_paths();
     for (int k = 0; k < t->n; k++) {
         kb_tinsn *e = &t->in[k];
-        if (!e->gen) e->evex = (uint8_t)(fast && evex_recipe(b, e));
+        if (!e->gen) {
+            e->evex = (uint8_t)(fast && evex_recipe(b, e));
+        } else if (e->evex == 1) {
+            e->evex = 0;
+            if (!fast || (b->vbits != 512)) continue;
+            const uint64_t key = x64_vk_key((x64_op)e->op, e->nops, e->sh[0], e->sh[1], e->sh[2],
+                                            e->has_imm);
+            uint64_t f = x64_vm_lookup(key);
+            if (!f) {   /* a new pattern: x64_encode_vkregs makes its form */
+                x64_opnd x[4];
+                for (int i = 0; i < e->nops; i++) {
+                    const unsigned r = e->regs >> 8 * i & 0xff;
+                    x[i] = i == e->nv ? imm_op(e->imm) : e->sh[0] >> i & 1 ? k_op((int)r)
+                                                                           : vec_op((int)r, 512);
+                }
+                x[0].mask = e->sh[1];
+                x[0].zero = e->sh[2];
+                uint8_t scratch[X64_MAX_LEN + 8];
+                uint32_t feat;
+                x64_encode_vkregs((x64_op)e->op, x, e->nops, scratch, &feat);
+                f = x64_vm_lookup(key);
+            }
+            if (f && (f >> 21 & 1) && !((uint32_t)(f >> 47 & 0x1ff) & ~b->features) &&
+                !(e->has_imm && (f >> 56 & 1 ? e->imm < 0 || e->imm > 255
+                                             : e->imm < -128 || e->imm > 127))) {
+                e->w = f;
+                e->evex = 2;
+            }
+        }
     }
     return 1;
+}
+
+/* A register-only zmm instruction with mask-register operands or a write
+ * mask (x64_templ.h's mask-register forms): its registers packed in regs
+ * (vector or mask numbers), which operands are masks in sh[0], the write
+ * mask in sh[1], zeroing in sh[2]; evex 2 once kb_trace_end has its form
+ * in w. The operands stay in gen[gi] too, for the general path. */
+static void vk_operands(const fj_builder *b, kb_tinsn *e, const fj_opnd *ops, int nops) {
+    const int has_imm = nops > 0 && ops[nops - 1].kind == FJ_OPND_IMM, nv = nops - has_imm;
+    if (nv < 2 || (has_imm && (ops[nops - 1].val < INT32_MIN || ops[nops - 1].val > INT32_MAX)))
+        return;
+    uint32_t regs = 0;
+    unsigned kops = 0, vecs = 0;
+    for (int i = 0; i < nv; i++) {
+        const fj_opnd *o = &ops[i];
+        const int k = H_CLASS(o->reg.id) == RC_K;
+        if (o->kind != FJ_OPND_REG || o->scale || o->bcst || (i && (o->mask.id || o->zero)) ||
+            o->bits != (k ? 16 : 512))
+            return;
+        const int p = live_phys(b, o->reg, k ? RC_K : RC_VEC);
+        if (p < 0) return;
+        kops |= (unsigned)k << i;
+        vecs += !k;
+        regs |= (uint32_t)p << 8 * i;
+    }
+    if (ops[0].zero && !ops[0].mask.id) return;
+    const int m = ops[0].mask.id ? live_phys(b, ops[0].mask, RC_K) : 0;
+    if (!vecs || m < 0 || (!kops && !m)) return;
+    e->bits = 512;
+    e->nv = (uint8_t)nv;
+    e->regs = regs;
+    e->has_imm = (uint8_t)has_imm;
+    e->imm = has_imm ? (int32_t)ops[nops - 1].val : 0;
+    e->sh[0] = (uint8_t)kops;
+    e->sh[1] = (uint8_t)m;
+    e->sh[2] = (uint8_t)(m && ops[0].zero);
+    e->evex = 1;   /* operands taken; the form at kb_trace_end */
 }
 
 void kb_trace_add(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
@@ -96,7 +161,9 @@ void kb_trace_add(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
         if (t->bad) return;
         e->gen = 1;
         e->gi = (uint8_t)t->ngen;
+        e->evex = 0;
         memcpy(t->gen[t->ngen++], ops, (size_t)nops * sizeof *ops);
+        vk_operands(b, e, ops, nops);
     }
     t->n++;
 }
@@ -182,6 +249,20 @@ void kb_replay(fj_builder *b, const kb_trace *t, int copies, const fj_reg *from,
                                         e->bits);
                 }
                 if (e->has_imm) o[e->nv] = fj_imm(e->imm);
+            } else if (e->evex == 2) {
+                /* A mask-register form: registers renamed by class. */
+                const unsigned kops = e->sh[0];
+                uint32_t regs = 0;
+                for (int i = 0; i < e->nv; i++) {
+                    const unsigned r = e->regs >> 8 * i & 0xff;
+                    regs |= (uint32_t)(kops >> i & 1 ? kmap[c][r & 7] : vmap[c][r & 31]) << 8 * i;
+                }
+                if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return;
+                uint32_t feat;
+                b->len += (size_t)x64_vk_fill(e->w, regs, e->sh[1] ? kmap[c][e->sh[1]] : 0u,
+                                              e->sh[2], e->imm, e->has_imm, b->code + b->len,
+                                              &feat);
+                continue;
             } else {
                 memcpy(o, t->gen[e->gi], (size_t)e->nops * sizeof *o);
                 for (int i = 0; i < e->nops; i++) {
