@@ -19,7 +19,7 @@
  * it is not such a form: the replay then takes x64_vregs. */
 static int evex_recipe(const fj_builder *b, kb_tinsn *e) {
     if (e->bits != 512 || e->nv + e->has_imm > 4) return 0;
-    x64_vform *vf = &x64_vforms[e->op][2][1][e->nv - 2][e->has_imm];
+    x64_vform *vf = &x64_vforms[2][1][e->op][e->nv - 2][e->has_imm];
     uint64_t f = atomic_load_explicit(&vf->f, memory_order_acquire);
     if (!f) f = x64_vform_make(vf, (x64_op)e->op, 512, 1, e->nv, e->has_imm);
     const uint64_t w = atomic_load_explicit(&vf->bytes, memory_order_relaxed);
@@ -154,7 +154,7 @@ void kb_trace_add(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
         /* The form is read at kb_trace_end: its table line, often cold in
          * a new runtime, is fetched meanwhile, alongside the others. */
         if (e->bits == 512 && nv + has_imm <= 4)
-            __builtin_prefetch(&x64_vforms[op][2][1][nv - 2][has_imm]);
+            __builtin_prefetch(&x64_vforms[2][1][op][nv - 2][has_imm]);
     } else {
         for (int i = 0; i < nops; i++)
             if (ops[i].kind == FJ_OPND_LABEL) t->bad = 1;

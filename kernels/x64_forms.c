@@ -26,7 +26,7 @@
  * The table and the encoding from it are in x64_templ.h (inline for the
  * builder's hot path). */
 enum { VF_NONE = X64_VF_NONE };
-_Alignas(64) x64_vform x64_vforms[X64_OP_COUNT][3][2][3][2];
+_Alignas(64) x64_vform x64_vforms[3][2][X64_OP_COUNT][3][2];
 
 static int vf_fill(uint64_t f, const uint8_t *reg, int64_t imm, int has_imm, uint8_t *out) {
     unsigned map = f >> 3 & 3, pp = f >> 5 & 3, w = f >> 7 & 1, l = f >> 8 & 3;

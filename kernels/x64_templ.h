@@ -34,8 +34,11 @@ typedef struct x64_vform {
     _Atomic uint64_t bytes;   /* its bytes with registers 0 */
 } x64_vform;
 
-/* [mnemonic][width 128/256/512][any register >= 16][registers - 2][imm8] */
-FJ_INTERNAL extern x64_vform x64_vforms[X64_OP_COUNT][3][2][3][2];
+/* [width 128/256/512][any register >= 16][mnemonic][registers - 2][imm8]:
+ * the forms one kind of kernel uses together (zmm: one width, registers
+ * 16-31 as well) in 15 KiB rather than spread over 90 (in a new runtime
+ * the table is cold, its pages too). */
+FJ_INTERNAL extern x64_vform x64_vforms[3][2][X64_OP_COUNT][3][2];
 /* Makes vf's words with the full search; returns the form word. */
 FJ_INTERNAL uint64_t x64_vform_make(x64_vform *vf, x64_op op, int bits, int hi, int nregs,
                                     int has_imm);
@@ -67,7 +70,7 @@ static inline int x64_vregs(x64_op op, int bits, uint32_t regs, int nregs, int64
      * not differ in length, so one form serves registers 0-31 (one table
      * line to touch, and the one replays use). */
     int hi = (any >> 4 & 1) | (wi == 2), ii = has_imm != 0;
-    x64_vform *vf = &x64_vforms[op][wi][hi][nregs - 2][ii];
+    x64_vform *vf = &x64_vforms[wi][hi][op][nregs - 2][ii];
     uint64_t f = atomic_load_explicit(&vf->f, memory_order_acquire);
     if (__builtin_expect(!f, 0)) f = x64_vform_make(vf, op, bits, hi, nregs, ii);
     if (!(f & 2) || (ii && (f >> 48 & 1 ? imm < 0 || imm > 255 : imm < -128 || imm > 127)))
