@@ -17,6 +17,7 @@
 #include <unwind.h>
 
 #include "unwindinfo/uw.h"
+#include "unwindinfo/uw_int.h"
 #include "fjtest.h"
 #include "uwstub.h"
 
@@ -64,6 +65,34 @@ static void run_walk(unsigned backends, int copies, int use, probe *p) {
     run_stub(page + 64 * use, p);
     uw_deregister(o);
 }
+
+/* The byte writer on a caller's stack buffer (the image's CFA programs):
+ * it stays there while it fits, moves to the heap with its bytes when it
+ * grows, and uw_buf_take always hands over heap memory. */
+START_TEST(test_buf_on_stack) {
+    uint8_t st[8];
+    uw_buf b = {st, 0, sizeof st, 0, 1};
+    uw_put(&b, "abcdef", 6);
+    ck_assert_ptr_eq(b.p, st);
+    uw_put(&b, "ghijkl", 6);
+    ck_assert_ptr_ne(b.p, st);
+    ck_assert_int_eq(b.ext, 0);
+    ck_assert_mem_eq(b.p, "abcdefghijkl", 12);
+    uint8_t *out;
+    size_t len;
+    ck_assert_int_eq(uw_buf_take(&b, &out, &len), FJ_OK);
+    ck_assert_uint_eq(len, 12);
+    ck_assert_mem_eq(out, "abcdefghijkl", 12);
+    fj_free(out);
+    uw_buf c = {st, 0, sizeof st, 0, 1};
+    uw_put(&c, "xyz", 3);
+    ck_assert_int_eq(uw_buf_take(&c, &out, &len), FJ_OK);
+    ck_assert_ptr_ne(out, st);
+    ck_assert_uint_eq(len, 3);
+    ck_assert_mem_eq(out, "xyz", 3);
+    fj_free(out);
+}
+END_TEST
 
 START_TEST(test_walk_libgcc) {
     probe p;
@@ -511,6 +540,7 @@ static Suite *uw_suite(void) {
     Suite *s = suite_create("uw");
     TCase *t = tcase_create("cfi");
     tcase_add_test(t, test_parse_backends);
+    tcase_add_test(t, test_buf_on_stack);
     tcase_add_test(t, test_eh_frame_bytes);
     tcase_add_test(t, test_eh_frame_rejects);
     suite_add_tcase(s, t);

@@ -26,11 +26,13 @@ void uw_put_zero(uw_buf *b, size_t n) { uw_put(b, NULL, n); }
 
 void uw_reserve(uw_buf *b, size_t cap) {
     if (b->oom || cap <= b->cap) return;
-    uint8_t *p = fj_realloc(b->p, cap);
+    uint8_t *p = b->ext ? fj_malloc(cap) : fj_realloc(b->p, cap);
     if (!p) {
         b->oom = 1;
         return;
     }
+    if (b->ext && b->len) memcpy(p, b->p, b->len);
+    b->ext = 0;
     b->p = p;
     b->cap = cap;
 }
@@ -64,8 +66,9 @@ void uw_patch_u32(uw_buf *b, size_t at, uint32_t v) {
 }
 
 fj_status uw_buf_take(uw_buf *b, uint8_t **out, size_t *len) {
+    if (b->ext) uw_reserve(b, b->cap + 1);   /* the bytes to the heap */
     if (b->oom) {
-        fj_free(b->p);
+        if (!b->ext) fj_free(b->p);
         *b = (uw_buf){0};
         return fj_fail(FJ_ERR_NO_MEMORY, "unwind info: out of memory");
     }

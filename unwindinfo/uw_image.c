@@ -125,21 +125,26 @@ static void hash_final(const img_hash *s, uint8_t out[BUILD_ID_LEN]) {
 
 /* f's CFA program, encoded straight into a buffer of its own (no CIE or
  * FDE around it to take apart again). */
-static fj_status cfa_program(const uw_func *f, uint8_t **out, size_t *len) {
-    uw_buf b = {0};
+static fj_status cfa_program(const uw_func *f, uint8_t *stack, size_t stack_cap, uint8_t **out,
+                             size_t *len) {
+    /* Written into the caller's stack buffer while it fits (a kernel's is
+     * a few dozen bytes): one heap allocation less per kernel. Free *out
+     * with prog_free. */
+    uw_buf b = {stack, 0, stack_cap, 0, 1};
     uw_reserve(&b, 16 + 4 * f->nrecs);
     fj_status st = uw_cfa_records(&b, f);
+    if (st == FJ_OK && b.oom) st = fj_fail(FJ_ERR_NO_MEMORY, "arena image: out of memory");
     if (st != FJ_OK) {
-        fj_free(b.p);
+        if (!b.ext) fj_free(b.p);
         return st;
-    }
-    if (b.oom || !b.p) {
-        fj_free(b.p);
-        return fj_fail(FJ_ERR_NO_MEMORY, "arena image: out of memory");
     }
     *out = b.p;
     *len = b.len;
     return FJ_OK;
+}
+
+static void prog_free(uint8_t *prog, const uint8_t *stack) {
+    if (prog != stack) fj_free(prog);
 }
 
 /* Our CIE: "zR", pc-relative 4-byte FDE addresses, CFA = rsp + 8 and the
@@ -550,9 +555,9 @@ fj_status uw_image_add(uw_image *im, const uw_func *f, const uint8_t *code, cons
         im->fns = v;
         im->cap = cap;
     }
-    uint8_t *prog;
+    uint8_t *prog, pstack[256];
     size_t prog_len;
-    st = cfa_program(f, &prog, &prog_len);
+    st = cfa_program(f, pstack, sizeof pstack, &prog, &prog_len);
     if (st != FJ_OK) return st;
     const uint32_t fde_len = (uint32_t)up(17 + prog_len, 8);
     const size_t name_len = strlen(f->name) + 1;
@@ -561,7 +566,7 @@ fj_status uw_image_add(uw_image *im, const uw_func *f, const uint8_t *code, cons
         im->str_len + name_len > l->str_cap) {
         st = rewrite(im, NULL, fde_len, name_len, ctx);
         if (st != FJ_OK) {
-            fj_free(prog);
+            prog_free(prog, pstack);
             return st;
         }
     }
@@ -602,7 +607,7 @@ fj_status uw_image_add(uw_image *im, const uw_func *f, const uint8_t *code, cons
     hash_u64(&im->h, code ? hash_bytes(code, f->size, 3) : 0);
     hash_final(&im->h, im->build_id);
     im->versions++;
-    fj_free(prog);
+    prog_free(prog, pstack);
     write_header(im); /* last: the new sizes and build-id */
     return FJ_OK;
 }
@@ -633,10 +638,10 @@ void uw_image_get_stats(const uw_image *im, uw_image_stats *st) {
 fj_status uw_jit_unwind_build(const uw_func *f, uint8_t **out, size_t *len, size_t *hdr_len) {
     *out = NULL;
     *len = *hdr_len = 0;
-    uint8_t *prog;
+    uint8_t *prog = NULL, pstack[256];
     size_t prog_len;
     fj_status st = uw_check_func(f);
-    if (st == FJ_OK) st = cfa_program(f, &prog, &prog_len);
+    if (st == FJ_OK) st = cfa_program(f, pstack, sizeof pstack, &prog, &prog_len);
     if (st != FJ_OK) return st;
     uw_buf b = {0}, hdr = {0};
     const uint64_t eh_vaddr = up(f->size, 8);
@@ -644,7 +649,7 @@ fj_status uw_jit_unwind_build(const uw_func *f, uint8_t **out, size_t *len, size
     uint64_t start = 0, fde = eh_vaddr + put_fde(&b, cie, eh_vaddr, 0, (uint32_t)f->size, prog,
                                                  prog_len);
     uw_put_u32(&b, 0);
-    fj_free(prog);
+    prog_free(prog, pstack);
     const size_t eh_len = b.len;
     put_eh_frame_hdr(&hdr, eh_vaddr + eh_len, eh_vaddr, &start, &fde, 1);
     uw_put(&b, hdr.p, hdr.len);

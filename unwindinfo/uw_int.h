@@ -15,6 +15,7 @@ typedef struct uw_buf {
     uint8_t *p;
     size_t len, cap;
     int oom;
+    int ext;   /* p is the caller's (on its stack): growing copies it out */
 } uw_buf;
 
 FJ_INTERNAL void uw_put(uw_buf *b, const void *src, size_t n);
