@@ -78,9 +78,14 @@ typedef struct kb_tinsn {
     uint32_t regs;         /* physical registers, operand i's in bits 8i..8i+7 */
     int32_t imm;           /* last operand, an imm8 (registers, has_imm) */
     uint8_t has_imm;
-    uint8_t evex;          /* w and sh hold the form (registers, 512 bits) */
-    uint8_t sh[3];         /* where ModRM.reg, ModRM.rm, vvvv's registers are in regs (32: none) */
-    uint64_t w;            /* the form's bytes word (x64_templ.h) */
+    /* Registers (gen 0): evex 1 when w is the EVEX form's bytes word and
+     * sh where ModRM.reg, ModRM.rm and vvvv's registers are in regs (32:
+     * none). With mask registers (gen 1, x64_templ.h's mask-register
+     * forms): regs as above, sh the mask operands, write mask and
+     * zeroing, evex 2 when w is the form word. */
+    uint8_t evex;
+    uint8_t sh[3];
+    uint64_t w;
 } kb_tinsn;
 typedef struct kb_trace {
     kb_tinsn in[KB_TRACE_MAX];
