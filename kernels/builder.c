@@ -640,27 +640,12 @@ static int emit_vkregs(fj_builder *b, fj_op op, const fj_opnd *ops, int nops, ui
     const int has_imm = ops[nops - 1].kind == FJ_OPND_IMM;
     const unsigned zero = k && ops[0].zero;
     if (!kops && !k) return 0;
-    const int64_t imm = has_imm ? ops[nops - 1].val : 0;
-    uint64_t f = x64_vm_lookup(x64_vk_key((x64_op)op, nops, kops, k, zero, has_imm));
-    if (f && !(f >> 21 & 1)) return 0;   /* no such form: the general path explains */
+    uint64_t f = x64_vk_form((x64_op)op, nops, kops, k, (int)zero, has_imm);
+    if (!(f >> 21 & 1)) return 0;   /* no such form: the general path explains */
     if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return 1;
     uint32_t feat = 0;
-    int n;
-    if (f) {
-        n = x64_vk_fill(f, regs, (unsigned)k, zero, imm, has_imm, b->code + b->len, &feat);
-    } else {
-        /* The pattern's first instruction: x64_encode_vkregs makes its form. */
-        x64_opnd x[4];
-        for (int i = 0; i < nops; i++) {
-            const unsigned r = regs >> 8 * i & 0xff;
-            x[i] = i == nops - 1 && has_imm ? imm_op(imm)
-                   : kops >> i & 1          ? k_op((int)r)
-                                            : vec_op((int)r, 512);
-        }
-        x[0].mask = (uint8_t)k;
-        x[0].zero = (uint8_t)zero;
-        n = x64_encode_vkregs((x64_op)op, x, nops, b->code + b->len, &feat);
-    }
+    int n = x64_vk_fill(f, regs, (unsigned)k, zero, has_imm ? ops[nops - 1].val : 0, has_imm,
+                        b->code + b->len, &feat);
     if (n <= 0 || (feat & ~b->features)) return 0;
     b->len += (size_t)n;
     return 1;
@@ -816,8 +801,7 @@ void kb_bcst_consts(fj_builder *b, const fj_reg *dst, const uint32_t *vals, int 
         fj_emit(b, FJ_VBROADCASTSS, fj_reg_opnd_(dst[0], vbits), base_mem(32, H_CONST, off));
         const uint64_t f = x64_vm_lookup(x64_vm_key(X64_VBROADCASTSS, 2, 1, &m, 0, 0, 0));
         for (i = 1; i < n && f && (f >> 21 & 1) && !b->err; i++) {
-            const int p = plain_reg(b, &(fj_opnd){.kind = FJ_OPND_REG, .bits = vbits, .reg = dst[i]},
-                                    RC_VEC, vbits);
+            const int p = live_phys(b, dst[i], RC_VEC);
             if (p < 0) break;
             if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return;
             uint32_t feat = 0;

@@ -26,8 +26,7 @@ static int evex_recipe(const fj_builder *b, kb_tinsn *e) {
     if (!(f & 2) || (uint8_t)w != 0x62 || (f >> 29 & 7) != X64_VF_NONE ||
         ((uint32_t)(f >> 32 & 0xffff) & ~b->features))
         return 0;
-    if (e->has_imm && (f >> 48 & 1 ? e->imm < 0 || e->imm > 255 : e->imm < -128 || e->imm > 127))
-        return 0;
+    if (e->has_imm && !x64_imm8_fits(f >> 48 & 1, e->imm)) return 0;
     unsigned gop = f >> 18 & 7, hop = f >> 23 & 7;
     e->sh[0] = (uint8_t)(gop == X64_VF_NONE ? 32 : 8 * gop);
     e->sh[1] = (uint8_t)(8 * (f >> 21 & 3));
@@ -65,27 +64,11 @@ int kb_trace_end(fj_builder *b) {
             e->evex = (uint8_t)(fast && evex_recipe(b, e));
         } else if (e->evex == 1) {
             e->evex = 0;
-            if (!fast || (b->vbits != 512)) continue;
-            const uint64_t key = x64_vk_key((x64_op)e->op, e->nops, e->sh[0], e->sh[1], e->sh[2],
-                                            e->has_imm);
-            uint64_t f = x64_vm_lookup(key);
-            if (!f) {   /* a new pattern: x64_encode_vkregs makes its form */
-                x64_opnd x[4];
-                for (int i = 0; i < e->nops; i++) {
-                    const unsigned r = e->regs >> 8 * i & 0xff;
-                    x[i] = i == e->nv ? imm_op(e->imm) : e->sh[0] >> i & 1 ? k_op((int)r)
-                                                                           : vec_op((int)r, 512);
-                }
-                x[0].mask = e->sh[1];
-                x[0].zero = e->sh[2];
-                uint8_t scratch[X64_MAX_LEN + 8];
-                uint32_t feat;
-                x64_encode_vkregs((x64_op)e->op, x, e->nops, scratch, &feat);
-                f = x64_vm_lookup(key);
-            }
-            if (f && (f >> 21 & 1) && !((uint32_t)(f >> 47 & 0x1ff) & ~b->features) &&
-                !(e->has_imm && (f >> 56 & 1 ? e->imm < 0 || e->imm > 255
-                                             : e->imm < -128 || e->imm > 127))) {
+            if (!fast || b->vbits != 512) continue;
+            const uint64_t f = x64_vk_form((x64_op)e->op, e->nops, e->sh[0], e->sh[1], e->sh[2],
+                                           e->has_imm);
+            if ((f >> 21 & 1) && !((uint32_t)(f >> 47 & 0x1ff) & ~b->features) &&
+                (!e->has_imm || x64_imm8_fits(f >> 56 & 1, e->imm))) {
                 e->w = f;
                 e->evex = 2;
             }

@@ -145,49 +145,52 @@ int x64_encode_vregs(x64_op op, int bits, const uint8_t *reg, int nregs, int64_t
  * full encoder would write. */
 _Atomic uint64_t x64_vmforms[X64_VM_N];
 
-/* The form for ops' pattern (absent: the present bit clear). */
-static __attribute__((noinline)) uint64_t vm_make(x64_op op, const x64_opnd *ops, int nops,
-                                                  int mem, uint64_t key) {
-    x64_opnd o[4];
-    memset(o, 0, sizeof o);
-    for (int i = 0; i < nops; i++) o[i] = ops[i];
-    o[mem].base = X64_RAX;   /* canonical: no REX bits, no displacement */
-    o[mem].disp = 0;
-    if (o[mem].index != X64_NOREG) {
-        o[mem].index = X64_RCX;
-        o[mem].scale = 1;
-    }
-    for (int i = 0; i < nops; i++) {
-        if (o[i].kind == X64_K_VEC) o[i].reg = 0;
-        if (o[i].kind == X64_K_IMM) o[i].imm = 0x5a;   /* in range for both imm8 kinds */
-    }
-    if (o[0].mask) o[0].mask = 1;
+/* The 512-bit EVEX form of a pattern, from canonical operands o (vector
+ * registers 0, a mask register 1, the memory operand on rax with no
+ * displacement, imm8 0x5a: in range for both kinds), absent (the present
+ * bit clear) when the row does not fit. mem: the memory operand, or -1 for
+ * register-only patterns, whose ModRM.rm operand then goes where a memory
+ * form keeps its disp8 scale (bits 44-46). */
+static __attribute__((noinline)) uint64_t form_make(x64_op op, const x64_opnd *o, int nops,
+                                                    int mem, uint64_t key) {
     x64_found fd;
     if (!x64_enc_find(op, o, nops, &fd)) return key;
     const x64_row *r = fd.row;
-    if (r->enc != XE_EVEX || (r->flags & (XF_RM0 | XF_CC)) || r->w == XW_S) return key;
-    unsigned gop = VF_NONE, hop = VF_NONE;
+    if (r->enc != XE_EVEX || (r->flags & (XF_RM0 | XF_CC | XF_LIG)) || r->w == XW_S ||
+        fd.l != 512 || (fd.features >> 9))
+        return key;
+    unsigned gop = VF_NONE, eop = VF_NONE, hop = VF_NONE;
     uint64_t u8 = 0;
     for (int i = 0; i < nops; i++) {
         int slot = X64_OPD_SLOT(r->opd[i]), c = X64_OPD_CLASS(r->opd[i]);
         if (o[i].kind == X64_K_IMM) {
-            if (slot != XS_AUTO || (c != XC_I8 && c != XC_U8)) return key;
+            if (i != nops - 1 || slot != XS_AUTO || (c != XC_I8 && c != XC_U8)) return key;
             u8 = c == XC_U8;
         } else if (i == mem) {
             if (slot != XS_E) return key;
         } else if (slot == XS_G && gop == VF_NONE) gop = (unsigned)i;
+        else if (slot == XS_E && eop == VF_NONE && mem < 0) eop = (unsigned)i;
         else if (slot == XS_H && hop == VF_NONE) hop = (unsigned)i;
         else return key;
     }
     int n = fd.disp_scale;
-    if ((gop == VF_NONE) != (r->ext >= 0) || (fd.features >> 9) || fd.l != 512 ||
-        (r->flags & XF_LIG) || n & (n - 1))
+    if ((gop == VF_NONE) != (r->ext >= 0) || (mem < 0 ? eop == VF_NONE : (n & (n - 1)) != 0))
         return key;
+    const uint64_t rm = mem < 0 ? eop : (unsigned)__builtin_ctz((unsigned)n);
     return key | 1ull << 21 | (uint64_t)X64_PFX_MAP(r->pfx) << 22 |
            (uint64_t)X64_PFX_PP(r->pfx) << 24 | (uint64_t)(r->w == XW_1) << 26 |
            (uint64_t)r->opc << 27 | (uint64_t)gop << 35 | (uint64_t)hop << 38 |
-           (uint64_t)(r->ext >= 0 ? r->ext : 0) << 41 | (uint64_t)__builtin_ctz((unsigned)n) << 44 |
-           (uint64_t)fd.features << 47 | u8 << 56;
+           (uint64_t)(r->ext >= 0 ? r->ext : 0) << 41 | rm << 44 | (uint64_t)fd.features << 47 |
+           u8 << 56;
+}
+
+/* Keeps f for its pattern: in the pair's first slot, or its second if the
+ * first holds another pattern (a later miss of that one takes the first
+ * again). */
+static void form_keep(uint64_t key, uint64_t f) {
+    unsigned s = x64_vm_slot(key);
+    if ((atomic_load_explicit(&x64_vmforms[s], memory_order_relaxed) & X64_VM_KEY) != 0) s ^= 1;
+    atomic_store_explicit(&x64_vmforms[s], f, memory_order_relaxed);
 }
 
 int x64_encode_vmem(x64_op op, const x64_opnd *ops, int nops, uint8_t *out,
@@ -220,12 +223,20 @@ int x64_encode_vmem(x64_op op, const x64_opnd *ops, int nops, uint8_t *out,
     uint64_t key = x64_vm_key(op, nops, mem, &m, ops[0].mask, ops[0].zero, imm);
     uint64_t f = x64_vm_lookup(key);
     if (!f) {
-        f = vm_make(op, ops, nops, mem, key);
-        unsigned s = x64_vm_slot(key);
-        /* The pair's first slot, or its second if the first holds another
-         * pattern (a later miss of that one takes the first again). */
-        if ((atomic_load_explicit(&x64_vmforms[s], memory_order_relaxed) & X64_VM_KEY) != 0) s ^= 1;
-        atomic_store_explicit(&x64_vmforms[s], f, memory_order_relaxed);
+        x64_opnd c[4];
+        for (int i = 0; i < nops; i++) {
+            c[i] = ops[i];
+            if (c[i].kind == X64_K_VEC) c[i].reg = 0;
+            if (c[i].kind == X64_K_IMM) c[i].imm = 0x5a;
+        }
+        c[mem].base = X64_RAX;   /* no REX bits, no displacement */
+        c[mem].disp = 0;
+        if (c[mem].index != X64_NOREG) {
+            c[mem].index = X64_RCX;
+            c[mem].scale = 1;
+        }
+        if (c[0].mask) c[0].mask = 1;
+        form_keep(key, f = form_make(op, c, nops, mem, key));
     }
     if (!(f >> 21 & 1)) return 0;
     return x64_vm_fill(f, regs, &m, ops[0].mask, ops[0].zero, imm ? ops[nops - 1].imm : 0, imm,
@@ -235,44 +246,30 @@ int x64_encode_vmem(x64_op op, const x64_opnd *ops, int nops, uint8_t *out,
 
 /* ---- 512-bit register-only forms with mask registers ---------------------- */
 
-/* The form for ops' pattern (absent: the present bit clear). */
-static __attribute__((noinline)) uint64_t vk_make(x64_op op, const x64_opnd *ops, int nops,
-                                                  uint64_t key) {
-    x64_opnd o[4];
-    memset(o, 0, sizeof o);
+uint64_t x64_vk_form(x64_op op, int nops, unsigned kops, int masked, int zero, int has_imm) {
+    const uint64_t key = x64_vk_key(op, nops, kops, masked, zero, has_imm);
+    uint64_t f = x64_vm_lookup(key);
+    if (f || (unsigned)op - 1u >= X64_OP_COUNT - 1u || nops < 2 || nops > 4) return f ? f : key;
+    x64_opnd c[4];
+    memset(c, 0, sizeof c);
     for (int i = 0; i < nops; i++) {
-        o[i] = ops[i];
-        o[i].mask = o[i].zero = 0;
-        if (o[i].kind == X64_K_VEC) o[i].reg = 0;
-        if (o[i].kind == X64_K_KREG) o[i].reg = 1;
-        if (o[i].kind == X64_K_IMM) o[i].imm = 0x5a;   /* in range for both imm8 kinds */
+        c[i].base = c[i].index = X64_NOREG;
+        if (has_imm && i == nops - 1) {
+            c[i].kind = X64_K_IMM;
+            c[i].imm = 0x5a;
+        } else if (kops >> i & 1) {
+            c[i].kind = X64_K_KREG;
+            c[i].bits = 16;
+            c[i].reg = 1;
+        } else {
+            c[i].kind = X64_K_VEC;
+            c[i].bits = 512;
+        }
     }
-    o[0].mask = ops[0].mask ? 1 : 0;
-    o[0].zero = ops[0].zero;
-    x64_found fd;
-    if (!x64_enc_find(op, o, nops, &fd)) return key;
-    const x64_row *r = fd.row;
-    if (r->enc != XE_EVEX || (r->flags & (XF_RM0 | XF_CC | XF_LIG)) || r->w == XW_S ||
-        fd.l != 512 || (fd.features >> 9))
-        return key;
-    unsigned gop = VF_NONE, eop = VF_NONE, hop = VF_NONE;
-    uint64_t u8 = 0;
-    for (int i = 0; i < nops; i++) {
-        int slot = X64_OPD_SLOT(r->opd[i]), c = X64_OPD_CLASS(r->opd[i]);
-        if (o[i].kind == X64_K_IMM) {
-            if (i != nops - 1 || slot != XS_AUTO || (c != XC_I8 && c != XC_U8)) return key;
-            u8 = c == XC_U8;
-        } else if (slot == XS_G && gop == VF_NONE) gop = (unsigned)i;
-        else if (slot == XS_E && eop == VF_NONE) eop = (unsigned)i;
-        else if (slot == XS_H && hop == VF_NONE) hop = (unsigned)i;
-        else return key;
-    }
-    if (eop == VF_NONE || (gop == VF_NONE) != (r->ext >= 0)) return key;
-    return key | 1ull << 21 | (uint64_t)X64_PFX_MAP(r->pfx) << 22 |
-           (uint64_t)X64_PFX_PP(r->pfx) << 24 | (uint64_t)(r->w == XW_1) << 26 |
-           (uint64_t)r->opc << 27 | (uint64_t)gop << 35 | (uint64_t)hop << 38 |
-           (uint64_t)(r->ext >= 0 ? r->ext : 0) << 41 | (uint64_t)eop << 44 |
-           (uint64_t)fd.features << 47 | u8 << 56;
+    c[0].mask = masked ? 1 : 0;
+    c[0].zero = (uint8_t)(zero != 0);
+    form_keep(key, f = form_make(op, c, nops, -1, key));
+    return f;
 }
 
 int x64_encode_vkregs(x64_op op, const x64_opnd *ops, int nops, uint8_t *out,
@@ -292,14 +289,7 @@ int x64_encode_vkregs(x64_op op, const x64_opnd *ops, int nops, uint8_t *out,
         return 0;
     for (int i = 1; i < nops; i++)
         if (ops[i].mask || ops[i].zero) return 0;
-    uint64_t key = x64_vk_key(op, nops, kops, ops[0].mask, ops[0].zero, imm);
-    uint64_t f = x64_vm_lookup(key);
-    if (!f) {
-        f = vk_make(op, ops, nops, key);
-        unsigned s = x64_vm_slot(key);
-        if ((atomic_load_explicit(&x64_vmforms[s], memory_order_relaxed) & X64_VM_KEY) != 0) s ^= 1;
-        atomic_store_explicit(&x64_vmforms[s], f, memory_order_relaxed);
-    }
+    uint64_t f = x64_vk_form(op, nops, kops, ops[0].mask, ops[0].zero, imm);
     if (!(f >> 21 & 1)) return 0;
     return x64_vk_fill(f, regs, ops[0].mask, ops[0].zero, imm ? ops[nops - 1].imm : 0, imm, out,
                        features);

@@ -47,6 +47,12 @@ FJ_INTERNAL uint64_t x64_vform_make(x64_vform *vf, x64_op op, int bits, int hi, 
 FJ_INTERNAL int x64_vform_fill(uint64_t f, uint32_t regs, int64_t imm, int has_imm,
                                uint8_t *out);
 
+/* Whether imm fits a form's imm8: 0..255 when the form's imm8 is
+ * unsigned, -128..127 when it is signed. */
+static inline int x64_imm8_fits(int is_unsigned, int64_t imm) {
+    return is_unsigned ? imm >= 0 && imm <= 255 : imm >= -128 && imm <= 127;
+}
+
 /* An EVEX form's bytes word with registers g (ModRM.reg), e (ModRM.rm)
  * and h (vvvv) put in: R X B R' in P0, vvvv in P1, V' in P2, then opcode,
  * ModRM. */
@@ -73,8 +79,7 @@ static inline int x64_vregs(x64_op op, int bits, uint32_t regs, int nregs, int64
     x64_vform *vf = &x64_vforms[wi][hi][op][nregs - 2][ii];
     uint64_t f = atomic_load_explicit(&vf->f, memory_order_acquire);
     if (__builtin_expect(!f, 0)) f = x64_vform_make(vf, op, bits, hi, nregs, ii);
-    if (!(f & 2) || (ii && (f >> 48 & 1 ? imm < 0 || imm > 255 : imm < -128 || imm > 127)))
-        return 0;
+    if (!(f & 2) || (ii && !x64_imm8_fits(f >> 48 & 1, imm))) return 0;
     *features = (uint32_t)(f >> 32 & 0xffff);
     unsigned gop = f >> 18 & 7, hop = f >> 23 & 7, lop = f >> 29 & 7;
     uint64_t g = gop == X64_VF_NONE ? 0 : regs >> 8 * gop & 0xff, e = regs >> (f >> 21 & 3) * 8 & 0xff;
@@ -186,7 +191,7 @@ static inline uint8_t *x64_modrm_mem(uint8_t *p, unsigned reg, const x64_vm_mem 
 static inline __attribute__((always_inline)) int x64_vm_fill(uint64_t f, uint32_t regs, const x64_vm_mem *m, unsigned mask,
                               unsigned zero, int64_t imm, int has_imm, uint8_t *out,
                               uint32_t *features) {
-    if (has_imm && (f >> 56 & 1 ? imm < 0 || imm > 255 : imm < -128 || imm > 127)) return 0;
+    if (has_imm && !x64_imm8_fits(f >> 56 & 1, imm)) return 0;
     unsigned gop = f >> 35 & 7, hop = f >> 38 & 7;
     unsigned g = gop == X64_VF_NONE ? (f >> 41 & 7) : regs >> 8 * gop & 0xff;
     unsigned h = hop == X64_VF_NONE ? 0 : regs >> 8 * hop & 0xff;
@@ -210,14 +215,20 @@ static inline __attribute__((always_inline)) int x64_vm_fill(uint64_t f, uint32_
  * the memory forms, and they share that table, their keys marked by bit
  * 20: bits 0-7 mnemonic, 8-9 operands - 1, 12-15 which operands are mask
  * registers, 16 masked, 17 zeroing, 18 imm8. The form word is laid out as
- * the memory forms', with the ModRM.rm operand in bits 44-45. Filled by
- * x64_encode_vkregs on a miss. */
+ * the memory forms', with the ModRM.rm operand in bits 44-45. Made by
+ * x64_vk_form on a miss. */
 static inline uint64_t x64_vk_key(x64_op op, int nops, unsigned kops, int masked, int zero,
                                   int has_imm) {
     return (uint64_t)op | (uint64_t)(nops - 1) << 8 | (uint64_t)(kops & 15) << 12 |
            (uint64_t)(masked != 0) << 16 | (uint64_t)(zero != 0) << 17 |
            (uint64_t)(has_imm != 0) << 18 | 1ull << 20;
 }
+
+/* The form word of a pattern (x64_vk_key's arguments), made with the
+ * search on a miss and kept; absent (the present bit, 21, clear) when the
+ * pattern has no such form. */
+FJ_INTERNAL uint64_t x64_vk_form(x64_op op, int nops, unsigned kops, int masked, int zero,
+                                 int has_imm);
 
 /* Encodes with form word f (present): registers packed as for x64_vregs
  * (a mask register's number for a mask operand), operand 0's write mask
@@ -227,7 +238,7 @@ static inline __attribute__((always_inline)) int x64_vk_fill(uint64_t f, uint32_
                                                              unsigned mask, unsigned zero,
                                                              int64_t imm, int has_imm,
                                                              uint8_t *out, uint32_t *features) {
-    if (has_imm && (f >> 56 & 1 ? imm < 0 || imm > 255 : imm < -128 || imm > 127)) return 0;
+    if (has_imm && !x64_imm8_fits(f >> 56 & 1, imm)) return 0;
     const unsigned gop = f >> 35 & 7, hop = f >> 38 & 7;
     const unsigned g = gop == X64_VF_NONE ? (f >> 41 & 7) : regs >> 8 * gop & 0xff;
     const unsigned h = hop == X64_VF_NONE ? 0 : regs >> 8 * hop & 0xff;
