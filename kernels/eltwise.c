@@ -138,7 +138,6 @@ fj_reg elt_creg(kg_elt_state *s, uint32_t key, fj_reg scratch) {
     return scratch;
 }
 
-/* Puts constant c in a register (r) or in the constant pool (m). */
 /* Literal constants bound for registers, in the order place_const meets
  * them: one kb_bcst_consts for a run of them (a twelfth of a math kernel's
  * generation went to broadcasting its constants one fj_emit at a time). */
@@ -153,6 +152,7 @@ static void flush_run(kg_elt_state *s, bcst_run *q) {
     q->n = 0;
 }
 
+/* Puts constant c in a register (r) or in the constant pool (m). */
 static void place_const(kg_elt_state *s, elt_const *c, fj_reg params, int in_reg, bcst_run *q) {
     fj_builder *b = s->b;
     int param = c->key == ELT_KEY_ALPHA || c->key == ELT_KEY_BETA;
