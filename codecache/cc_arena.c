@@ -78,10 +78,11 @@ static int rereserve(uintptr_t lo, size_t len) {
     return p == MAP_FAILED ? -1 : 0;
 }
 
-static size_t page_size(void) {
-    static size_t pg;
-    if (!pg) pg = (size_t)sysconf(_SC_PAGESIZE);
-    return pg;
+size_t cc_page_size(void) {
+    static _Atomic size_t pg;   /* asked once: every placement and description asks */
+    size_t n = atomic_load_explicit(&pg, memory_order_relaxed);
+    if (!n) atomic_store_explicit(&pg, n = (size_t)sysconf(_SC_PAGESIZE), memory_order_relaxed);
+    return n;
 }
 
 static size_t round_up(size_t n, size_t a) { return (n + a - 1) & ~(a - 1); }
@@ -136,10 +137,10 @@ static fj_status va_carve(size_t n, size_t align, uintptr_t *out) {
          * Just what is needed is tried when address space is limited
          * (ulimit -v). The old range's unused tail stays reserved, never
          * reused. need has room to align inside the new range. */
-        size_t need = n + (align - page_size());
+        size_t need = n + (align - cc_page_size());
         size_t want = need > CC_RESERVE_BYTES ? round_up(need, CC_RESERVE_BYTES)
                                               : CC_RESERVE_BYTES;
-        size_t tries[2] = {want, round_up(need, page_size())};
+        size_t tries[2] = {want, round_up(need, cc_page_size())};
         void *p = MAP_FAILED;
         int err = 0;
         for (int i = 0; i < 2 && p == MAP_FAILED; i++) {
@@ -281,7 +282,7 @@ static int map_fixed(uintptr_t at, size_t len, int prot, int fd, size_t off) {
  * A failed step leaves the block to cc_arena_new, which reserves it again. */
 static fj_status map_views(cc_arena *a, size_t span) {
     a->file_len = a->code_off + (span < CC_FILE_GROW ? span : CC_FILE_GROW);
-    int bad = file_extend(a->fd, 0, a->huge ? page_size() : a->code_off, 0) != 0 ||
+    int bad = file_extend(a->fd, 0, a->huge ? cc_page_size() : a->code_off, 0) != 0 ||
               file_extend(a->fd, a->code_off, a->file_len, 1) != 0;
     if (bad)
         return fj_fail(FJ_ERR_OS, "codecache: sizing code file to %zu bytes: %s", a->file_len,
@@ -299,7 +300,7 @@ static fj_status map_views(cc_arena *a, size_t span) {
         return fj_fail(FJ_ERR_OS, "codecache: mapping RX view (%zu bytes): %s", span,
                        strerror(errno));
     if (a->meta_room &&
-        (map_fixed(a->blk, page_size(), PROT_READ, a->fd, 0) != 0 ||
+        (map_fixed(a->blk, cc_page_size(), PROT_READ, a->fd, 0) != 0 ||
          map_fixed(a->hi, a->meta_room, PROT_READ, a->fd, a->code_off + span) != 0))
         return fj_fail(FJ_ERR_OS, "codecache: mapping the read-only views of %s: %s", a->path,
                        strerror(errno));
@@ -317,14 +318,14 @@ static fj_status map_views(cc_arena *a, size_t span) {
 static void warm_views(cc_arena *a, size_t span) {
     volatile uint8_t *w = a->rw + a->code_off;
     *w = *w;
-    a->rw_mapped = page_size();
+    a->rw_mapped = cc_page_size();
     (void)*(volatile const uint8_t *)a->lo;
     if (!a->meta_room) return;
     w = a->rw;
     *w = *w;
     size_t meta = a->code_off + span;
-    if (!file_fault() && os.fallocate(a->fd, 0, (off_t)meta, (off_t)page_size()) == 0) {
-        a->meta_backed = page_size();
+    if (!file_fault() && os.fallocate(a->fd, 0, (off_t)meta, (off_t)cc_page_size()) == 0) {
+        a->meta_backed = cc_page_size();
         w = a->rw + meta;
         *w = *w;
     }
@@ -335,7 +336,7 @@ static atomic_uint_least64_t arena_ids;
 fj_status cc_arena_new(int kind, size_t span, size_t min_code, int huge,
                        size_t (*aux_room)(size_t span), cc_arena **out) {
     *out = NULL;
-    size_t unit = huge ? CC_HUGE : page_size();
+    size_t unit = huge ? CC_HUGE : cc_page_size();
     if (min_code > SIZE_MAX / 4) return fj_fail(FJ_ERR_INVALID_ARG, "codecache: kernel too large");
     span = round_up(min_code > span ? min_code : span, unit);
     cc_arena *a = fj_calloc(1, sizeof *a);
@@ -361,14 +362,14 @@ fj_status cc_arena_new(int kind, size_t span, size_t min_code, int huge,
      * of each 2 MiB chunk line up (a PMD mapping needs both aligned); the
      * gap after the header page is a hole costing nothing. */
     if (kind != CC_ANON) {
-        a->code_off = huge ? CC_HUGE : page_size();
+        a->code_off = huge ? CC_HUGE : cc_page_size();
         a->meta_room = kind == CC_FILE ? meta_room_for(span) : 0;
         a->rw_len = a->code_off + span + a->meta_room;
     }
     a->blk_len = kind == CC_ANON ? span : a->code_off + span + a->meta_room + a->rw_len;
     size_t views = a->blk_len;
     if (aux_room) {
-        a->aux_len = round_up(aux_room(span), page_size());
+        a->aux_len = round_up(aux_room(span), cc_page_size());
         a->blk_len += a->aux_len;
     }
     fj_status st = va_carve(a->blk_len, unit, &a->blk);
@@ -441,7 +442,7 @@ fj_status cc_arena_reserve(cc_arena *a, size_t len, cc_txn *t, int *fits) {
     if (a->retired || a->pid != cc_self_pid()) return FJ_OK;
     /* Anonymous arenas place each kernel on pages of its own, so no page is
      * ever made writable while another kernel on it may be running. */
-    size_t unit = a->kind == CC_ANON ? page_size() : CC_ALIGN;
+    size_t unit = a->kind == CC_ANON ? cc_page_size() : CC_ALIGN;
     size_t size = a->hi - a->lo;
     size_t off = round_up(a->cursor, unit);
     if (len > size || off > size - len) return FJ_OK;
@@ -497,7 +498,7 @@ static fj_status write_file(cc_arena *a, size_t at, const void *code, size_t len
 
 fj_status cc_arena_write(cc_txn *t, const void *code, size_t len, int *by_file) {
     cc_arena *a = t->a;
-    const size_t page = page_size();
+    const size_t page = cc_page_size();
     /* Written through the file: always for a page already written that
      * way, else for a kernel that reaches a page not mapped in the view
      * yet and is not small. */

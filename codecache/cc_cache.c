@@ -483,7 +483,7 @@ fj_status cc_place(cc_cache *c, const uint8_t *code, size_t len, const char *nam
                                                                         : "empty kernel");
     if (!name) name = "";
     if (len > SIZE_MAX / 4) return fj_fail(FJ_ERR_INVALID_ARG, "codecache: kernel too large");
-    size_t unit = c->kind == CC_ANON ? (size_t)sysconf(_SC_PAGESIZE) : CC_ALIGN;
+    size_t unit = c->kind == CC_ANON ? cc_page_size() : CC_ALIGN;
     size_t need = (len + unit - 1) & ~(unit - 1);
     size_t nlen = strlen(name);
     cc_rec *r = fj_malloc(sizeof *r + nlen + 1);

@@ -10,7 +10,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
-#include <stdatomic.h>
 #include <unistd.h>
 
 /* Only the creator process writes, and only while the arena holds memory
@@ -36,10 +35,7 @@ fj_status cc_entry_image(const cc_entry *e, cc_image_info *out) {
         return FJ_ERR_UNSUPPORTED; /* memfd / anonymous: no file to describe (not an error) */
     out->fd = a->fd;
     out->code_off = a->code_off;
-    static _Atomic size_t page;   /* asked once: every kernel's description asks */
-    size_t pg = atomic_load_explicit(&page, memory_order_relaxed);
-    if (!pg) atomic_store_explicit(&page, pg = (size_t)sysconf(_SC_PAGESIZE), memory_order_relaxed);
-    out->page = pg;
+    out->page = cc_page_size();
     out->path = a->path;
     out->hdr = a->rw;
     out->meta_off = a->code_off + (a->hi - a->lo);

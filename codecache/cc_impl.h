@@ -139,6 +139,8 @@ typedef struct cc_txn {
  * slot/owner/next. huge: 2 MiB aligned span and code offset, full chunks
  * collapsed into huge pages as placement fills them. aux_room: see
  * cc_config. */
+/* The system's page size (asked once). */
+FJ_INTERNAL size_t cc_page_size(void);
 FJ_INTERNAL fj_status cc_arena_new(int kind, size_t span, size_t min_code, int huge,
                                    size_t (*aux_room)(size_t span), cc_arena **out);
 /* Gives the arena's memory back (keeps its addresses reserved as PROT_NONE
