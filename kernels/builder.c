@@ -83,6 +83,7 @@ static void free_now(fj_builder *b) {
     fj_free(b->labels);
     fj_free(b->fix);
     fj_free(b->consts);
+    fj_free(b->scratch);
     fj_free(b);
 }
 static void spare_drop(void *b) { free_now(b); }
@@ -107,6 +108,8 @@ static fj_builder *builder_alloc(size_t need) {
         b->fix_cap = keep.fix_cap;
         b->consts = keep.consts;
         b->const_cap = keep.const_cap;
+        b->scratch = keep.scratch;
+        b->nscratch = keep.nscratch;
     } else if (!(b = fj_calloc(1, sizeof *b))) {
         return NULL;
     }
@@ -154,6 +157,17 @@ fj_status kb_new(const char *name, int nargs, fj_isa isa, uint32_t cpu, fj_runti
     b->gpr_ever = 0; /* argument registers are caller-saved: nothing to save */
     *out = b;
     return FJ_OK;
+}
+
+kb_trace *kb_scratch_traces(fj_builder *b, int n) {
+    if (!b || n < 1) return NULL;
+    if (b->nscratch < n) {
+        kb_trace *t = fj_realloc(b->scratch, (size_t)n * sizeof *t);
+        if (!t) return NULL;
+        b->scratch = t;
+        b->nscratch = n;
+    }
+    return b->scratch;
 }
 
 const char *kb_name(const fj_builder *b) { return b->name; }
@@ -447,6 +461,12 @@ void kb_test_fast_paths(int on) { atomic_store(&fast_paths, on != 0); }
 
 int kb_fast_paths(void) { return atomic_load_explicit(&fast_paths, memory_order_relaxed); }
 
+static atomic_int replays = 1;
+
+void kb_test_replays(int on) { atomic_store(&replays, on != 0); }
+
+int kb_replays(void) { return atomic_load_explicit(&replays, memory_order_relaxed); }
+
 /* ---- labels and jumps ----------------------------------------------- */
 
 fj_label fj_label_new(fj_builder *b) {
@@ -531,33 +551,38 @@ static inline int emit_vregs(fj_builder *b, fj_op op, const fj_opnd *ops, int no
     return 1;
 }
 
-/* Two-operand ALU ops, moves and tests of 32/64-bit registers with a
- * register or an immediate (x64_encode_gpr): a kernel's pointer and
+/* ALU ops, moves and tests of 32/64-bit registers with a register or an
+ * immediate, inc/dec/not/neg (x64_encode_gpr): a kernel's pointer and
  * counter updates and compares. */
 static inline int emit_gpr(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
-    const unsigned bits = ops[0].bits;
-    if (nops != 2 || (bits != 32 && bits != 64)) return 0;
-    const fj_opnd *o = &ops[1];
-    int r0 = plain_reg(b, &ops[0], RC_GPR, bits), r1 = -1;
-    if (r0 < 0) return 0;
-    if (o->kind == FJ_OPND_REG) {
-        if ((r1 = plain_reg(b, o, RC_GPR, bits)) < 0) return 0;
-    } else if (o->kind != FJ_OPND_IMM || o->mask.id) {
-        return 0;
-    }
+    int r0, r1;
+    if (!kb_gpr_operands(b, ops, nops, &r0, &r1)) return 0;
     if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return 1;
-    int n = x64_encode_gpr((x64_op)op, (int)bits, r0, r1, o->val, b->code + b->len);
+    int n = x64_encode_gpr((x64_op)op, (int)ops[0].bits, r0, r1, nops == 2 ? ops[1].val : 0,
+                           b->code + b->len);
     b->len += (size_t)n;
     return n > 0;
 }
 
 /* bzhi/shlx/shrx of three registers (x64_encode_gpr3; BMI2) and kmovw
  * between mask and general registers (x64_encode_kmov; AVX-512): the
- * tail masks of element-wise loops. */
+ * tail masks of element-wise loops; kmovw with memory
+ * (x64_encode_kmov_mem): GEMM's masks from its argument block. */
 static inline int emit_gpr3_kmov(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
     int n = 0;
     if (op == FJ_KMOVW && nops == 2) {
         if (!(b->features & X64_F_AVX512F)) return 0;
+        const int store = ops[0].kind == FJ_OPND_MEM;
+        if (store || ops[1].kind == FJ_OPND_MEM) {   /* kmovw k, m16 / m16, k */
+            const fj_opnd *mo = &ops[!store], *ko = &ops[store];
+            x64_vm_mem m;
+            const int k = plain_reg(b, ko, RC_K, ko->bits);
+            if (k < 0 || mo->bits != 16 || !kb_legacy_mem(b, mo, &m)) return 0;
+            if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return 1;
+            n = x64_encode_kmov_mem(store, k, &m, b->code + b->len);
+            b->len += (size_t)n;
+            return n > 0;
+        }
         /* A mask register of any width (the encoder takes it as 16), or a
          * 32-bit GPR. */
         int kd = H_CLASS(ops[0].reg.id) == RC_K, ks = H_CLASS(ops[1].reg.id) == RC_K;
@@ -579,54 +604,29 @@ static inline int emit_gpr3_kmov(fj_builder *b, fj_op op, const fj_opnd *ops, in
     return n > 0;
 }
 
-/* A memory operand on a GPR base or the frame, flattened for the legacy
- * direct forms; 0 for anything else (the pool, a broadcast, a mask). */
-static inline int legacy_mem(const fj_builder *b, const fj_opnd *o, x64_vm_mem *m) {
-    if (o->val < INT32_MIN || o->val > INT32_MAX || o->scale > 8 || (o->scale & (o->scale - 1)) ||
-        o->bcst || o->mask.id || !o->reg.id || o->reg.id == H_CONST)
-        return 0;
-    int base = X64_RBP;
-#if FJ_FP_TAX_PROBE
-    if (b->nofp) base = X64_RSP;
-#endif
-    if (o->reg.id != H_FRAME && (base = live_phys(b, o->reg, RC_GPR)) < 0) return 0;
-    int index = o->index.id ? live_phys(b, o->index, RC_GPR) : X64_NOREG;
-    if (index < 0) return 0;
-    *m = (x64_vm_mem){(uint8_t)base, (uint8_t)index,
-                      (uint8_t)(index == X64_NOREG || !o->scale ? 1 : o->scale), 0, o->bits,
-                      (int32_t)o->val};
-    return 1;
-}
-
 /* Prefetches, and loads, stores and ALU ops of a 32/64-bit register with
  * memory (x64_encode_gpr_mem): a kernel's prefetches, pointer loads from
  * its argument block and spills. */
 static inline int emit_gpr_mem(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
-    const fj_opnd *mo, *r = NULL;
-    int store = 0, reg = 0, bits = 32;
-    if (nops == 1 && ops[0].kind == FJ_OPND_MEM) {
-        mo = &ops[0];
-        if (mo->bits && mo->bits != 8) return 0;
-    } else if (nops == 2 && ops[0].kind == FJ_OPND_MEM && ops[1].kind == FJ_OPND_REG) {
-        mo = &ops[0];
-        r = &ops[1];
-        store = 1;
-    } else if (nops == 2 && ops[0].kind == FJ_OPND_REG && ops[1].kind == FJ_OPND_MEM) {
-        mo = &ops[1];
-        r = &ops[0];
-    } else {
-        return 0;
-    }
-    if (r) {
-        bits = r->bits;
-        if ((bits != 32 && bits != 64) || (mo->bits && mo->bits != bits) ||
-            (reg = plain_reg(b, r, RC_GPR, (unsigned)bits)) < 0)
-            return 0;
-    }
+    int bits, reg, store;
     x64_vm_mem m;
-    if (!legacy_mem(b, mo, &m)) return 0;
+    if (!kb_gpr_mem_operands(b, ops, nops, &bits, &reg, &store, &m)) return 0;
     if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return 1;
     int n = x64_encode_gpr_mem((x64_op)op, bits, reg, store, &m, b->code + b->len);
+    b->len += (size_t)n;
+    return n > 0;
+}
+
+/* ALU ops and mov of 32/64-bit memory with an immediate
+ * (x64_encode_mem_imm): flags and counters in a kernel's argument block
+ * or frame. */
+static inline int emit_mem_imm(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
+    x64_vm_mem m;
+    if (nops != 2 || ops[0].kind != FJ_OPND_MEM || ops[1].kind != FJ_OPND_IMM || ops[1].mask.id ||
+        !kb_legacy_mem(b, &ops[0], &m))
+        return 0;
+    if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return 1;
+    int n = x64_encode_mem_imm((x64_op)op, ops[0].bits, &m, ops[1].val, b->code + b->len);
     b->len += (size_t)n;
     return n > 0;
 }
@@ -659,80 +659,48 @@ static int emit_vkregs(fj_builder *b, fj_op op, const fj_opnd *ops, int nops, ui
  * scale, a broadcast on a register, no such form): anything these paths
  * are not sure of goes there. */
 static inline int emit_fast(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
-    int has_imm = ops[nops - 1].kind == FJ_OPND_IMM, nv = nops - has_imm, mem = -1;
-    unsigned bits = 0, kops = 0;
-    uint32_t regs = 0;
-    int base = 0, index = X64_NOREG;
-    for (int i = 0; i < nv; i++) {
-        const fj_opnd *o = &ops[i];
-        if (i && o->mask.id) return 0;
-        if (o->kind == FJ_OPND_REG && H_CLASS(o->reg.id) == RC_K) {
-            int p = live_phys(b, o->reg, RC_K);
-            if (p < 0 || o->bits != 16 || o->bcst || o->zero) return 0;
-            kops |= 1u << i;
-            regs |= (uint32_t)p << 8 * i;
-        } else if (o->kind == FJ_OPND_REG) {
-            int p = live_phys(b, o->reg, RC_VEC);
-            if (p < 0 || (bits && o->bits != bits) || o->bcst) return 0;
-            bits = o->bits;
-            regs |= (uint32_t)p << 8 * i;
-        } else if (o->kind == FJ_OPND_MEM && mem < 0 && o->val >= INT32_MIN &&
-                   o->val <= INT32_MAX && o->scale <= 8 && !(o->scale & (o->scale - 1)) &&
-                   !(o->bits & (o->bits - 1)) && o->bits <= 512 && (o->bits == 0 || o->bits >= 8)) {
-            /* A GPR base, or the constant pool with no index; not the frame. */
-            base = o->reg.id == H_CONST ? X64_RIP : live_phys(b, o->reg, RC_GPR);
-            index = o->index.id ? live_phys(b, o->index, RC_GPR) : X64_NOREG;
-            if (base < 0 || index < 0 || (base == X64_RIP && index != X64_NOREG)) return 0;
-            mem = i;
-        } else {
-            return 0;
-        }
-    }
-    if (bits != 512 || bits > (unsigned)b->vbits || nv < 2) return 0;
-    int k = 0;
-    if (ops[0].mask.id && (k = live_phys(b, ops[0].mask, RC_K)) < 0) return 0;
-    if (mem < 0) return emit_vkregs(b, op, ops, nops, regs, kops, k);
-    if (kops) return 0;
-    const fj_opnd *o = &ops[mem];
-    x64_vm_mem m = {(uint8_t)base, (uint8_t)index,
-                    (uint8_t)(index == X64_NOREG || !o->scale ? 1 : o->scale), o->bcst != 0,
-                    o->bits, base == X64_RIP ? 0 : (int32_t)o->val};
-    unsigned zero = k && ops[0].zero;
-    int64_t imm = has_imm ? ops[nops - 1].val : 0;
-    uint64_t f = x64_vm_lookup(x64_vm_key((x64_op)op, nops, mem, &m, (unsigned)k, zero, has_imm));
+    kb_zops z;
+    if (!kb_zmm_operands(b, ops, nops, &z)) return 0;
+    if (z.mem < 0) return emit_vkregs(b, op, ops, nops, z.regs, z.kops, z.k);
+    if (z.kops) return 0;
+    int64_t imm = z.has_imm ? ops[nops - 1].val : 0;
+    uint64_t f = x64_vm_lookup(x64_vm_key((x64_op)op, nops, z.mem, &z.m, z.k, (int)z.zero, z.has_imm));
     if (f && !(f >> 21 & 1)) return 0;   /* no such form: the general path explains */
     if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return 1;
     uint32_t feat = 0;
-    int n;
-    if (f) {
-        n = x64_vm_fill(f, regs, &m, (unsigned)k, zero, imm, has_imm, b->code + b->len, &feat);
-    } else {
-        /* The pattern's first instruction: x64_encode_vmem makes its form.
-         * Field by field: a zeroing initializer compiles to rep stos. */
-        x64_opnd x[4];
-        for (int i = 0; i < nops; i++) {
-            x64_opnd *d = &x[i];
-            d->kind = i == mem ? X64_K_MEM : ops[i].kind == FJ_OPND_IMM ? X64_K_IMM : X64_K_VEC;
-            d->bits = i == mem ? m.bits : d->kind == X64_K_VEC ? 512 : 0;
-            d->reg = (uint8_t)(regs >> 8 * i);
-            d->base = i == mem ? m.base : X64_NOREG;
-            d->index = i == mem ? m.index : X64_NOREG;
-            d->scale = i == mem ? m.scale : 1;
-            d->bcst = i == mem ? m.bcst : 0;
-            d->mask = d->zero = 0;
-            d->disp = i == mem ? m.disp : 0;
-            d->imm = ops[i].val;
-        }
-        x[0].mask = (uint8_t)k;
-        x[0].zero = (uint8_t)zero;
-        n = x64_encode_vmem((x64_op)op, x, nops, b->code + b->len, &feat);
-    }
+    int n = f ? x64_vm_fill(f, z.regs, &z.m, (unsigned)z.k, z.zero, imm, z.has_imm,
+                            b->code + b->len, &feat)
+              : kb_vm_encode((x64_op)op, ops, nops, &z, b->code + b->len, &feat);
     if (n <= 0 || (feat & ~b->features)) return 0;
     b->len += (size_t)n;
-    if (base == X64_RIP)   /* the pool offset; the disp32 is resolved at assembly */
-        add_fixup(b, (uint32_t)(b->len - 4 - (size_t)has_imm), (uint32_t)b->len,
-                  (uint32_t)ops[mem].val, 1);
+    if (z.m.base == X64_RIP)   /* the pool offset; the disp32 is resolved at assembly */
+        add_fixup(b, (uint32_t)(b->len - 4 - (size_t)z.has_imm), (uint32_t)b->len,
+                  (uint32_t)ops[z.mem].val, 1);
     return 1;
+}
+
+/* The pattern's first instruction: x64_encode_vmem makes its form. Field
+ * by field: a zeroing initializer compiles to rep stos. */
+int kb_vm_encode(x64_op op, const fj_opnd *ops, int nops, const kb_zops *z, uint8_t *out,
+                 uint32_t *features) {
+    x64_opnd x[4];
+    for (int i = 0; i < nops; i++) {
+        x64_opnd *d = &x[i];
+        const int mem = i == z->mem;
+        d->kind = mem ? X64_K_MEM : ops[i].kind == FJ_OPND_IMM ? X64_K_IMM : X64_K_VEC;
+        d->bits = mem ? z->m.bits : d->kind == X64_K_VEC ? 512 : 0;
+        d->reg = (uint8_t)(z->regs >> 8 * i);
+        d->base = mem ? z->m.base : X64_NOREG;
+        d->index = mem ? z->m.index : X64_NOREG;
+        d->scale = mem ? z->m.scale : 1;
+        d->bcst = mem ? z->m.bcst : 0;
+        d->mask = d->zero = 0;
+        d->disp = mem ? z->m.disp : 0;
+        d->imm = ops[i].val;
+    }
+    x[0].mask = (uint8_t)z->k;
+    x[0].zero = (uint8_t)z->zero;
+    return x64_encode_vmem(op, x, nops, out, features);
 }
 
 void fj_emitv(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
@@ -747,8 +715,9 @@ void fj_emitv(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
      * paths take. */
     if (nops >= 1 && atomic_load_explicit(&fast_paths, memory_order_relaxed) &&
         ((nops >= 2 && (emit_vregs(b, op, ops, nops) || emit_gpr(b, op, ops, nops) ||
-                        emit_fast(b, op, ops, nops) || emit_gpr3_kmov(b, op, ops, nops))) ||
-         emit_gpr_mem(b, op, ops, nops)))
+                        emit_fast(b, op, ops, nops) || emit_gpr3_kmov(b, op, ops, nops) ||
+                        emit_mem_imm(b, op, ops, nops))) ||
+         emit_gpr_mem(b, op, ops, nops) || (nops == 1 && emit_gpr(b, op, ops, nops))))
         return;
     switch (op) {
     case FJ_PUSH: case FJ_POP: case FJ_RET: case FJ_LEAVE:

@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "kernels/x64.h"
 #include "runtime/fj_base.h"
 #include "unwindinfo/uw_rec.h"
 
@@ -56,19 +57,40 @@ FJ_INTERNAL void kb_interleave(fj_builder *b, const uint32_t *at, size_t stride,
                                int count);
 
 /* Traces. A generator that emits one straight-line sequence many times
- * with other registers (a math op once per vector of an unrolled loop,
- * once per accumulator of an epilogue) records it once and replays it:
- * between kb_trace_begin and kb_trace_end, fj_emitv records each
- * instruction instead of emitting it, and kb_replay emits copies of the
- * recording with registers renamed, instruction k of every copy before
- * instruction k + 1 of any (independent chains side by side, for the
- * out-of-order core, as kb_interleave lays them out). Register-only vector
- * instructions replay straight through the encoder's register templates,
- * their operands checked once when recorded; the others through fj_emitv.
- * Jumps, labels and anything that emits bytes other than fj_emitv make a
- * trace unusable (kb_trace_end says so; bytes emitted meanwhile are an
- * error of the builder). */
+ * with other registers or displacements (a math op once per vector of an
+ * unrolled loop, once per accumulator of an epilogue; a GEMM k step once
+ * per step of the unrolled loop) records it once and replays it: between
+ * kb_trace_begin and kb_trace_end, fj_emitv records each instruction
+ * instead of emitting it, and kb_replay emits copies of the recording with
+ * registers renamed, instruction k of every copy before instruction k + 1
+ * of any (independent chains side by side, for the out-of-order core, as
+ * kb_interleave lays them out); kb_replay_shift emits one copy with the
+ * displacements of memory operands on some base registers moved. The
+ * instructions the builder's template paths take (vector registers, zmm
+ * with one memory operand or mask registers, GPR ALU ops, prefetches and
+ * GPR loads and stores) replay straight through the encoder's templates,
+ * their operands checked once when recorded; the others through
+ * fj_emitv. Jumps, labels and anything that emits bytes other than
+ * fj_emitv make a trace unusable (kb_trace_end says so; bytes emitted
+ * meanwhile are an error of the builder). */
 enum { KB_TRACE_MAX = 48, KB_REPLAY_MAX = 8 };
+/* How an entry replays (kb_tinsn.form). */
+enum {
+    KB_TF_GENERAL = 0, /* gen 0: x64_vregs; gen 1: fj_emitv with the operands in gen[gi] */
+    KB_TF_EVEX,        /* gen 0: w is the EVEX form's bytes word, sh where ModRM.reg,
+                          ModRM.rm and vvvv's registers are in regs (32: none);
+                          gen 1 while recording: mask-register operands taken
+                          (KB_TF_VK once kb_trace_end has the form) */
+    KB_TF_VK,          /* mask-register form (x64_vk_fill): w the form word, regs
+                          (vector or mask numbers), sh the mask operands, write
+                          mask and zeroing */
+    KB_TF_VM,          /* zmm memory form (x64_vm_fill): w the form word, regs, m,
+                          sh the write mask and zeroing */
+    KB_TF_GPR_MEM,     /* x64_encode_gpr_mem: bits, regs the register, sh[0] store,
+                          sh[1] 1 when m's base is a register handle (not the frame) */
+    KB_TF_GPR,         /* x64_encode_gpr: bits, regs r0 | r1 << 8 (r1 as int8: -1 an imm,
+                          X64_GPR_UNARY none) */
+};
 typedef struct kb_tinsn {
     uint16_t op;
     uint8_t nops;
@@ -78,14 +100,16 @@ typedef struct kb_tinsn {
     uint32_t regs;         /* physical registers, operand i's in bits 8i..8i+7 */
     int32_t imm;           /* last operand, an imm8 (registers, has_imm) */
     uint8_t has_imm;
-    /* Registers (gen 0): evex 1 when w is the EVEX form's bytes word and
-     * sh where ModRM.reg, ModRM.rm and vvvv's registers are in regs (32:
-     * none). With mask registers (gen 1, x64_templ.h's mask-register
-     * forms): regs as above, sh the mask operands, write mask and
-     * zeroing, evex 2 when w is the form word. */
-    uint8_t evex;
+    uint8_t form;          /* KB_TF_* */
     uint8_t sh[3];
     uint64_t w;
+    x64_vm_mem m;          /* KB_TF_VM, KB_TF_GPR_MEM: the memory operand */
+    /* The bytes as recorded (kb_trace_end; enc_len 0: none), for replays
+     * that rename nothing: a copy, and for a memory operand whose
+     * displacement moves, its ModRM.. rewritten from byte head on (disp8
+     * scaled by 1 << nsh); shift 1 when it can move. */
+    uint8_t enc[16];
+    uint8_t enc_len, head, nsh, shift;
 } kb_tinsn;
 typedef struct kb_trace {
     kb_tinsn in[KB_TRACE_MAX];
@@ -101,6 +125,14 @@ FJ_INTERNAL int kb_trace_end(fj_builder *b);
  * registers, live; any other register the trace names is kept). */
 FJ_INTERNAL void kb_replay(fj_builder *b, const kb_trace *t, int copies, const fj_reg *from,
                            const fj_reg *to, int nmap);
+/* Room for n traces owned by the builder (kept, like its other buffers,
+ * for the thread's next builder), valid until the next call or kb_free;
+ * NULL when out of memory (the generator then emits without traces). */
+FJ_INTERNAL kb_trace *kb_scratch_traces(fj_builder *b, int n);
+/* Emits t once, its registers as recorded, the displacement of each
+ * memory operand on base register base[i] (a live GPR) plus delta[i]. */
+FJ_INTERNAL void kb_replay_shift(fj_builder *b, const kb_trace *t, const fj_reg *base,
+                                 const int32_t *delta, int nbase);
 
 /* dst[i] := vals[i] (a float's bits) broadcast, for i < n, from n
  * constants laid out in the pool one after the other (as n
@@ -119,5 +151,10 @@ FJ_INTERNAL void kb_test_raw(fj_builder *b, const void *bytes, size_t n);
  * (the encoder's table search and memo), none the template paths; the
  * kernels must come out byte for byte the same. Process-wide. */
 FJ_INTERNAL void kb_test_fast_paths(int on);
+/* Test hook: with 0, generators emit every copy of what they would
+ * replay (kb_replays says which); the kernels must come out byte for byte
+ * the same. Process-wide. */
+FJ_INTERNAL void kb_test_replays(int on);
+FJ_INTERNAL int kb_replays(void);
 
 #endif

@@ -68,6 +68,8 @@ struct fj_builder {
     int32_t last_ret_jmp;  /* body offset just past fj_return's jmp, or -1 */
     int32_t last_jump;     /* body offset of the last jump emitted, or -1 (kb_interleave) */
     kb_trace *trace;       /* recording (kb_trace_begin): fj_emitv records, emits nothing */
+    kb_trace *scratch;     /* kb_scratch_traces' (kept with the spare builder) */
+    int nscratch;
 #if FJ_FP_TAX_PROBE
     int nofp;              /* KB_NOFP: no frame pointer, rbp allocatable */
 #endif
@@ -108,6 +110,140 @@ static inline int kb_vregs_of(const fj_builder *b, const fj_opnd *ops, int nv, u
     *regs = r;
     return 1;
 }
+
+/* Operands of a 512-bit instruction as x64_templ.h's forms take them:
+ * zmm registers, mask registers, at most one memory operand on a GPR base
+ * (+ index*scale) or the constant pool (no index), a write mask on
+ * operand 0, a last imm8. */
+typedef struct kb_zops {
+    uint32_t regs;      /* physical registers (vector or mask), operand i's in bits 8i.. */
+    unsigned kops;      /* bit i: operand i is a mask register */
+    int mem;            /* the memory operand's index, -1: none */
+    int k;              /* operand 0's write mask, 0: none */
+    unsigned zero;      /* zeroing-masking */
+    int has_imm;
+    x64_vm_mem m;       /* mem >= 0: flattened (disp 0 for the pool: a fixup) */
+} kb_zops;
+
+/* 1 when ops fit kb_zops (the builder's vector width 512, every handle
+ * live, one width of vector registers, 512); 0 for anything else, which
+ * the general path takes (and explains when it is an error). */
+static inline int kb_zmm_operands(const fj_builder *b, const fj_opnd *ops, int nops, kb_zops *z) {
+    int has_imm = ops[nops - 1].kind == FJ_OPND_IMM, nv = nops - has_imm, mem = -1;
+    unsigned bits = 0, kops = 0;
+    uint32_t regs = 0;
+    int base = 0, index = X64_NOREG;
+    for (int i = 0; i < nv; i++) {
+        const fj_opnd *o = &ops[i];
+        if (i && o->mask.id) return 0;
+        if (o->kind == FJ_OPND_REG && H_CLASS(o->reg.id) == RC_K) {
+            int p = live_phys(b, o->reg, RC_K);
+            if (p < 0 || o->bits != 16 || o->bcst || o->zero) return 0;
+            kops |= 1u << i;
+            regs |= (uint32_t)p << 8 * i;
+        } else if (o->kind == FJ_OPND_REG) {
+            int p = live_phys(b, o->reg, RC_VEC);
+            if (p < 0 || (bits && o->bits != bits) || o->bcst) return 0;
+            bits = o->bits;
+            regs |= (uint32_t)p << 8 * i;
+        } else if (o->kind == FJ_OPND_MEM && mem < 0 && o->val >= INT32_MIN &&
+                   o->val <= INT32_MAX && o->scale <= 8 && !(o->scale & (o->scale - 1)) &&
+                   !(o->bits & (o->bits - 1)) && o->bits <= 512 && (o->bits == 0 || o->bits >= 8)) {
+            /* A GPR base, or the constant pool with no index; not the frame. */
+            base = o->reg.id == H_CONST ? X64_RIP : live_phys(b, o->reg, RC_GPR);
+            index = o->index.id ? live_phys(b, o->index, RC_GPR) : X64_NOREG;
+            if (base < 0 || index < 0 || (base == X64_RIP && index != X64_NOREG)) return 0;
+            mem = i;
+        } else {
+            return 0;
+        }
+    }
+    if (bits != 512 || bits > (unsigned)b->vbits || nv < 2) return 0;
+    int k = 0;
+    if (ops[0].mask.id && (k = live_phys(b, ops[0].mask, RC_K)) < 0) return 0;
+    z->regs = regs;
+    z->kops = kops;
+    z->mem = mem;
+    z->k = k;
+    z->zero = k && ops[0].zero;
+    z->has_imm = has_imm;
+    if (mem >= 0) {
+        const fj_opnd *o = &ops[mem];
+        z->m = (x64_vm_mem){(uint8_t)base, (uint8_t)index,
+                            (uint8_t)(index == X64_NOREG || !o->scale ? 1 : o->scale), o->bcst != 0,
+                            o->bits, base == X64_RIP ? 0 : (int32_t)o->val};
+    }
+    return 1;
+}
+
+/* A memory operand on a GPR base or the frame, flattened for the legacy
+ * direct forms; 0 for anything else (the pool, a broadcast, a mask). */
+static inline int kb_legacy_mem(const fj_builder *b, const fj_opnd *o, x64_vm_mem *m) {
+    if (o->val < INT32_MIN || o->val > INT32_MAX || o->scale > 8 || (o->scale & (o->scale - 1)) ||
+        o->bcst || o->mask.id || !o->reg.id || o->reg.id == H_CONST)
+        return 0;
+    int base = X64_RBP;
+#if FJ_FP_TAX_PROBE
+    if (b->nofp) base = X64_RSP;
+#endif
+    if (o->reg.id != H_FRAME && (base = live_phys(b, o->reg, RC_GPR)) < 0) return 0;
+    int index = o->index.id ? live_phys(b, o->index, RC_GPR) : X64_NOREG;
+    if (index < 0) return 0;
+    *m = (x64_vm_mem){(uint8_t)base, (uint8_t)index,
+                      (uint8_t)(index == X64_NOREG || !o->scale ? 1 : o->scale), 0, o->bits,
+                      (int32_t)o->val};
+    return 1;
+}
+
+/* Operands of x64_encode_gpr_mem: a prefetch's memory operand, or a 32- or
+ * 64-bit register and memory (store: memory first); 0 for anything else. */
+static inline int kb_gpr_mem_operands(const fj_builder *b, const fj_opnd *ops, int nops, int *bits,
+                                      int *reg, int *store, x64_vm_mem *m) {
+    const fj_opnd *mo, *r = NULL;
+    *store = *reg = 0;
+    *bits = 32;
+    if (nops == 1 && ops[0].kind == FJ_OPND_MEM) {
+        mo = &ops[0];
+        if (mo->bits && mo->bits != 8) return 0;
+    } else if (nops == 2 && ops[0].kind == FJ_OPND_MEM && ops[1].kind == FJ_OPND_REG) {
+        mo = &ops[0];
+        r = &ops[1];
+        *store = 1;
+    } else if (nops == 2 && ops[0].kind == FJ_OPND_REG && ops[1].kind == FJ_OPND_MEM) {
+        mo = &ops[1];
+        r = &ops[0];
+    } else {
+        return 0;
+    }
+    if (r) {
+        *bits = r->bits;
+        if ((*bits != 32 && *bits != 64) || (mo->bits && mo->bits != *bits) ||
+            (*reg = plain_reg(b, r, RC_GPR, (unsigned)*bits)) < 0)
+            return 0;
+    }
+    return kb_legacy_mem(b, mo, m);
+}
+
+/* Operands of x64_encode_gpr: two 32- or 64-bit registers (r1 >= 0), a
+ * register and an immediate (r1 -1), one register (r1 X64_GPR_UNARY); 0
+ * for anything else. */
+static inline int kb_gpr_operands(const fj_builder *b, const fj_opnd *ops, int nops, int *r0,
+                                  int *r1) {
+    const unsigned bits = ops[0].bits;
+    if (nops < 1 || nops > 2 || (bits != 32 && bits != 64)) return 0;
+    if ((*r0 = plain_reg(b, &ops[0], RC_GPR, bits)) < 0) return 0;
+    *r1 = nops == 1 ? X64_GPR_UNARY : -1;
+    if (nops == 1) return 1;
+    const fj_opnd *o = &ops[1];
+    if (o->kind == FJ_OPND_REG) return (*r1 = plain_reg(b, o, RC_GPR, bits)) >= 0;
+    return o->kind == FJ_OPND_IMM && !o->mask.id;
+}
+
+/* Encodes a 512-bit memory-operand instruction (z from kb_zmm_operands,
+ * mem >= 0) with the encoder's search, which makes and keeps its pattern's
+ * form (x64_encode_vmem): for a pattern not in the table yet. */
+FJ_INTERNAL int kb_vm_encode(x64_op op, const fj_opnd *ops, int nops, const kb_zops *z,
+                             uint8_t *out, uint32_t *features);
 
 /* Records one instruction into the builder's trace (builder_trace.c). */
 FJ_INTERNAL void kb_trace_add(fj_builder *b, fj_op op, const fj_opnd *ops, int nops);

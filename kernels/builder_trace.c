@@ -1,13 +1,16 @@
 /* builder_trace.c: a straight-line sequence recorded once and emitted
- * again with other registers (kb_trace_begin/_end, kb_replay).
+ * again with other registers or displacements (kb_trace_begin/_end,
+ * kb_replay, kb_replay_shift).
  *
  * A math op's chain is 20-30 instructions, emitted once per vector of an
- * unrolled loop and once more for its tail. Made by its emitter, every
- * copy of every instruction pays the emitter's logic (constants looked up,
- * scratch picked), the operand checks and the encoder's form lookup:
- * ~370 host instructions each here. Replayed, a register-only
- * instruction is its registers renamed through a table and the form's
- * template filled in.
+ * unrolled loop and once more for its tail; a GEMM k step the same 25-40
+ * instructions once per step of the unrolled loop, only the displacements
+ * of A and B differing. Made by its emitter, every copy of every
+ * instruction pays the emitter's logic (constants looked up, scratch
+ * picked, operands built), the operand checks and the encoder's form
+ * lookup: ~300-450 host instructions each here. Replayed, an instruction
+ * is its registers renamed through a table (and its displacement moved)
+ * and the form's template filled in.
  */
 #include "kernels/builder_priv.h"
 #include "kernels/x64_templ.h"
@@ -46,6 +49,28 @@ void kb_trace_begin(fj_builder *b, kb_trace *t) {
     b->trace = t;
 }
 
+/* The form of a recorded zmm memory instruction (KB_TF_VM), made now if
+ * the table does not have it yet (encoding it once into scratch does);
+ * 0 when there is none for the target. */
+static uint64_t vm_form(const fj_builder *b, const kb_tinsn *e, const fj_opnd *ops) {
+    const unsigned k = e->sh[1], zero = e->sh[2];
+    const uint64_t key = x64_vm_key((x64_op)e->op, e->nops, e->sh[0], &e->m, (int)k, (int)zero,
+                                    e->has_imm);
+    uint64_t f = x64_vm_lookup(key);
+    if (!f) {
+        const kb_zops z = {e->regs, 0, e->sh[0], (int)k, zero, e->has_imm, e->m};
+        uint8_t scratch[X64_MAX_LEN + 8];
+        uint32_t feat;
+        if (kb_vm_encode((x64_op)e->op, ops, e->nops, &z, scratch, &feat) > 0) f = x64_vm_lookup(key);
+    }
+    if (!(f >> 21 & 1) || ((uint32_t)(f >> 47 & 0x1ff) & ~b->features) ||
+        (e->has_imm && !x64_imm8_fits(f >> 56 & 1, e->imm)))
+        return 0;
+    return f;
+}
+
+static void keep_bytes(const fj_builder *b, kb_tinsn *e);
+
 int kb_trace_end(fj_builder *b) {
     kb_trace *t = b ? b->trace : NULL;
     if (!t) return 0;
@@ -61,57 +86,73 @@ int kb_trace_end(fj_builder *b) {
     for (int k = 0; k < t->n; k++) {
         kb_tinsn *e = &t->in[k];
         if (!e->gen) {
-            e->evex = (uint8_t)(fast && evex_recipe(b, e));
-        } else if (e->evex == 1) {
-            e->evex = 0;
-            if (!fast || b->vbits != 512) continue;
+            e->form = (uint8_t)(fast && evex_recipe(b, e) ? KB_TF_EVEX : KB_TF_GENERAL);
+            continue;
+        }
+        const uint8_t form = e->form;
+        e->form = KB_TF_GENERAL;
+        if (!fast) continue;
+        if (form == KB_TF_EVEX) {
             const uint64_t f = x64_vk_form((x64_op)e->op, e->nops, e->sh[0], e->sh[1], e->sh[2],
                                            e->has_imm);
             if ((f >> 21 & 1) && !((uint32_t)(f >> 47 & 0x1ff) & ~b->features) &&
                 (!e->has_imm || x64_imm8_fits(f >> 56 & 1, e->imm))) {
                 e->w = f;
-                e->evex = 2;
+                e->form = KB_TF_VK;
             }
+        } else if (form == KB_TF_VM) {
+            if ((e->w = vm_form(b, e, t->gen[e->gi]))) e->form = KB_TF_VM;
+        } else {
+            e->form = form;   /* the GPR forms: nothing to look up */
         }
+    }
+    for (int k = 0; k < t->n; k++) {
+        if (fast) keep_bytes(b, &t->in[k]);
+        else t->in[k].enc_len = 0;
     }
     return 1;
 }
 
-/* A register-only zmm instruction with mask-register operands or a write
- * mask (x64_templ.h's mask-register forms): its registers packed in regs
- * (vector or mask numbers), which operands are masks in sh[0], the write
- * mask in sh[1], zeroing in sh[2]; evex 2 once kb_trace_end has its form
- * in w. The operands stay in gen[gi] too, for the general path. */
-static void vk_operands(const fj_builder *b, kb_tinsn *e, const fj_opnd *ops, int nops) {
-    const int has_imm = nops > 0 && ops[nops - 1].kind == FJ_OPND_IMM, nv = nops - has_imm;
-    if (nv < 2 || (has_imm && (ops[nops - 1].val < INT32_MIN || ops[nops - 1].val > INT32_MAX)))
+/* What a template path needs of an instruction the register-only path
+ * leaves (gen 1), as the builder's own paths take it (builder_priv.h),
+ * so that a replay gives the bytes fj_emitv gives: mask-register forms
+ * (their form looked up at kb_trace_end), zmm with one memory operand on
+ * a register base, GPR ALU ops, prefetches and GPR loads and stores. The
+ * operands stay in gen[gi] too, for the general path. */
+static void take_operands(const fj_builder *b, kb_tinsn *e, const fj_opnd *ops, int nops) {
+    const int has_imm = nops > 0 && ops[nops - 1].kind == FJ_OPND_IMM;
+    if (!nops || (has_imm && (ops[nops - 1].val < INT32_MIN || ops[nops - 1].val > INT32_MAX)))
         return;
-    uint32_t regs = 0;
-    unsigned kops = 0, vecs = 0;
-    for (int i = 0; i < nv; i++) {
-        const fj_opnd *o = &ops[i];
-        const int k = H_CLASS(o->reg.id) == RC_K;
-        if (o->kind != FJ_OPND_REG || o->scale || o->bcst || (i && (o->mask.id || o->zero)) ||
-            o->bits != (k ? 16 : 512))
-            return;
-        const int p = live_phys(b, o->reg, k ? RC_K : RC_VEC);
-        if (p < 0) return;
-        kops |= (unsigned)k << i;
-        vecs += !k;
-        regs |= (uint32_t)p << 8 * i;
-    }
-    if (ops[0].zero && !ops[0].mask.id) return;
-    const int m = ops[0].mask.id ? live_phys(b, ops[0].mask, RC_K) : 0;
-    if (!vecs || m < 0 || (!kops && !m)) return;
-    e->bits = 512;
-    e->nv = (uint8_t)nv;
-    e->regs = regs;
     e->has_imm = (uint8_t)has_imm;
     e->imm = has_imm ? (int32_t)ops[nops - 1].val : 0;
-    e->sh[0] = (uint8_t)kops;
-    e->sh[1] = (uint8_t)m;
-    e->sh[2] = (uint8_t)(m && ops[0].zero);
-    e->evex = 1;   /* operands taken; the form at kb_trace_end */
+    kb_zops z;
+    int bits, reg, store, r1;
+    if (nops >= 2 && kb_zmm_operands(b, ops, nops, &z)) {
+        if (z.mem < 0 && !z.kops && !z.k) return;
+        if (z.mem >= 0 && (z.kops || z.m.base == X64_RIP)) return;
+        e->bits = 512;
+        e->nv = (uint8_t)(nops - has_imm);
+        e->regs = z.regs;
+        e->sh[0] = (uint8_t)(z.mem < 0 ? z.kops : (unsigned)z.mem);
+        e->sh[1] = (uint8_t)z.k;
+        e->sh[2] = (uint8_t)z.zero;
+        e->form = z.mem < 0 ? KB_TF_EVEX : KB_TF_VM;   /* the form at kb_trace_end */
+        if (z.mem >= 0) {
+            e->m = z.m;
+            __builtin_prefetch(&x64_vmforms[x64_vm_slot(x64_vm_key(
+                (x64_op)e->op, nops, z.mem, &z.m, z.k, (int)z.zero, has_imm))]);
+        }
+    } else if (kb_gpr_operands(b, ops, nops, &reg, &r1)) {
+        e->bits = ops[0].bits;
+        e->regs = (uint32_t)reg | (uint32_t)(r1 & 0xff) << 8;
+        e->form = KB_TF_GPR;
+    } else if (kb_gpr_mem_operands(b, ops, nops, &bits, &reg, &store, &e->m)) {
+        e->bits = (uint16_t)bits;
+        e->regs = (uint32_t)reg;
+        e->sh[0] = (uint8_t)store;
+        e->sh[1] = ops[nops - 1 - store].reg.id != H_FRAME;
+        e->form = KB_TF_GPR_MEM;
+    }
 }
 
 void kb_trace_add(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
@@ -144,9 +185,9 @@ void kb_trace_add(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
         if (t->bad) return;
         e->gen = 1;
         e->gi = (uint8_t)t->ngen;
-        e->evex = 0;
+        e->form = KB_TF_GENERAL;
         memcpy(t->gen[t->ngen++], ops, (size_t)nops * sizeof *ops);
-        vk_operands(b, e, ops, nops);
+        take_operands(b, e, ops, nops);
     }
     t->n++;
 }
@@ -161,6 +202,168 @@ static uint32_t renamed(const fj_builder *b, uint32_t id, const uint8_t *vm, con
     return q == p ? id : (uint32_t)cls << 30 | q << 25 | b->tag[cls][q];
 }
 
+/* m's displacement moved by its base register's shift (d: per GPR, or
+ * NULL); 0 when it leaves int32 (the general path reports it). */
+static int shifted(x64_vm_mem *m, const int32_t *d) {
+    if (!d || m->base >= 16) return 1;
+    const int64_t v = (int64_t)m->disp + d[m->base];
+    if (v < INT32_MIN || v > INT32_MAX) return 0;
+    m->disp = (int32_t)v;
+    return 1;
+}
+
+/* One entry of a copy through its template (forms other than
+ * KB_TF_GENERAL, and register-only entries on the fast paths) into out
+ * (X64_MAX_LEN bytes and more): its length, or 0 to take the general
+ * path. */
+static int encode_entry(const fj_builder *b, const kb_tinsn *e, const uint8_t *vm,
+                        const uint8_t *km, const int32_t *d, uint8_t *out) {
+    uint32_t feat = 0, regs = 0;
+    x64_vm_mem m = e->m;
+    int n = 0;
+    if (!e->gen && e->form == KB_TF_GENERAL) {
+        const uint32_t r = e->regs;
+        regs = vm[r & 0xff] | (uint32_t)vm[r >> 8 & 0xff] << 8;
+        if (e->nv > 2) regs |= (uint32_t)vm[r >> 16 & 0xff] << 16;
+        if (e->nv > 3) regs |= (uint32_t)vm[r >> 24] << 24;
+        n = x64_vregs((x64_op)e->op, e->bits, regs, e->nv, e->imm, e->has_imm, out, &feat);
+    } else switch (e->form) {
+    case KB_TF_EVEX: {
+        const uint32_t r = e->regs;
+        const uint64_t r64 = vm[r & 0xff] | (uint32_t)vm[r >> 8 & 0xff] << 8 |
+                             (uint32_t)vm[r >> 16 & 0xff] << 16 | (uint32_t)vm[r >> 24] << 24;
+        uint64_t w = x64_evex_regs(e->w, r64 >> e->sh[0] & 0xff, r64 >> e->sh[1] & 0xff,
+                                   r64 >> e->sh[2] & 0xff);
+        n = (int)(w >> 56);
+        w &= ~(0xffull << 56);
+        memcpy(out, &w, 8);
+        if (e->has_imm) out[n++] = (uint8_t)e->imm;
+        break;
+    }
+    case KB_TF_VK:
+        /* Registers renamed by class. */
+        for (int i = 0; i < e->nv; i++) {
+            const unsigned r = e->regs >> 8 * i & 0xff;
+            regs |= (uint32_t)(e->sh[0] >> i & 1 ? km[r & 7] : vm[r & 31]) << 8 * i;
+        }
+        n = x64_vk_fill(e->w, regs, e->sh[1] ? km[e->sh[1]] : 0u, e->sh[2], e->imm, e->has_imm,
+                        out, &feat);
+        break;
+    case KB_TF_VM:
+        for (int i = 0; i < e->nv; i++)   /* the memory operand's byte is unused */
+            regs |= (uint32_t)vm[e->regs >> 8 * i & 31] << 8 * i;
+        if (!shifted(&m, d)) return 0;
+        n = x64_vm_fill(e->w, regs, &m, e->sh[1] ? km[e->sh[1]] : 0u, e->sh[2], e->imm,
+                        e->has_imm, out, &feat);
+        break;
+    case KB_TF_GPR_MEM:
+        if (e->sh[1] && !shifted(&m, d)) return 0;
+        n = x64_encode_gpr_mem((x64_op)e->op, e->bits, (int)e->regs, e->sh[0], &m, out);
+        break;
+    case KB_TF_GPR: {
+        const int r1 = (int8_t)(e->regs >> 8 & 0xff);   /* -1 an imm, X64_GPR_UNARY none */
+        n = x64_encode_gpr((x64_op)e->op, e->bits, (int)(e->regs & 0xff), r1, e->imm, out);
+        break;
+    }
+    default:
+        return 0;
+    }
+    return n > 0 && !(feat & ~b->features) ? n : 0;
+}
+
+/* Vector and mask registers by physical number: the templates take them so. */
+static const uint8_t same[32] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15,
+                                 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31};
+
+/* The entry's bytes as recorded, for replays that rename nothing: where
+ * a memory operand's ModRM starts (its last bytes are ModRM, SIB and
+ * displacement, then an imm8 for the zmm forms) and its disp8 scale. */
+static void keep_bytes(const fj_builder *b, kb_tinsn *e) {
+    e->enc_len = e->shift = 0;
+    uint8_t buf[X64_MAX_LEN + 8];
+    const int n = encode_entry(b, e, same, same, NULL, buf);
+    if (n <= 0 || n > (int)sizeof e->enc) return;
+    memcpy(e->enc, buf, sizeof e->enc);
+    e->enc_len = (uint8_t)n;
+    if (e->form == KB_TF_VM) {
+        e->head = 5;   /* EVEX's four bytes and the opcode (x64_vm_fill) */
+        e->nsh = (uint8_t)(e->w >> 44 & 7);
+        e->shift = 1;
+    } else if (e->form == KB_TF_GPR_MEM && e->sh[1]) {
+        uint8_t tail[8];
+        e->head = (uint8_t)(n - (x64_modrm_mem(tail, 0, &e->m, 0) - tail));
+        e->nsh = 0;
+        e->shift = 1;
+    }
+}
+
+/* A replay that renames nothing: the bytes kept, a moved displacement
+ * written in (its ModRM, SIB and displacement again: the move can change
+ * their form). 0 to take the template or general path. */
+static int copy_entry(fj_builder *b, const kb_tinsn *e, const int32_t *d) {
+    if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + sizeof e->enc, 1)) return 1;
+    uint8_t *out = b->code + b->len;
+    memcpy(out, e->enc, sizeof e->enc);
+    size_t n = e->enc_len;
+    if (e->shift && d && d[e->m.base]) {
+        x64_vm_mem m = e->m;
+        if (!shifted(&m, d)) return 0;
+        uint8_t *p = x64_modrm_mem(out + e->head, e->enc[e->head] >> 3 & 7, &m, e->nsh);
+        if (e->form == KB_TF_VM && e->has_imm) *p++ = (uint8_t)e->imm;
+        n = (size_t)(p - out);
+    }
+    b->len += n;
+    return 1;
+}
+
+/* One entry of a copy with registers renamed by vm and km and memory
+ * operands moved by d (per GPR, or NULL), through its template, else the
+ * general path (which also explains any error). */
+static void replay_entry(fj_builder *b, const kb_trace *t, const kb_tinsn *e, const uint8_t *vm,
+                         const uint8_t *km, const int32_t *d, int fast) {
+    if (fast && (!e->gen || e->form != KB_TF_GENERAL)) {
+        if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return;
+        const int n = encode_entry(b, e, vm, km, d, b->code + b->len);
+        if (n > 0) {
+            b->len += (size_t)n;
+            return;
+        }
+    }
+    /* The operands again, as the handles live on the registers. */
+    fj_opnd o[4];
+    if (!e->gen) {
+        for (int i = 0; i < e->nv; i++) {
+            const unsigned p = vm[e->regs >> 8 * i & 31];
+            o[i] = fj_reg_opnd_((fj_reg){(uint32_t)RC_VEC << 30 | p << 25 | b->tag[RC_VEC][p]},
+                                e->bits);
+        }
+        if (e->has_imm) o[e->nv] = fj_imm(e->imm);
+    } else {
+        memcpy(o, t->gen[e->gi], (size_t)e->nops * sizeof *o);
+        for (int i = 0; i < e->nops; i++) {
+            o[i].reg.id = renamed(b, o[i].reg.id, vm, km);
+            o[i].index.id = renamed(b, o[i].index.id, vm, km);   /* gathers */
+            o[i].mask.id = renamed(b, o[i].mask.id, vm, km);
+            const int p = o[i].kind == FJ_OPND_MEM ? live_phys(b, o[i].reg, RC_GPR) : -1;
+            if (d && p >= 0) o[i].val += d[p];
+        }
+    }
+    fj_emitv(b, (fj_op)e->op, o, e->nops);
+}
+
+/* Emits copies of t, copy c with vector registers renamed by vmap[c] and
+ * masks by kmap[c]. */
+static void replay(fj_builder *b, const kb_trace *t, int copies, uint8_t (*vmap)[32],
+                   uint8_t (*kmap)[8]) {
+    const int fast = kb_fast_paths();
+    for (int k = 0; k < t->n; k++) {
+        for (int c = 0; c < copies; c++) {
+            replay_entry(b, t, &t->in[k], vmap[c], kmap[c], NULL, fast);
+            if (b->err) return;
+        }
+    }
+}
+
 void kb_replay(fj_builder *b, const kb_trace *t, int copies, const fj_reg *from, const fj_reg *to,
                int nmap) {
     if (!b || b->err) return;
@@ -169,11 +372,6 @@ void kb_replay(fj_builder *b, const kb_trace *t, int copies, const fj_reg *from,
         kb_fail(b, "internal: replay of an unusable trace");
         return;
     }
-    /* Vector registers by physical number, per copy: the templates take
-     * them so. */
-    static const uint8_t same[32] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10,
-                                     11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21,
-                                     22, 23, 24, 25, 26, 27, 28, 29, 30, 31};
     uint8_t vmap[KB_REPLAY_MAX][32], kmap[KB_REPLAY_MAX][8];
     for (int c = 0; c < copies; c++) {
         memcpy(vmap[c], same, 32);
@@ -191,71 +389,30 @@ void kb_replay(fj_builder *b, const kb_trace *t, int copies, const fj_reg *from,
             else kmap[c][pf] = (uint8_t)pt;
         }
     }
+    replay(b, t, copies, vmap, kmap);
+}
+
+void kb_replay_shift(fj_builder *b, const kb_trace *t, const fj_reg *base, const int32_t *delta,
+                     int nbase) {
+    if (!b || b->err) return;
+    if (!t || t->bad || b->trace || nbase < 0 || (nbase && (!base || !delta))) {
+        kb_fail(b, "internal: replay of an unusable trace");
+        return;
+    }
+    int32_t d[16] = {0};
+    for (int i = 0; i < nbase; i++) {
+        const int p = live_phys(b, base[i], RC_GPR);
+        if (p < 0 || p >= 16) {
+            kb_fail(b, "kb_replay_shift: handle 0x%08x is not a live general register", base[i].id);
+            return;
+        }
+        d[p] = delta[i];
+    }
     const int fast = kb_fast_paths();
     for (int k = 0; k < t->n; k++) {
         const kb_tinsn *e = &t->in[k];
-        for (int c = 0; c < copies; c++) {
-            fj_opnd o[4];
-            if (!e->gen) {
-                const uint8_t *m = vmap[c];
-                const uint32_t r = e->regs;
-                uint32_t regs = m[r & 0xff] | (uint32_t)m[r >> 8 & 0xff] << 8;
-                if (e->nv > 2) regs |= (uint32_t)m[r >> 16 & 0xff] << 16;
-                if (e->nv > 3) regs |= (uint32_t)m[r >> 24] << 24;
-                if (e->evex) {
-                    if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return;
-                    const uint64_t r64 = regs;
-                    uint64_t w = x64_evex_regs(e->w, r64 >> e->sh[0] & 0xff, r64 >> e->sh[1] & 0xff,
-                                               r64 >> e->sh[2] & 0xff);
-                    size_t n = (size_t)(w >> 56);
-                    w &= ~(0xffull << 56);
-                    memcpy(b->code + b->len, &w, 8);
-                    if (e->has_imm) b->code[b->len + n++] = (uint8_t)e->imm;
-                    b->len += n;
-                    continue;
-                }
-                if (fast) {
-                    if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return;
-                    uint32_t feat;
-                    int n = x64_vregs((x64_op)e->op, e->bits, regs, e->nv, e->imm, e->has_imm,
-                                      b->code + b->len, &feat);
-                    if (n > 0 && !(feat & ~b->features)) {
-                        b->len += (size_t)n;
-                        continue;
-                    }
-                }
-                /* The general path (which also explains any error): the
-                 * operands again, as the handles live on those registers. */
-                for (int i = 0; i < e->nv; i++) {
-                    unsigned p = regs >> 8 * i & 0xff;
-                    o[i] = fj_reg_opnd_((fj_reg){(uint32_t)RC_VEC << 30 | p << 25 | b->tag[RC_VEC][p]},
-                                        e->bits);
-                }
-                if (e->has_imm) o[e->nv] = fj_imm(e->imm);
-            } else if (e->evex == 2) {
-                /* A mask-register form: registers renamed by class. */
-                const unsigned kops = e->sh[0];
-                uint32_t regs = 0;
-                for (int i = 0; i < e->nv; i++) {
-                    const unsigned r = e->regs >> 8 * i & 0xff;
-                    regs |= (uint32_t)(kops >> i & 1 ? kmap[c][r & 7] : vmap[c][r & 31]) << 8 * i;
-                }
-                if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return;
-                uint32_t feat;
-                b->len += (size_t)x64_vk_fill(e->w, regs, e->sh[1] ? kmap[c][e->sh[1]] : 0u,
-                                              e->sh[2], e->imm, e->has_imm, b->code + b->len,
-                                              &feat);
-                continue;
-            } else {
-                memcpy(o, t->gen[e->gi], (size_t)e->nops * sizeof *o);
-                for (int i = 0; i < e->nops; i++) {
-                    o[i].reg.id = renamed(b, o[i].reg.id, vmap[c], kmap[c]);
-                    o[i].index.id = renamed(b, o[i].index.id, vmap[c], kmap[c]);   /* gathers */
-                    o[i].mask.id = renamed(b, o[i].mask.id, vmap[c], kmap[c]);
-                }
-            }
-            fj_emitv(b, (fj_op)e->op, o, e->nops);
-            if (b->err) return;
-        }
+        if (e->enc_len && copy_entry(b, e, d)) continue;
+        replay_entry(b, t, e, same, same, d, fast);
+        if (b->err) return;
     }
 }

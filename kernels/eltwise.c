@@ -417,13 +417,10 @@ kg_elt_state *kg_elt_prepare(fj_builder *b, fj_eltwise_op op, float alpha, float
 
 static int cheap(fj_eltwise_op op);
 
-static atomic_int replay_on = 1;
-void kg_elt_test_replay(int on) { atomic_store(&replay_on, on != 0); }
-
 /* 0: no usable recording (nothing was emitted; the emitter runs as
  * usual). */
 static int traced(kg_elt_state *s, fj_reg x) {
-    if (s->notrace || !atomic_load_explicit(&replay_on, memory_order_relaxed)) return 0;
+    if (s->notrace || !kb_replays()) return 0;
     if (s->rec->owner == s) return 1;
     /* Instructions with a memory operand replay through fj_emitv, at the
      * cost of emitting them: the simple ops (a few instructions, some

@@ -29,10 +29,6 @@ FJ_INTERNAL void kg_elt_apply(kg_elt_state *s, fj_reg x);
  * than one long chain after the other). Same results as kg_elt_apply. */
 FJ_INTERNAL void kg_elt_apply_n(kg_elt_state *s, const fj_reg *x, int n);
 FJ_INTERNAL void kg_elt_finish(kg_elt_state *s);
-/* Test hook: with 0, every copy of a math op is made by its emitter rather
- * than replayed from a recording of the first (kb_replay); the kernels
- * must come out byte for byte the same. Process-wide. */
-FJ_INTERNAL void kg_elt_test_replay(int on);
 
 /* Options for kg_elt_prepare_cfg. */
 typedef struct kg_elt_cfg {

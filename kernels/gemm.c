@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "kernels/builder_int.h"
 #include "kernels/eltwise.h"
 
 #define OFF(f) ((int32_t)offsetof(kg_gemm_args, f))
@@ -113,6 +114,8 @@ typedef struct gen {
     fj_reg km[4], kr[4];  /* AVX-512 store masks, C-read masks (0 lanes if beta = 0) */
     int merged;           /* one store copy: beta = 0 handled by kr */
     int copy;             /* emitting the B-packing copy of the k loop */
+    kb_trace *tr;         /* the k loop's recorded step (B part, FMA part), or NULL */
+    int rec;              /* 1: the FMA part is recorded; 2: no replays */
     fj_opnd a_slot;
 } gen;
 
@@ -142,8 +145,10 @@ static fj_opnd a_opnd(gen *g, int i, int u) {
     }
 }
 
-/* One k step (u-th of the unrolled body). */
-static void k_step(gen *g, int u) {
+/* One k step (u-th of the unrolled body), in three parts: B's vectors
+ * (loaded, or copied to the packed panel), the prefetch of packed A, the
+ * FMAs. */
+static void k_step_b(gen *g, int u) {
     fj_builder *b = g->b;
     const kg_gemm_cfg *c = g->c;
     for (int v = 0; v < g->nv; v++) {
@@ -171,8 +176,17 @@ static void k_step(gen *g, int u) {
     if (c->bmode == KG_GB_PACKED && c->pf_b && !g->copy)
         for (int l = 0; l < g->nv * g->vb / 64; l++)
             fj_emit(b, FJ_PREFETCHT0, fj_mem(0, g->bp, c->pf_b + (u * g->nv * g->vb) + l * 64));
+}
+
+static void k_step_pf_a(gen *g, int u) {
+    const kg_gemm_cfg *c = g->c;
     if (c->amode == KG_GA_PACKED && c->pf_a && u * 64 < c->unroll * g->mr * 4)
-        fj_emit(b, FJ_PREFETCHT0, fj_mem(0, g->a, c->pf_a + u * 64));
+        fj_emit(g->b, FJ_PREFETCHT0, fj_mem(0, g->a, c->pf_a + u * 64));
+}
+
+static void k_step_fma(gen *g, int u) {
+    fj_builder *b = g->b;
+    const kg_gemm_cfg *c = g->c;
     for (int i = 0; i < g->mr; i++) {
         fj_opnd ao = a_opnd(g, i, u);
         if (g->avx512 && !c->a_reg) {
@@ -187,6 +201,51 @@ static void k_step(gen *g, int u) {
     }
     if (c->bmode == KG_GB_ROWS) fj_emit(b, FJ_ADD, fj_r64(g->bp), fj_r64(g->ldb));
     if (c->amode == KG_GA_COLS) fj_emit(b, FJ_ADD, fj_r64(g->a), fj_r64(g->lda));
+}
+
+/* Step u differs from step 0 only in the displacements of A and B (and
+ * in packed A's prefetch, emitted apart): a loop's steps are replays of
+ * step 0's recording (B part and FMA part) with those moved. The FMA part
+ * is the same in both loops of a b_copy kernel: recorded once. Without
+ * room for the recordings, or when one does not fit a trace, each step
+ * is emitted. */
+static void record_steps(gen *g) {
+    fj_builder *b = g->b;
+    if (g->rec == 2 || !kb_replays()) return;   /* emitted, not replayed */
+    kb_trace *tr = kb_scratch_traces(b, 2);
+    g->tr = NULL;
+    if (!tr) {
+        g->rec = 2;
+        return;
+    }
+    kb_trace_begin(b, &tr[0]);
+    k_step_b(g, 0);
+    int ok = kb_trace_end(b);
+    if (!g->rec) {
+        kb_trace_begin(b, &tr[1]);
+        k_step_fma(g, 0);
+        ok &= kb_trace_end(b);
+        g->rec = 1;
+    }
+    if (ok) g->tr = tr;
+    else g->rec = 2;
+}
+
+static void k_step(gen *g, int u) {
+    if (!g->tr) {
+        k_step_b(g, u);
+        k_step_pf_a(g, u);
+        k_step_fma(g, u);
+        return;
+    }
+    const kg_gemm_cfg *c = g->c;
+    fj_reg base[3] = {g->a, g->bp, g->a2};
+    int32_t d[3] = {c->amode == KG_GA_PACKED ? u * g->mr * 4 : c->amode == KG_GA_ROWS ? u * 4 : 0,
+                    c->bmode == KG_GB_PACKED ? u * g->nv * g->vb : 0, u * 4};
+    int nb = c->amode == KG_GA_ROWS && g->mr > 7 ? 3 : 2;
+    kb_replay_shift(g->b, &g->tr[0], base, d, nb);
+    k_step_pf_a(g, u);
+    kb_replay_shift(g->b, &g->tr[1], base, d, nb);
 }
 
 /* Pointer moves after `steps` steps with compile-time strides. */
@@ -206,6 +265,7 @@ static void k_loop(gen *g) {
     fj_builder *b = g->b;
     int U = g->c->unroll;
     fj_label l_rem = fj_label_new(b), l_one = fj_label_new(b), l_done = fj_label_new(b);
+    record_steps(g);
     if (U > 1) {
         fj_label l_main = fj_label_new(b);
         fj_emit(b, FJ_CMP, fj_r64(g->k), fj_imm(U));

@@ -53,6 +53,15 @@ typedef struct x64_opnd {
     int64_t imm;       /* IMM / REL */
 } x64_opnd;
 
+/* The memory operand, flattened; the caller has checked it: base a GPR
+ * (0-15) or X64_RIP (no index then), index a GPR but rsp or X64_NOREG,
+ * scale 1/2/4/8, bits 0 or a power of two from 8 to 512. */
+typedef struct x64_vm_mem {
+    uint8_t base, index, scale, bcst;
+    uint16_t bits;
+    int32_t disp;
+} x64_vm_mem;
+
 /* CPU features an encoding needs (x64_encode reports them; the builder
  * compares them with the target). */
 enum {
@@ -112,8 +121,10 @@ FJ_INTERNAL int x64_encode_vkregs(x64_op op, const x64_opnd *ops, int nops, uint
 /* The loop-control and frame instructions of every kernel, straight from
  * their rows (the bytes x64_encode gives): add/sub/and/or/xor/cmp of a
  * 32- or 64-bit register (r0) with a register (r1 >= 0) or an immediate
- * in int32 range (r1 < 0), mov, test and cmovcc of two registers, mov of
- * an int32 immediate. Returns the length, or 0 for anything else (use x64_encode). */
+ * in int32 range (r1 -1), mov, test and cmovcc of two registers, mov of
+ * an int32 immediate, inc/dec/not/neg of r0 (r1 X64_GPR_UNARY). Returns
+ * the length, or 0 for anything else (use x64_encode). */
+enum { X64_GPR_UNARY = -2 };
 FJ_INTERNAL int x64_encode_gpr(x64_op op, int bits, int r0, int r1, int64_t imm, uint8_t *out);
 /* bzhi/shlx/shrx of three 32- or 64-bit registers; 0 for other ops. */
 FJ_INTERNAL int x64_encode_gpr3(x64_op op, int bits, int r0, int r1, int r2, uint8_t *out);

@@ -321,6 +321,14 @@ int x64_encode_gpr(x64_op op, int bits, int r0, int r1, int64_t imm, uint8_t *ou
     if ((bits != 32 && bits != 64) || (unsigned)r0 >= 16 || r1 >= 16) return 0;
     int n = alu_ext(op), w = bits == 64;
     uint8_t *p = out;
+    const int unary = op == X64_INC ? 0 : op == X64_DEC ? 1 : op == X64_NOT ? 2 : op == X64_NEG ? 3 : -1;
+    if ((unary >= 0) != (r1 == X64_GPR_UNARY)) return 0;
+    if (unary >= 0) {   /* FF /0 inc, /1 dec; F7 /2 not, /3 neg */
+        if (w || r0 >= 8) *p++ = (uint8_t)(0x40 | w << 3 | r0 >> 3);
+        *p++ = unary < 2 ? 0xFF : 0xF7;
+        *p++ = (uint8_t)(0xC0 | unary << 3 | (r0 & 7));
+        return (int)(p - out);
+    }
     if (op >= X64_CMOVO && op <= X64_CMOVG) {   /* 0F 40+cc /r: reg=r0, r/m=r1 */
         if (r1 < 0) return 0;
         if (w || r0 >= 8 || r1 >= 8) *p++ = (uint8_t)(0x40 | w << 3 | (r0 >> 3) << 2 | r1 >> 3);
@@ -381,18 +389,61 @@ int x64_encode_gpr_mem(x64_op op, int bits, int reg, int store, const x64_vm_mem
     } else if ((bits != 32 && bits != 64) || (unsigned)reg >= 16) {
         return 0;
     }
+    const int cmov = op >= X64_CMOVO && op <= X64_CMOVG;
     if (pf >= 0) opc = 0x18;
     else if (op == X64_MOV) opc = store ? 0x89 : 0x8B;
     else if (op == X64_LEA && !store) opc = 0x8D;
     else if (n >= 0 && !store) opc = n * 8 + 3;
+    else if (cmov && !store) opc = 0x40 + (op - X64_CMOVO);   /* 0F 40+cc /r */
     else return 0;
     unsigned b = m->base == X64_RIP ? 0 : m->base, x = m->index == X64_NOREG ? 0 : m->index;
     unsigned rex = (unsigned)(bits == 64) << 3 | (unsigned)(reg >> 3) << 2 | (x >> 3) << 1 | b >> 3;
     uint8_t *p = out;
     if (rex) *p++ = (uint8_t)(0x40 | rex);
-    if (pf >= 0) *p++ = 0x0F;
+    if (pf >= 0 || cmov) *p++ = 0x0F;
     *p++ = (uint8_t)opc;
     return (int)(x64_modrm_mem(p, (unsigned)reg, m, 0) - out);
+}
+
+/* 83 /n ib or 81 /n id (the short form whenever the immediate fits, as
+ * the table search picks), mov: C7 /0 id. */
+int x64_encode_mem_imm(x64_op op, int bits, const x64_vm_mem *m, int64_t imm, uint8_t *out) {
+    const int n = alu_ext(op);
+    if ((bits != 32 && bits != 64) || (n < 0 && op != X64_MOV) || imm < INT32_MIN || imm > INT32_MAX)
+        return 0;
+    unsigned b = m->base == X64_RIP ? 0 : m->base, x = m->index == X64_NOREG ? 0 : m->index;
+    unsigned rex = (unsigned)(bits == 64) << 3 | (x >> 3) << 1 | b >> 3;
+    uint8_t *p = out;
+    if (rex) *p++ = (uint8_t)(0x40 | rex);
+    const int i8 = op != X64_MOV && imm >= -128 && imm <= 127;
+    *p++ = op == X64_MOV ? 0xC7 : i8 ? 0x83 : 0x81;
+    p = x64_modrm_mem(p, op == X64_MOV ? 0u : (unsigned)n, m, 0);
+    if (i8) {
+        *p++ = (uint8_t)imm;
+    } else {
+        const int32_t v = (int32_t)imm;
+        memcpy(p, &v, 4);
+        p += 4;
+    }
+    return (int)(p - out);
+}
+
+/* kmovw k, m16 (90 /r) and m16, k (91 /r): VEX.L0.0F.W0, two-byte VEX
+ * unless the base or index is r8-r15. */
+int x64_encode_kmov_mem(int store, int k, const x64_vm_mem *m, uint8_t *out) {
+    if ((unsigned)k >= 8) return 0;
+    unsigned b = m->base == X64_RIP ? 0 : m->base, x = m->index == X64_NOREG ? 0 : m->index;
+    uint8_t *p = out;
+    if (!((b | x) & 8)) {
+        *p++ = 0xC5;
+        *p++ = 0xF8;
+    } else {
+        *p++ = 0xC4;
+        *p++ = (uint8_t)(0x80 | (~x & 8) << 3 | (~b & 8) << 2 | 0x01);
+        *p++ = 0x78;
+    }
+    *p++ = store ? 0x91 : 0x90;
+    return (int)(x64_modrm_mem(p, (unsigned)k, m, 0) - out);
 }
 
 /* bzhi/shlx/shrx r0, r1, r2: VEX.LZ.0F38 (no prefix / 66 / F2) F5 or F7,

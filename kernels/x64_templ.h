@@ -121,15 +121,6 @@ static inline int x64_vregs(x64_op op, int bits, uint32_t regs, int nregs, int64
 enum { X64_VM_BITS = 9, X64_VM_N = 1 << X64_VM_BITS, X64_VM_KEY = (1 << 21) - 1 };
 FJ_INTERNAL extern _Atomic uint64_t x64_vmforms[X64_VM_N];
 
-/* The memory operand, flattened; the caller has checked it: base a GPR
- * (0-15) or X64_RIP (no index then), index a GPR but rsp or X64_NOREG,
- * scale 1/2/4/8, bits 0 or a power of two from 8 to 512. */
-typedef struct x64_vm_mem {
-    uint8_t base, index, scale, bcst;
-    uint16_t bits;
-    int32_t disp;
-} x64_vm_mem;
-
 static inline uint64_t x64_vm_key(x64_op op, int nops, int mem, const x64_vm_mem *m, int masked,
                                   int zero, int has_imm) {
     unsigned mb = m->bits == 0 ? 0 : (unsigned)__builtin_ctz(m->bits) - 2;  /* 8..512: 1..7 */
@@ -257,9 +248,18 @@ static inline __attribute__((always_inline)) int x64_vk_fill(uint64_t f, uint32_
 
 /* Legacy forms with a memory operand every kernel has (x64_forms.c):
  * prefetcht0/t1/nta [m]; mov r, [m] and mov [m], r (store); lea r, [m];
- * add, sub, and, or, xor, cmp r, [m]; 32- or 64-bit registers. Returns the length,
- * 0 for anything else. */
+ * add, sub, and, or, xor, cmp r, [m]; cmovcc r, [m]; 32- or 64-bit
+ * registers. Returns the length, 0 for anything else. */
 FJ_INTERNAL int x64_encode_gpr_mem(x64_op op, int bits, int reg, int store, const x64_vm_mem *m,
                                    uint8_t *out);
+/* add, sub, and, or, xor, cmp [m], imm and mov [m], imm: 32- or 64-bit
+ * memory, an immediate in int32 range. A [rip + disp32] operand's disp32
+ * is written as given (the immediate follows it). Returns the length, 0
+ * for anything else. */
+FJ_INTERNAL int x64_encode_mem_imm(x64_op op, int bits, const x64_vm_mem *m, int64_t imm,
+                                   uint8_t *out);
+/* kmovw k, [m] and (store) kmovw [m], k. Returns the length, 0 for a mask
+ * register past k7. */
+FJ_INTERNAL int x64_encode_kmov_mem(int store, int k, const x64_vm_mem *m, uint8_t *out);
 
 #endif

@@ -34,7 +34,7 @@ static fj_status assemble(fj_isa isa, int nargs, gen_fn gen, const void *ctx, in
                           kb_code *out) {
     fj_builder *b = NULL;
     kb_test_fast_paths(way != 1);
-    kg_elt_test_replay(way != 2);
+    kb_test_replays(way != 2);
     ck_assert_int_eq(kb_new("emit_paths", nargs, isa, all_features, NULL, &b), FJ_OK);
     gen(b, ctx);
     fj_status s = kb_assemble(b, out);
@@ -46,7 +46,7 @@ static fj_status assemble(fj_isa isa, int nargs, gen_fn gen, const void *ctx, in
                           FJ_OK,
                       "%s", fj_last_error());
     kb_test_fast_paths(1);
-    kg_elt_test_replay(1);
+    kb_test_replays(1);
     return s;
 }
 
@@ -310,6 +310,113 @@ START_TEST(replay) {
 }
 END_TEST
 
+/* kb_replay_shift: a recording replayed with the displacements of its
+ * memory operands on some bases moved gives the bytes of the same
+ * instructions emitted by hand with those displacements, whatever form
+ * the moved displacement takes (none, disp8 scaled by EVEX's N, disp32;
+ * bases that need a SIB byte or a displacement), on zmm memory forms
+ * (masked, broadcast, with an index or an imm8), prefetches, GPR loads;
+ * operands on the frame, the constant pool and other registers are not
+ * moved. A displacement moved out of int32 and a base that is not a live
+ * register are errors. */
+typedef struct sh_ctx {
+    int by_hand;
+    int32_t delta;   /* the move of base 0; base 1 moves by delta + 64, base 2 by -delta */
+    int bad;         /* 1: base 2 released before the replay */
+    int ended;       /* out: recordings kb_trace_end took */
+} sh_ctx;
+
+static void sh_insns(fj_builder *b, const fj_reg *g, fj_reg v0, fj_reg v1, fj_reg k, fj_opnd slot,
+                     fj_opnd cs, int32_t d0, int32_t d1, int32_t d2) {
+    const int avx512 = fj_builder_isa(b) == FJ_ISA_AVX512;
+    const fj_opnd V0 = fj_vec(b, v0), V1 = fj_vec(b, v1);
+    fj_emit(b, FJ_VMOVUPS, V0, fj_mem(0, g[0], d0));
+    fj_emit(b, FJ_VMOVUPS, fj_memx(0, g[1], g[3], 4, 64 + d1), V1);
+    fj_emit(b, FJ_PREFETCHT0, fj_mem(0, g[2], 4 + d2));
+    fj_emit(b, FJ_MOV, fj_r64(g[4]), fj_mem(64, g[0], 8 + d0));
+    fj_emit(b, FJ_MOV, slot, fj_r64(g[4]));
+    fj_emit(b, FJ_ADD, fj_r64(g[4]), fj_r64(g[3]));
+    fj_emit(b, FJ_VMULPS, V0, V0, cs);
+    fj_emit(b, FJ_VFMADD231PS, V0, V1, V0);
+    if (avx512) {
+        fj_emit(b, FJ_VFMADD231PS, V0, V1, fj_bcst(fj_mem(32, g[1], 4 + d1)));
+        fj_emit(b, FJ_VBROADCASTSS, V1, fj_mem(32, g[2], -4 + d2));
+        fj_emit(b, FJ_VADDPS, fj_masked(V0, k, 1), V1, fj_mem(0, g[2], 128 + d2));
+        fj_emit(b, FJ_VPTERNLOGD, V1, V0, fj_mem(0, g[0], 64 + d0), fj_imm(0xe4));
+    } else {
+        fj_emit(b, FJ_VBROADCASTSS, V1, fj_mem(32, g[2], -4 + d2));
+        fj_emit(b, FJ_VADDPS, V0, V1, fj_memx(0, g[0], g[3], 8, d0));
+    }
+}
+
+static void sh_gen(fj_builder *b, const void *p) {
+    sh_ctx *c = (sh_ctx *)p;
+    const int avx512 = fj_builder_isa(b) == FJ_ISA_AVX512;
+    /* Every register, so that bases land on r12 and r13 (a SIB byte, a
+     * displacement even for 0). */
+    fj_reg all[13], g[5];
+    const int n = 13;   /* all but the argument's */
+    for (int i = 0; i < n; i++) all[i] = fj_gpr(b);
+    g[0] = all[n - 1];
+    g[1] = all[n - 4];
+    g[2] = all[n - 3];
+    g[3] = all[0];
+    g[4] = all[1];
+    const fj_reg v0 = fj_vreg(b), v1 = fj_vreg(b), k = avx512 ? fj_kreg(b) : (fj_reg){0};
+    const fj_opnd slot = fj_stack_slot(b, 8, 8, 64);
+    const float h[8] = {2.f, 2.f, 2.f, 2.f, 2.f, 2.f, 2.f, 2.f};
+    const fj_opnd cs = avx512 ? fj_bcst(fj_const_f32(b, 2.f)) : fj_const_data(b, h, 32, 32, 0);
+    const int32_t d = c->delta;
+    for (int rep = 0; rep < 2; rep++) {   /* once moved, once as recorded */
+        const int32_t m = rep ? 0 : d;
+        if (c->by_hand) {
+            sh_insns(b, g, v0, v1, k, slot, cs, m, m + 64, -m);
+            continue;
+        }
+        kb_trace tr;
+        kb_trace_begin(b, &tr);
+        sh_insns(b, g, v0, v1, k, slot, cs, 0, 0, 0);
+        c->ended += kb_trace_end(b);
+        if (c->bad == 1) fj_release(b, g[2]);
+        const int32_t delta[3] = {m, m + 64, -m};
+        kb_replay_shift(b, &tr, g, delta, 3);
+    }
+    fj_return(b, fj_none());
+}
+
+START_TEST(replay_shift) {
+    static const int32_t deltas[] = {0,    4,     6,    60,      64,      124,   128,  252,
+                                     256,  508,   512,  8192,    -4,      -64,   -65,  -128,
+                                     -512, 1 << 20, -(1 << 20), 0x3fffff00};
+    for (int isa = 0; isa < 2; isa++) {
+        fj_isa i = isa ? FJ_ISA_AVX512 : FJ_ISA_AVX2;
+        for (size_t j = 0; j < sizeof deltas / sizeof deltas[0]; j++)
+            for (int way = 0; way < 2; way++) {   /* the template paths on and off */
+                kb_code a, c;
+                sh_ctx r = {0, deltas[j], 0, 0}, h = {1, deltas[j], 0, 0};
+                ck_assert_msg(assemble(i, 1, sh_gen, &r, way, &a) == FJ_OK, "%s", fj_last_error());
+                ck_assert_int_eq(r.ended, 2);
+                ck_assert_msg(assemble(i, 1, sh_gen, &h, way, &c) == FJ_OK, "%s", fj_last_error());
+                size_t at = 0;
+                while (at < a.len && at < c.len && a.bytes[at] == c.bytes[at]) at++;
+                ck_assert_msg(a.len == c.len && at == a.len,
+                              "moved replay differs from the instructions emitted by hand (%s, "
+                              "delta %d, %s, %zu / %zu bytes, first difference at %zu)",
+                              isa ? "avx512" : "avx2", deltas[j], ways[way], a.len, c.len, at);
+                kb_code_free(&a);
+                kb_code_free(&c);
+            }
+        kb_code a;
+        sh_ctx r = {0, 0x7fffff80, 0, 0};   /* base 1's operand moves past int32 */
+        ck_assert_int_ne(assemble(i, 1, sh_gen, &r, 0, &a), FJ_OK);
+        r = (sh_ctx){0, 64, 1, 0};
+        ck_assert_int_ne(assemble(i, 1, sh_gen, &r, 0, &a), FJ_OK);
+        ck_assert_msg(strstr(fj_last_error(), "not a live general register"), "%s",
+                      fj_last_error());
+    }
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("emit_paths");
     TCase *tc = tcase_create("same_bytes");
@@ -318,6 +425,7 @@ int main(void) {
     tcase_add_test(tc, gemm_kernels);
     tcase_add_test(tc, interleave);
     tcase_add_test(tc, replay);
+    tcase_add_test(tc, replay_shift);
     suite_add_tcase(s, tc);
     return fjt_run_suite(s);
 }

@@ -839,6 +839,83 @@ START_TEST(test_gpr_jump) {
 }
 END_TEST
 
+/* The direct forms GEMM kernels added: inc/dec/not/neg of a register,
+ * cmovcc loads, ALU ops and mov of memory with an immediate, kmovw with
+ * memory; every base and index kind, displacement and immediate size. */
+START_TEST(test_gpr_more) {
+    long compared = 0;
+    uint8_t fast[X64_MAX_LEN + 8], ref[X64_MAX_LEN + 8];
+    x64_enc_info info;
+    static const x64_op un[] = {X64_INC, X64_DEC, X64_NOT, X64_NEG};
+    for (int k = 0; k < 4; k++)
+        for (int bits = 32; bits <= 64; bits += 32)
+            for (int r = 0; r < 16; r++) {
+                x64_opnd o[1] = {GPR((uint16_t)bits, (uint8_t)r)};
+                int n = x64_encode_gpr(un[k], bits, r, X64_GPR_UNARY, 0, fast);
+                int m = x64_encode_search(un[k], o, 1, ref, &info);
+                ck_assert_msg(n > 0 && n == m && !memcmp(fast, ref, (size_t)n), "%s/%d r%d",
+                              x64_op_name(un[k]), bits, r);
+                ck_assert_int_eq(x64_encode_gpr(un[k], bits, r, -1, 1, fast), 0);   /* no imm form */
+                compared++;
+            }
+    ck_assert_int_eq(x64_encode_gpr(X64_ADD, 64, 0, X64_GPR_UNARY, 0, fast), 0);
+    static const x64_op mi[] = {X64_ADD, X64_SUB, X64_AND, X64_OR, X64_XOR, X64_CMP, X64_MOV};
+    static const int64_t imms[] = {0, 1, -1, 127, -128, 128, -129, 0x12345, INT32_MIN, INT32_MAX};
+    static const int32_t disps[] = {0, 8, -8, 127, -128, 128, 0x12345};
+    static const uint8_t idx[] = {X64_NOREG, X64_RAX, X64_RBP, X64_R8, X64_R13, X64_R15};
+    for (int base = 0; base <= 16; base++)   /* 16: RIP */
+        for (size_t t = 0; t < sizeof disps / sizeof disps[0] * 6; t++) {
+            x64_vm_mem m = {(uint8_t)(base == 16 ? X64_RIP : base), base == 16 ? X64_NOREG : idx[t % 6],
+                            (uint8_t)(1 << (t / 6 % 4)), 0, 0, disps[t / 6]};
+            if (m.index == X64_NOREG) m.scale = 1;
+            for (int bits = 32; bits <= 64; bits += 32) {
+                x64_opnd mo = MEM((uint16_t)bits, m.base, m.index, m.scale, m.disp);
+                for (int op = X64_CMOVO; op <= X64_CMOVG; op += 5) {
+                    const int reg = (base + (int)t) % 16;
+                    x64_opnd o[2] = {GPR((uint16_t)bits, (uint8_t)reg), mo};
+                    int n = x64_encode_gpr_mem((x64_op)op, bits, reg, 0, &m, fast);
+                    int mm = x64_encode_search((x64_op)op, o, 2, ref, &info);
+                    ck_assert_msg(n > 0 && n == mm && !memcmp(fast, ref, (size_t)n), "%s base %d",
+                                  x64_op_name((x64_op)op), base);
+                    ck_assert_int_eq(x64_encode_gpr_mem((x64_op)op, bits, reg, 1, &m, fast), 0);
+                    compared++;
+                }
+                for (size_t k = 0; k < sizeof mi / sizeof mi[0]; k++)
+                    for (size_t i = 0; i < sizeof imms / sizeof imms[0]; i++) {
+                        x64_opnd o[2] = {mo, IMM(imms[i])};
+                        int n = x64_encode_mem_imm(mi[k], bits, &m, imms[i], fast);
+                        int mm = x64_encode_search(mi[k], o, 2, ref, &info);
+                        ck_assert_msg(n > 0 && n == mm && !memcmp(fast, ref, (size_t)n),
+                                      "%s/%d [base %d index %d*%d %+d], %lld: direct %d bytes, "
+                                      "search %d", x64_op_name(mi[k]), bits, base, m.index,
+                                      m.scale, m.disp, (long long)imms[i], n, mm);
+                        compared++;
+                    }
+            }
+            x64_opnd mo = MEM(16, m.base, m.index, m.scale, m.disp);
+            for (int store = 0; store < 2; store++)
+                for (int k = 0; k < 8; k++) {
+                    x64_opnd ko = {.kind = X64_K_KREG, .bits = 16, .reg = (uint8_t)k,
+                                   .base = X64_NOREG, .index = X64_NOREG};
+                    x64_opnd o[2] = {ko, mo};
+                    if (store) { o[0] = mo; o[1] = ko; }
+                    int n = x64_encode_kmov_mem(store, k, &m, fast);
+                    int mm = x64_encode_search(X64_KMOVW, o, 2, ref, &info);
+                    ck_assert_msg(n > 0 && n == mm && !memcmp(fast, ref, (size_t)n),
+                                  "kmovw %s k%d [base %d index %d]: direct %d bytes, search %d",
+                                  store ? "store" : "load", k, base, m.index, n, mm);
+                    compared++;
+                }
+        }
+    x64_vm_mem m0 = {X64_RAX, X64_NOREG, 1, 0, 0, 0};
+    ck_assert_int_eq(x64_encode_mem_imm(X64_TEST, 32, &m0, 1, fast), 0);
+    ck_assert_int_eq(x64_encode_mem_imm(X64_ADD, 16, &m0, 1, fast), 0);
+    ck_assert_int_eq(x64_encode_mem_imm(X64_ADD, 64, &m0, (int64_t)INT32_MAX + 1, fast), 0);
+    ck_assert_int_eq(x64_encode_kmov_mem(0, 8, &m0, fast), 0);
+    ck_assert_int_gt(compared, 15000);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("x64_golden");
     TCase *tc = tcase_create("encoder");
@@ -850,6 +927,7 @@ int main(void) {
     tcase_add_test(tc, test_vmem);
     tcase_add_test(tc, test_vkregs);
     tcase_add_test(tc, test_gpr_jump);
+    tcase_add_test(tc, test_gpr_more);
     suite_add_tcase(s, tc);
     return fjt_run_suite(s);
 }
