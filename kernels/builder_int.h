@@ -104,10 +104,10 @@ typedef struct kb_tinsn {
     uint8_t sh[3];
     uint64_t w;
     x64_vm_mem m;          /* KB_TF_VM, KB_TF_GPR_MEM: the memory operand */
-    /* The bytes as recorded (kb_trace_end; enc_len 0: none), for replays
-     * that rename nothing: a copy, and for a memory operand whose
-     * displacement moves, its ModRM.. rewritten from byte head on (disp8
-     * scaled by 1 << nsh); shift 1 when it can move. */
+    /* The bytes as recorded (kept at the first kb_replay_shift; enc_len
+     * 0: none), for replays that rename nothing: a copy, and for a memory
+     * operand whose displacement moves, its ModRM.. rewritten from byte
+     * head on (disp8 scaled by 1 << nsh); shift 1 when it can move. */
     uint8_t enc[16];
     uint8_t enc_len, head, nsh, shift;
 } kb_tinsn;
@@ -115,6 +115,7 @@ typedef struct kb_trace {
     kb_tinsn in[KB_TRACE_MAX];
     fj_opnd gen[KB_TRACE_MAX][4];
     int n, ngen, bad;
+    int kept;              /* the entries' enc: kept by the first kb_replay_shift */
     size_t len0, nfix0;
 } kb_trace;
 FJ_INTERNAL void kb_trace_begin(fj_builder *b, kb_trace *t);
@@ -131,7 +132,7 @@ FJ_INTERNAL void kb_replay(fj_builder *b, const kb_trace *t, int copies, const f
 FJ_INTERNAL kb_trace *kb_scratch_traces(fj_builder *b, int n);
 /* Emits t once, its registers as recorded, the displacement of each
  * memory operand on base register base[i] (a live GPR) plus delta[i]. */
-FJ_INTERNAL void kb_replay_shift(fj_builder *b, const kb_trace *t, const fj_reg *base,
+FJ_INTERNAL void kb_replay_shift(fj_builder *b, kb_trace *t, const fj_reg *base,
                                  const int32_t *delta, int nbase);
 
 /* dst[i] := vals[i] (a float's bits) broadcast, for i < n, from n

@@ -69,8 +69,6 @@ static uint64_t vm_form(const fj_builder *b, const kb_tinsn *e, const fj_opnd *o
     return f;
 }
 
-static void keep_bytes(const fj_builder *b, kb_tinsn *e);
-
 int kb_trace_end(fj_builder *b) {
     kb_trace *t = b ? b->trace : NULL;
     if (!t) return 0;
@@ -106,10 +104,7 @@ int kb_trace_end(fj_builder *b) {
             e->form = form;   /* the GPR forms: nothing to look up */
         }
     }
-    for (int k = 0; k < t->n; k++) {
-        if (fast) keep_bytes(b, &t->in[k]);
-        else t->in[k].enc_len = 0;
-    }
+    t->kept = 0;   /* the bytes as recorded: at the first replay that renames nothing */
     return 1;
 }
 
@@ -357,8 +352,27 @@ static void replay(fj_builder *b, const kb_trace *t, int copies, uint8_t (*vmap)
                    uint8_t (*kmap)[8]) {
     const int fast = kb_fast_paths();
     for (int k = 0; k < t->n; k++) {
+        const kb_tinsn *e = &t->in[k];
         for (int c = 0; c < copies; c++) {
-            replay_entry(b, t, &t->in[k], vmap[c], kmap[c], NULL, fast);
+            if (e->form == KB_TF_EVEX && !e->gen) {
+                /* Most of a math op's chain: inline, the bytes word with
+                 * the copy's registers put in. */
+                if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return;
+                const uint8_t *m = vmap[c];
+                const uint32_t r = e->regs;
+                uint64_t r64 = m[r & 0xff] | (uint32_t)m[r >> 8 & 0xff] << 8;
+                if (e->nv > 2) r64 |= (uint64_t)m[r >> 16 & 0xff] << 16;
+                if (e->nv > 3) r64 |= (uint64_t)m[r >> 24] << 24;
+                uint64_t w = x64_evex_regs(e->w, r64 >> e->sh[0] & 0xff, r64 >> e->sh[1] & 0xff,
+                                           r64 >> e->sh[2] & 0xff);
+                size_t n = (size_t)(w >> 56);
+                w &= ~(0xffull << 56);
+                memcpy(b->code + b->len, &w, 8);
+                if (e->has_imm) b->code[b->len + n++] = (uint8_t)e->imm;
+                b->len += n;
+                continue;
+            }
+            replay_entry(b, t, e, vmap[c], kmap[c], NULL, fast);
             if (b->err) return;
         }
     }
@@ -392,7 +406,7 @@ void kb_replay(fj_builder *b, const kb_trace *t, int copies, const fj_reg *from,
     replay(b, t, copies, vmap, kmap);
 }
 
-void kb_replay_shift(fj_builder *b, const kb_trace *t, const fj_reg *base, const int32_t *delta,
+void kb_replay_shift(fj_builder *b, kb_trace *t, const fj_reg *base, const int32_t *delta,
                      int nbase) {
     if (!b || b->err) return;
     if (!t || t->bad || b->trace || nbase < 0 || (nbase && (!base || !delta))) {
@@ -409,6 +423,13 @@ void kb_replay_shift(fj_builder *b, const kb_trace *t, const fj_reg *base, const
         d[p] = delta[i];
     }
     const int fast = kb_fast_paths();
+    if (!t->kept) {
+        for (int k = 0; k < t->n; k++) {
+            if (fast) keep_bytes(b, &t->in[k]);
+            else t->in[k].enc_len = 0;
+        }
+        t->kept = 1;
+    }
     for (int k = 0; k < t->n; k++) {
         const kb_tinsn *e = &t->in[k];
         if (e->enc_len && copy_entry(b, e, d)) continue;
