@@ -92,7 +92,18 @@ static void tune_parse(const char *e) {
 
 /* FRAMEJIT_GEMM_TUNE: developer knobs for blocking experiments
  * ("kc=256,mc=280,da=0,..."), not an API; unknown keys end the parse. */
-static void tune_init(void) { tune_parse(getenv("FRAMEJIT_GEMM_TUNE")); }
+static atomic_int tune_ready;
+static void tune_init(void) {
+    tune_parse(getenv("FRAMEJIT_GEMM_TUNE"));
+    atomic_store_explicit(&tune_ready, 1, memory_order_release);
+}
+
+/* The knobs parsed: a load on every call after the first (pthread_once is
+ * a call through the PLT each time). */
+static inline void tune_need(void) {
+    if (!atomic_load_explicit(&tune_ready, memory_order_acquire))
+        pthread_once(&tune_once, tune_init);
+}
 
 void gemm_test_tune(const char *spec) {
     pthread_once(&tune_once, tune_init);
@@ -277,7 +288,7 @@ fj_status gemm_plan_borrow(fj_runtime *rt, const gemm_plan **out, fj_kernel **le
                            int tb, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
                            int64_t ldc, float alpha, float beta, int has_bias, int act,
                            float act_alpha, float act_beta) {
-    pthread_once(&tune_once, tune_init);
+    tune_need();
     *lent = NULL;
     gemm_plan *p = memo_find(rt, ta, tb, m, n, k, lda, ldb, ldc, has_bias, act, act_alpha,
                              act_beta);
