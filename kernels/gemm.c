@@ -203,6 +203,17 @@ static void k_step_fma(gen *g, int u) {
     if (c->amode == KG_GA_COLS) fj_emit(b, FJ_ADD, fj_r64(g->a), fj_r64(g->lda));
 }
 
+/* The builder's scratch traces: a k step's B part and FMA part, and one
+ * for the rest (a recording used right away). */
+enum { TR_B, TR_FMA, TR_MISC, TR_N };
+
+/* The scratch trace for a recording used right away, NULL when replays
+ * are off or there is no room. */
+static kb_trace *misc_trace(gen *g) {
+    kb_trace *t = kb_replays() ? kb_scratch_traces(g->b, TR_N) : NULL;
+    return t ? &t[TR_MISC] : NULL;
+}
+
 /* Step u differs from step 0 only in the displacements of A and B (and
  * in packed A's prefetch, emitted apart): a loop's steps are replays of
  * step 0's recording (B part and FMA part) with those moved. The FMA part
@@ -212,7 +223,7 @@ static void k_step_fma(gen *g, int u) {
 static void record_steps(gen *g) {
     fj_builder *b = g->b;
     if (g->rec == 2 || !kb_replays()) return;   /* emitted, not replayed */
-    kb_trace *tr = kb_scratch_traces(b, 2);
+    kb_trace *tr = kb_scratch_traces(b, TR_N);
     g->tr = NULL;
     if (!tr) {
         g->rec = 2;
@@ -297,6 +308,29 @@ static void next_row(gen *g, fj_reg rowp, int i, fj_label end) {
     fj_emit(g->b, FJ_ADD, fj_r64(rowp), P(g, OFF(ldc), 64));
 }
 
+/* AVX-512: row i of the tile (at g->k) stored, as store_tile says. */
+static void store_row(gen *g, int i, int beta, int bias, fj_reg alpha_r, fj_reg beta_r, int kind,
+                      fj_reg rb) {
+    fj_builder *b = g->b;
+    const fj_reg rowp = g->k;
+    for (int v = 0; v < g->nv; v++) {
+        fj_reg x = g->acc[i][v];
+        if (kind == KG_STORE_ADD)
+            fj_emit(b, FJ_VADDPS, fj_masked(V(g, x), g->km[v], 0), V(g, x),
+                    fj_mem(0, rowp, v * g->vb));
+        if (kind == KG_STORE_GENERAL) fj_emit(b, FJ_VMULPS, V(g, x), V(g, x), V(g, alpha_r));
+        /* Masked: lanes outside C are neither read nor written; with kr
+         * all-zero (beta = 0) C is not read at all. */
+        if (beta && kind == KG_STORE_GENERAL)
+            fj_emit(b, FJ_VFMADD231PS, fj_masked(V(g, x), g->merged ? g->kr[v] : g->km[v], 0),
+                    V(g, beta_r), fj_mem(0, rowp, v * g->vb));
+        if (bias)
+            fj_emit(b, FJ_VADDPS, fj_masked(V(g, x), g->km[v], 0), V(g, x),
+                    fj_mem(0, rb, v * g->vb));
+        fj_emit(b, FJ_VMOVUPS, fj_masked(fj_mem(0, rowp, v * g->vb), g->km[v], 0), V(g, x));
+    }
+}
+
 /* C = alpha*acc (+ beta*C) (+ bias) for rows < rows, masked lanes; kind
  * KG_STORE_SET / _ADD: C = acc / C += acc (alpha = 1, beta = 0 / 1). */
 static void store_tile(gen *g, int beta, int bias, fj_reg alpha_r, fj_reg beta_r, int kind) {
@@ -309,26 +343,18 @@ static void store_tile(gen *g, int beta, int bias, fj_reg alpha_r, fj_reg beta_r
     if (g->avx512) {
         fj_label end = fj_label_new(b);
         fj_emit(b, FJ_MOV, fj_r64(rowp), fj_r64(g->cp));
+        /* Rows differ only in their accumulators: row 0's recording
+         * replayed with row i's. */
+        kb_trace *t = g->mr > 1 ? misc_trace(g) : NULL;
+        if (t) {
+            kb_trace_begin(b, t);
+            store_row(g, 0, beta, bias, alpha_r, beta_r, kind, rb);
+            if (!kb_trace_end(b)) t = NULL;
+        }
         for (int i = 0; i < g->mr; i++) {
             next_row(g, rowp, i, end);
-            for (int v = 0; v < g->nv; v++) {
-                fj_reg x = g->acc[i][v];
-                if (kind == KG_STORE_ADD)
-                    fj_emit(b, FJ_VADDPS, fj_masked(V(g, x), g->km[v], 0), V(g, x),
-                            fj_mem(0, rowp, v * g->vb));
-                if (kind == KG_STORE_GENERAL)
-                    fj_emit(b, FJ_VMULPS, V(g, x), V(g, x), V(g, alpha_r));
-                /* Masked: lanes outside C are neither read nor written;
-                 * with kr all-zero (beta = 0) C is not read at all. */
-                if (beta && kind == KG_STORE_GENERAL)
-                    fj_emit(b, FJ_VFMADD231PS,
-                            fj_masked(V(g, x), g->merged ? g->kr[v] : g->km[v], 0), V(g, beta_r),
-                            fj_mem(0, rowp, v * g->vb));
-                if (bias)
-                    fj_emit(b, FJ_VADDPS, fj_masked(V(g, x), g->km[v], 0), V(g, x),
-                            fj_mem(0, rb, v * g->vb));
-                fj_emit(b, FJ_VMOVUPS, fj_masked(fj_mem(0, rowp, v * g->vb), g->km[v], 0), V(g, x));
-            }
+            if (t) kb_replay(b, t, 1, g->acc[0], g->acc[i], g->nv);
+            else store_row(g, i, beta, bias, alpha_r, beta_r, kind, rb);
         }
         fj_label_bind(b, end);
     } else {
@@ -479,6 +505,43 @@ static void epilogue(gen *g) {
     if (g->nv == 1) fj_release(b, beta_r);
 }
 
+/* The accumulators zeroed: one recorded vxorps replayed with each of them
+ * as its register (KB_REPLAY_MAX copies a replay), else emitted one by
+ * one. */
+static void zero_acc(gen *g) {
+    fj_builder *b = g->b;
+    kb_trace *t = misc_trace(g);
+    const fj_opnd x = fj_xmm(g->acc[0][0]);
+    if (t) {
+        kb_trace_begin(b, t);
+        fj_emit(b, FJ_VXORPS, x, x, x);
+        if (!kb_trace_end(b)) t = NULL;
+    }
+    fj_reg to[KB_REPLAY_MAX];
+    int n = 0;
+    for (int i = 0; i < g->mr; i++)
+        for (int v = 0; v < g->nv; v++) {
+            if (!t) {
+                const fj_opnd a = fj_xmm(g->acc[i][v]);
+                fj_emit(b, FJ_VXORPS, a, a, a);
+                continue;
+            }
+            to[n++] = g->acc[i][v];
+            if (n == KB_REPLAY_MAX || (i == g->mr - 1 && v == g->nv - 1)) {
+                kb_replay(b, t, n, &g->acc[0][0], to, 1);
+                n = 0;
+            }
+        }
+}
+
+/* Row i's C lines prefetched; k walks the rows (at row i - 1 before). */
+static void prefetch_c_row(gen *g, int i) {
+    fj_builder *b = g->b;
+    if (i) fj_emit(b, FJ_ADD, fj_r64(g->k), P(g, OFF(ldc), 64));
+    for (int l = 0; l < (g->nv * g->vb + 63) / 64; l++)
+        fj_emit(b, g->c->pf_c == 1 ? FJ_PREFETCHT0 : FJ_PREFETCHT1, fj_mem(0, g->k, l * 64));
+}
+
 void kg_gemm(fj_builder *b, const void *ctx) {
     const kg_gemm_cfg *c = ctx;
     gen g = {.b = b, .c = c, .mr = c->mr, .nv = c->nv};
@@ -545,16 +608,20 @@ void kg_gemm(fj_builder *b, const void *ctx) {
     fj_label_bind(b, l_tile);
     fj_emit(b, FJ_MOV, g.a_slot, fj_r64(g.a));
     fj_emit(b, FJ_MOV, fj_r64(g.bp), P(&g, OFF(b), 64));
-    for (int i = 0; i < g.mr; i++)
-        for (int v = 0; v < g.nv; v++)
-            fj_emit(b, FJ_VXORPS, fj_xmm(g.acc[i][v]), fj_xmm(g.acc[i][v]), fj_xmm(g.acc[i][v]));
+    zero_acc(&g);
     if (c->pf_c) {
         /* The tile's C lines, so that the epilogue does not wait for them. */
         fj_emit(b, FJ_MOV, fj_r64(g.k), fj_r64(g.cp));
-        for (int i = 0; i < g.mr; i++) {
-            if (i) fj_emit(b, FJ_ADD, fj_r64(g.k), P(&g, OFF(ldc), 64));
-            for (int l = 0; l < (g.nv * g.vb + 63) / 64; l++)
-                fj_emit(b, c->pf_c == 1 ? FJ_PREFETCHT0 : FJ_PREFETCHT1, fj_mem(0, g.k, l * 64));
+        prefetch_c_row(&g, 0);
+        kb_trace *t = g.mr > 2 ? misc_trace(&g) : NULL;
+        if (t) {   /* rows 1.. are the same instructions */
+            kb_trace_begin(b, t);
+            prefetch_c_row(&g, 1);
+            if (!kb_trace_end(b)) t = NULL;
+        }
+        for (int i = 1; i < g.mr; i++) {
+            if (t) kb_replay_shift(b, t, NULL, NULL, 0);
+            else prefetch_c_row(&g, i);
         }
     }
     if (c->amode == KG_GA_ROWS && g.mr > 7) {
