@@ -114,7 +114,8 @@ typedef struct gen {
     fj_reg km[4], kr[4];  /* AVX-512 store masks, C-read masks (0 lanes if beta = 0) */
     int merged;           /* one store copy: beta = 0 handled by kr */
     int copy;             /* emitting the B-packing copy of the k loop */
-    kb_trace *tr;         /* the k loop's recorded step (B part, FMA part), or NULL */
+    kb_trace *tr;         /* the builder's scratch traces while the k loop's step is
+                             recorded (TR_B, TR_FMA below), or NULL */
     int rec;              /* 1: the FMA part is recorded; 2: no replays */
     fj_opnd a_slot;
 } gen;
@@ -229,11 +230,11 @@ static void record_steps(gen *g) {
         g->rec = 2;
         return;
     }
-    kb_trace_begin(b, &tr[0]);
+    kb_trace_begin(b, &tr[TR_B]);
     k_step_b(g, 0);
     int ok = kb_trace_end(b);
     if (!g->rec) {
-        kb_trace_begin(b, &tr[1]);
+        kb_trace_begin(b, &tr[TR_FMA]);
         k_step_fma(g, 0);
         ok &= kb_trace_end(b);
         g->rec = 1;
@@ -254,9 +255,9 @@ static void k_step(gen *g, int u) {
     int32_t d[3] = {c->amode == KG_GA_PACKED ? u * g->mr * 4 : c->amode == KG_GA_ROWS ? u * 4 : 0,
                     c->bmode == KG_GB_PACKED ? u * g->nv * g->vb : 0, u * 4};
     int nb = c->amode == KG_GA_ROWS && g->mr > 7 ? 3 : 2;
-    kb_replay_shift(g->b, &g->tr[0], base, d, nb);
+    kb_replay_shift(g->b, &g->tr[TR_B], base, d, nb);
     k_step_pf_a(g, u);
-    kb_replay_shift(g->b, &g->tr[1], base, d, nb);
+    kb_replay_shift(g->b, &g->tr[TR_FMA], base, d, nb);
 }
 
 /* Pointer moves after `steps` steps with compile-time strides. */
