@@ -111,6 +111,22 @@ static inline int kb_vregs_of(const fj_builder *b, const fj_opnd *ops, int nv, u
     return 1;
 }
 
+/* A memory operand's displacement and scale as the direct forms take them:
+ * int32, scale 0 (none), 1, 2, 4 or 8. */
+static inline int kb_mem_ok(const fj_opnd *o) {
+    return o->val >= INT32_MIN && o->val <= INT32_MAX && o->scale <= 8 &&
+           !(o->scale & (o->scale - 1));
+}
+
+/* Memory operand o flattened onto physical base and index (X64_NOREG:
+ * none), with displacement disp. */
+static inline x64_vm_mem kb_flat_mem(const fj_opnd *o, int base, int index, int bcst,
+                                     int32_t disp) {
+    return (x64_vm_mem){(uint8_t)base, (uint8_t)index,
+                        (uint8_t)(index == X64_NOREG || !o->scale ? 1 : o->scale), (uint8_t)bcst,
+                        o->bits, disp};
+}
+
 /* Operands of a 512-bit instruction as x64_templ.h's forms take them:
  * zmm registers, mask registers, at most one memory operand on a GPR base
  * (+ index*scale) or the constant pool (no index), a write mask on
@@ -146,8 +162,7 @@ static inline int kb_zmm_operands(const fj_builder *b, const fj_opnd *ops, int n
             if (p < 0 || (bits && o->bits != bits) || o->bcst) return 0;
             bits = o->bits;
             regs |= (uint32_t)p << 8 * i;
-        } else if (o->kind == FJ_OPND_MEM && mem < 0 && o->val >= INT32_MIN &&
-                   o->val <= INT32_MAX && o->scale <= 8 && !(o->scale & (o->scale - 1)) &&
+        } else if (o->kind == FJ_OPND_MEM && mem < 0 && kb_mem_ok(o) &&
                    !(o->bits & (o->bits - 1)) && o->bits <= 512 && (o->bits == 0 || o->bits >= 8)) {
             /* A GPR base, or the constant pool with no index; not the frame. */
             base = o->reg.id == H_CONST ? X64_RIP : live_phys(b, o->reg, RC_GPR);
@@ -167,21 +182,16 @@ static inline int kb_zmm_operands(const fj_builder *b, const fj_opnd *ops, int n
     z->k = k;
     z->zero = k && ops[0].zero;
     z->has_imm = has_imm;
-    if (mem >= 0) {
-        const fj_opnd *o = &ops[mem];
-        z->m = (x64_vm_mem){(uint8_t)base, (uint8_t)index,
-                            (uint8_t)(index == X64_NOREG || !o->scale ? 1 : o->scale), o->bcst != 0,
-                            o->bits, base == X64_RIP ? 0 : (int32_t)o->val};
-    }
+    if (mem >= 0)
+        z->m = kb_flat_mem(&ops[mem], base, index, ops[mem].bcst != 0,
+                           base == X64_RIP ? 0 : (int32_t)ops[mem].val);
     return 1;
 }
 
 /* A memory operand on a GPR base or the frame, flattened for the legacy
  * direct forms; 0 for anything else (the pool, a broadcast, a mask). */
 static inline int kb_legacy_mem(const fj_builder *b, const fj_opnd *o, x64_vm_mem *m) {
-    if (o->val < INT32_MIN || o->val > INT32_MAX || o->scale > 8 || (o->scale & (o->scale - 1)) ||
-        o->bcst || o->mask.id || !o->reg.id || o->reg.id == H_CONST)
-        return 0;
+    if (!kb_mem_ok(o) || o->bcst || o->mask.id || !o->reg.id || o->reg.id == H_CONST) return 0;
     int base = X64_RBP;
 #if FJ_FP_TAX_PROBE
     if (b->nofp) base = X64_RSP;
@@ -189,9 +199,7 @@ static inline int kb_legacy_mem(const fj_builder *b, const fj_opnd *o, x64_vm_me
     if (o->reg.id != H_FRAME && (base = live_phys(b, o->reg, RC_GPR)) < 0) return 0;
     int index = o->index.id ? live_phys(b, o->index, RC_GPR) : X64_NOREG;
     if (index < 0) return 0;
-    *m = (x64_vm_mem){(uint8_t)base, (uint8_t)index,
-                      (uint8_t)(index == X64_NOREG || !o->scale ? 1 : o->scale), 0, o->bits,
-                      (int32_t)o->val};
+    *m = kb_flat_mem(o, base, index, 0, (int32_t)o->val);
     return 1;
 }
 

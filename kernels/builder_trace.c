@@ -207,6 +207,31 @@ static int shifted(x64_vm_mem *m, const int32_t *d) {
     return 1;
 }
 
+/* A register-only entry's (gen 0) registers renamed through vm, packed
+ * as the templates take them. */
+static inline __attribute__((always_inline)) uint32_t vregs_renamed(const kb_tinsn *e,
+                                                                   const uint8_t *vm) {
+    const uint32_t r = e->regs;
+    uint32_t regs = vm[r & 0xff] | (uint32_t)vm[r >> 8 & 0xff] << 8;
+    if (e->nv > 2) regs |= (uint32_t)vm[r >> 16 & 0xff] << 16;
+    if (e->nv > 3) regs |= (uint32_t)vm[r >> 24] << 24;
+    return regs;
+}
+
+/* A KB_TF_EVEX entry into out: its bytes word with the registers put in.
+ * Returns the length. */
+static inline __attribute__((always_inline)) int evex_fill(const kb_tinsn *e, const uint8_t *vm,
+                                                         uint8_t *out) {
+    const uint64_t r64 = vregs_renamed(e, vm);
+    uint64_t w = x64_evex_regs(e->w, r64 >> e->sh[0] & 0xff, r64 >> e->sh[1] & 0xff,
+                               r64 >> e->sh[2] & 0xff);
+    int n = (int)(w >> 56);
+    w &= ~(0xffull << 56);
+    memcpy(out, &w, 8);
+    if (e->has_imm) out[n++] = (uint8_t)e->imm;
+    return n;
+}
+
 /* One entry of a copy through its template (forms other than
  * KB_TF_GENERAL, and register-only entries on the fast paths) into out
  * (X64_MAX_LEN bytes and more): its length, or 0 to take the general
@@ -217,24 +242,12 @@ static int encode_entry(const fj_builder *b, const kb_tinsn *e, const uint8_t *v
     x64_vm_mem m = e->m;
     int n = 0;
     if (!e->gen && e->form == KB_TF_GENERAL) {
-        const uint32_t r = e->regs;
-        regs = vm[r & 0xff] | (uint32_t)vm[r >> 8 & 0xff] << 8;
-        if (e->nv > 2) regs |= (uint32_t)vm[r >> 16 & 0xff] << 16;
-        if (e->nv > 3) regs |= (uint32_t)vm[r >> 24] << 24;
-        n = x64_vregs((x64_op)e->op, e->bits, regs, e->nv, e->imm, e->has_imm, out, &feat);
+        n = x64_vregs((x64_op)e->op, e->bits, vregs_renamed(e, vm), e->nv, e->imm, e->has_imm, out,
+                      &feat);
     } else switch (e->form) {
-    case KB_TF_EVEX: {
-        const uint32_t r = e->regs;
-        const uint64_t r64 = vm[r & 0xff] | (uint32_t)vm[r >> 8 & 0xff] << 8 |
-                             (uint32_t)vm[r >> 16 & 0xff] << 16 | (uint32_t)vm[r >> 24] << 24;
-        uint64_t w = x64_evex_regs(e->w, r64 >> e->sh[0] & 0xff, r64 >> e->sh[1] & 0xff,
-                                   r64 >> e->sh[2] & 0xff);
-        n = (int)(w >> 56);
-        w &= ~(0xffull << 56);
-        memcpy(out, &w, 8);
-        if (e->has_imm) out[n++] = (uint8_t)e->imm;
+    case KB_TF_EVEX:
+        n = evex_fill(e, vm, out);
         break;
-    }
     case KB_TF_VK:
         /* Registers renamed by class. */
         for (int i = 0; i < e->nv; i++) {
@@ -327,8 +340,9 @@ static void replay_entry(fj_builder *b, const kb_trace *t, const kb_tinsn *e, co
     /* The operands again, as the handles live on the registers. */
     fj_opnd o[4];
     if (!e->gen) {
+        const uint32_t regs = vregs_renamed(e, vm);
         for (int i = 0; i < e->nv; i++) {
-            const unsigned p = vm[e->regs >> 8 * i & 31];
+            const unsigned p = regs >> 8 * i & 0xff;
             o[i] = fj_reg_opnd_((fj_reg){(uint32_t)RC_VEC << 30 | p << 25 | b->tag[RC_VEC][p]},
                                 e->bits);
         }
@@ -358,18 +372,7 @@ static void replay(fj_builder *b, const kb_trace *t, int copies, uint8_t (*vmap)
                 /* Most of a math op's chain: inline, the bytes word with
                  * the copy's registers put in. */
                 if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return;
-                const uint8_t *m = vmap[c];
-                const uint32_t r = e->regs;
-                uint64_t r64 = m[r & 0xff] | (uint32_t)m[r >> 8 & 0xff] << 8;
-                if (e->nv > 2) r64 |= (uint64_t)m[r >> 16 & 0xff] << 16;
-                if (e->nv > 3) r64 |= (uint64_t)m[r >> 24] << 24;
-                uint64_t w = x64_evex_regs(e->w, r64 >> e->sh[0] & 0xff, r64 >> e->sh[1] & 0xff,
-                                           r64 >> e->sh[2] & 0xff);
-                size_t n = (size_t)(w >> 56);
-                w &= ~(0xffull << 56);
-                memcpy(b->code + b->len, &w, 8);
-                if (e->has_imm) b->code[b->len + n++] = (uint8_t)e->imm;
-                b->len += n;
+                b->len += (size_t)evex_fill(e, vmap[c], b->code + b->len);
                 continue;
             }
             replay_entry(b, t, e, vmap[c], kmap[c], NULL, fast);

@@ -379,6 +379,12 @@ int x64_encode_gpr(x64_op op, int bits, int r0, int r1, int64_t imm, uint8_t *ou
     return (int)(p - out) + 4;
 }
 
+/* The REX.X and REX.B bits of memory operand m (bits 1 and 0). */
+static unsigned mem_xb(const x64_vm_mem *m) {
+    unsigned b = m->base == X64_RIP ? 0 : m->base, x = m->index == X64_NOREG ? 0 : m->index;
+    return (x >> 3) << 1 | b >> 3;
+}
+
 int x64_encode_gpr_mem(x64_op op, int bits, int reg, int store, const x64_vm_mem *m,
                        uint8_t *out) {
     int pf = op == X64_PREFETCHT0 ? 1 : op == X64_PREFETCHT1 ? 2 : op == X64_PREFETCHNTA ? 0 : -1;
@@ -396,8 +402,7 @@ int x64_encode_gpr_mem(x64_op op, int bits, int reg, int store, const x64_vm_mem
     else if (n >= 0 && !store) opc = n * 8 + 3;
     else if (cmov && !store) opc = 0x40 + (op - X64_CMOVO);   /* 0F 40+cc /r */
     else return 0;
-    unsigned b = m->base == X64_RIP ? 0 : m->base, x = m->index == X64_NOREG ? 0 : m->index;
-    unsigned rex = (unsigned)(bits == 64) << 3 | (unsigned)(reg >> 3) << 2 | (x >> 3) << 1 | b >> 3;
+    unsigned rex = (unsigned)(bits == 64) << 3 | (unsigned)(reg >> 3) << 2 | mem_xb(m);
     uint8_t *p = out;
     if (rex) *p++ = (uint8_t)(0x40 | rex);
     if (pf >= 0 || cmov) *p++ = 0x0F;
@@ -411,8 +416,7 @@ int x64_encode_mem_imm(x64_op op, int bits, const x64_vm_mem *m, int64_t imm, ui
     const int n = alu_ext(op);
     if ((bits != 32 && bits != 64) || (n < 0 && op != X64_MOV) || imm < INT32_MIN || imm > INT32_MAX)
         return 0;
-    unsigned b = m->base == X64_RIP ? 0 : m->base, x = m->index == X64_NOREG ? 0 : m->index;
-    unsigned rex = (unsigned)(bits == 64) << 3 | (x >> 3) << 1 | b >> 3;
+    unsigned rex = (unsigned)(bits == 64) << 3 | mem_xb(m);
     uint8_t *p = out;
     if (rex) *p++ = (uint8_t)(0x40 | rex);
     const int i8 = op != X64_MOV && imm >= -128 && imm <= 127;
@@ -432,14 +436,14 @@ int x64_encode_mem_imm(x64_op op, int bits, const x64_vm_mem *m, int64_t imm, ui
  * unless the base or index is r8-r15. */
 int x64_encode_kmov_mem(int store, int k, const x64_vm_mem *m, uint8_t *out) {
     if ((unsigned)k >= 8) return 0;
-    unsigned b = m->base == X64_RIP ? 0 : m->base, x = m->index == X64_NOREG ? 0 : m->index;
+    const unsigned xb = mem_xb(m);
     uint8_t *p = out;
-    if (!((b | x) & 8)) {
+    if (!xb) {
         *p++ = 0xC5;
         *p++ = 0xF8;
     } else {
         *p++ = 0xC4;
-        *p++ = (uint8_t)(0x80 | (~x & 8) << 3 | (~b & 8) << 2 | 0x01);
+        *p++ = (uint8_t)(0x80 | (~xb & 3) << 5 | 0x01);   /* R, ~X, ~B, map 0F */
         *p++ = 0x78;
     }
     *p++ = store ? 0x91 : 0x90;
