@@ -28,8 +28,63 @@ static const shape shapes[] = {
     {512, 512, 512}, {1024, 1024, 1024}, {2048, 2048, 2048}, {64, 64, 1024}, {1024, 1024, 64},
 };
 
-enum { V_FJ, V_DNNL, V_OBLAS, V_N };
-static const char *vname[V_N] = {"framejit", "onednn", "openblas"};
+enum { V_FJ, V_DNNL, V_OBLAS, V_OSKX, V_N };
+static const char *vname[V_N] = {"framejit", "onednn", "openblas", "openblas skx"};
+
+/* Debian's OpenBLAS is built for every x86-64 core it knows and picks one
+ * when it loads: the one OPENBLAS_CORETYPE names, else its own detection.
+ * The rows show it as it picks by itself ("openblas") and with its
+ * SkylakeX kernels ("openblas skx"), in one process: after
+ * gotoblas_dynamic_quit() forgets the choice, gotoblas_dynamic_init()
+ * chooses again from OPENBLAS_CORETYPE (and runs that core's setup), and
+ * `gotoblas`, the chosen core's table of kernels and blocking, is switched
+ * before each call. An OpenBLAS built for one core has none of these
+ * symbols: its rows are the loaded core, without "openblas skx". */
+#ifdef FJ_BENCH_OPENBLAS
+typedef struct oblas_cores {
+    void **table;         /* &gotoblas */
+    void *loaded, *own, *skx;
+    char own_name[32], skx_name[32], loaded_name[32];
+} oblas_cores;
+static oblas_cores ob;
+
+static void *oblas_choose(void (*quit)(void), void (*init)(void), const char *core, char *name,
+                          size_t n) {
+    quit();
+    if (core) setenv("OPENBLAS_CORETYPE", core, 1);
+    else unsetenv("OPENBLAS_CORETYPE");
+    init();
+    snprintf(name, n, "%s", openblas_get_corename());
+    return *ob.table;
+}
+
+static void oblas_setup(void) {
+    static int done;
+    if (done) return;
+    done = 1;
+    ob.table = (void **)dlsym(RTLD_DEFAULT, "gotoblas");
+    void (*init)(void) = (void (*)(void))dlsym(RTLD_DEFAULT, "gotoblas_dynamic_init");
+    void (*quit)(void) = (void (*)(void))dlsym(RTLD_DEFAULT, "gotoblas_dynamic_quit");
+    snprintf(ob.loaded_name, sizeof ob.loaded_name, "%s", openblas_get_corename());
+    snprintf(ob.own_name, sizeof ob.own_name, "%s", ob.loaded_name);
+    if (!ob.table || !*ob.table || !init || !quit) {
+        ob.table = NULL;
+        return;
+    }
+    ob.loaded = *ob.table;
+    const char *env = getenv("OPENBLAS_CORETYPE");
+    char *saved = env ? strdup(env) : NULL;
+    ob.own = oblas_choose(quit, init, NULL, ob.own_name, sizeof ob.own_name);
+    ob.skx = oblas_choose(quit, init, "SkylakeX", ob.skx_name, sizeof ob.skx_name);
+    if (saved) setenv("OPENBLAS_CORETYPE", saved, 1);
+    else unsetenv("OPENBLAS_CORETYPE");
+    free(saved);
+    /* A core it does not know falls back to another one: no SkylakeX row
+     * under a wrong name. */
+    if (!ob.skx || strcmp(ob.skx_name, "SkylakeX") != 0) ob.skx = NULL;
+    *ob.table = ob.own;
+}
+#endif
 
 typedef struct gemm_bufs {
     shape s;
@@ -56,6 +111,7 @@ static int variant_present(int v) {
 #endif
 #ifdef FJ_BENCH_OPENBLAS
     case V_OBLAS: return 1;
+    case V_OSKX: return ob.skx != NULL;
 #endif
     default: return 0;
     }
@@ -74,6 +130,8 @@ static int run_variant(int v, fj_runtime *rt, const gemm_bufs *g) {
 #endif
 #ifdef FJ_BENCH_OPENBLAS
     case V_OBLAS:
+    case V_OSKX:
+        if (ob.table) *ob.table = v == V_OSKX ? ob.skx : ob.own;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s->m, s->n, s->k, 1.0f, g->a, s->k,
                     g->b, s->n, 0.0f, g->c, s->n);
         return 1;
@@ -189,7 +247,7 @@ static void one_shape(const bench_ctx *c, fj_runtime *rt, int threads, shape s) 
     }
     for (int r = 0; r < reps; r++) q[r] = threads * pk[V_FJ][r];
     bench_row("gemm", name, "fma peak beside framejit", bench_median(q, reps), "GFLOP/s", 0);
-    /* One thread runs on the calling thread in all three libraries, so its
+    /* One thread runs on the calling thread in every library, so its
      * CPU time is the same work without the time other processes of the
      * shared machine took from it. */
     if (threads == 1)
@@ -382,8 +440,17 @@ void bench_gemm(const bench_ctx *c) {
            "register-only %s FMA loop (x threads) just before each block, median of the "
            "per-block ratios\n", avx512 ? "avx512" : "avx2", c->reps, avx512 ? "zmm" : "ymm");
 #ifdef FJ_BENCH_OPENBLAS
-    printf("# gemm: OpenBLAS core %s (OPENBLAS_CORETYPE=%s)\n", openblas_get_corename(),
-           getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "unset");
+    oblas_setup();
+    if (ob.table)
+        printf("# gemm: OpenBLAS: \"openblas\" its own choice of core on this CPU (%s), "
+               "\"openblas skx\" its %s kernels%s%s%s\n", ob.own_name,
+               ob.skx ? ob.skx_name : "SkylakeX (not in this build)",
+               getenv("OPENBLAS_CORETYPE") ? "; OPENBLAS_CORETYPE=" : "",
+               getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "",
+               getenv("OPENBLAS_CORETYPE") ? " in the environment not applied" : "");
+    else
+        printf("# gemm: OpenBLAS core %s, as loaded (a build for one core: no other core "
+               "to measure)\n", ob.loaded_name);
 #endif
     /* FJ_BENCH_GEMM_THREADS=1 or 2: those rows only; 0: none (generation
      * and frame-pointer tax rows only). */
@@ -418,6 +485,9 @@ void bench_gemm(const bench_ctx *c) {
     gen_time(c, (shape){100, 60, 70}, 1);
     fp_tax(c, rt[1]);
 out:
+#ifdef FJ_BENCH_OPENBLAS
+    if (ob.table) *ob.table = ob.loaded;
+#endif
     fj_runtime_destroy(rt[1]);
     fj_runtime_destroy(rt[2]);
 }
