@@ -894,6 +894,68 @@ START_TEST(runtime_churn) {
 }
 END_TEST
 
+/* Packing buffers are the thread's, made on its first GEMM that needs
+ * them: from a few hundred KiB a mapping of their own (huge pages asked
+ * for), below that from the allocator. A failure there, or in any other
+ * allocation of the call, is an error and C is left as it was; the next
+ * call computes. Each size runs on a new thread (no buffer yet), after a
+ * warm call on this one (the kernel exists): the fault fires on the
+ * thread's first, second, ... allocation (or mapping) until a call
+ * succeeds, and one of the failures must have been the buffer's. */
+typedef struct scratch_case {
+    fj_runtime *rt;
+    int64_t n;
+    int fault;
+} scratch_case;
+
+static void *scratch_thread(void *arg) {
+    const scratch_case *sc = arg;
+    gcase t = {.m = sc->n, .n = sc->n, .k = sc->n, .alpha = 1.0f, .beta = 0.5f,
+               .lda = sc->n + 3, .ldb = sc->n + 1, .ldc = sc->n + 5};
+    seed(77 + (uint64_t)sc->n);
+    gbufs g;
+    bufs_make(&t, &g);
+    int packing = 0;
+    fj_status s = FJ_ERR_NO_MEMORY;
+    for (long countdown = 0; countdown < 64 && s != FJ_OK; countdown++) {
+        fj_test_fault_inject(sc->fault, countdown);
+        s = fj_gemm_f32(sc->rt, 'N', 'N', t.m, t.n, t.k, t.alpha, g.a, t.lda, g.b, t.ldb,
+                        t.beta, g.c, t.ldc);
+        fj_test_fault_inject(sc->fault, -1);
+        if (s == FJ_OK) break;
+        ck_assert_msg(s == FJ_ERR_NO_MEMORY, "%s", fj_last_error());
+        packing |= strstr(fj_last_error(), "packing") != NULL;
+        ck_assert_msg(memcmp(g.c, g.c0, g.nc * sizeof(float)) == 0,
+                      "C written by a call that failed: %s", fj_last_error());
+    }
+    ck_assert_msg(s == FJ_OK, "%s", fj_last_error());
+    ck_assert(packing);
+    check_result(&t, &g, g.c, NULL, 0, 0, 0, "scratch after failed allocations");
+    bufs_free(&g);
+    return NULL;
+}
+
+START_TEST(scratch_fault) {
+    fj_runtime *rt = fjt_runtime(FJ_ISA_AUTO, 1);
+    /* 300^3 packs B panels of ~600 KiB (a mapping); 100^3 ~50 KiB. */
+    const scratch_case cases[] = {{rt, 300, FJ_FAULT_MMAP}, {rt, 100, FJ_FAULT_ALLOC}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        gcase t = {.m = cases[i].n, .n = cases[i].n, .k = cases[i].n, .alpha = 1.0f,
+                   .lda = cases[i].n + 3, .ldb = cases[i].n + 1, .ldc = cases[i].n + 5};
+        gbufs g;
+        bufs_make(&t, &g);
+        ck_assert_int_eq(fj_gemm_f32(rt, 'N', 'N', t.m, t.n, t.k, 1.0f, g.a, t.lda, g.b, t.ldb,
+                                     0.0f, g.c, t.ldc),
+                         FJ_OK);
+        bufs_free(&g);
+        pthread_t th;
+        ck_assert_int_eq(pthread_create(&th, NULL, scratch_thread, (void *)&cases[i]), 0);
+        ck_assert_int_eq(pthread_join(th, NULL), 0);
+    }
+    fj_runtime_destroy(rt);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("gemm");
     TCase *tc = tcase_create("gemm");
@@ -909,6 +971,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, memo_threads);
     tcase_add_test(tc, memo_hold_limit);
     tcase_add_test(tc, runtime_churn);
+    tcase_add_test(tc, scratch_fault);
     tcase_add_loop_test(tc, epilogue, 0, 2);
     tcase_add_test(tc, wide_epilogue);
     tcase_add_loop_test(tc, trace_unwind, 0, 2);
