@@ -5,6 +5,7 @@
  * keeps only the one-thread (two-thread) rows, =0 neither. */
 #include <dlfcn.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -315,6 +316,50 @@ static void gen_time(const bench_ctx *c, shape s, int used) {
     free(w.c);
 }
 
+/* A new thread's first large call: the runtime has the kernel already,
+ * and the thread makes (and first touches) its packing buffers then. The
+ * first call on a new thread minus its second one, median over new
+ * threads, by wall clock (the page faults are in the kernel's time). */
+typedef struct first_ctx {
+    fj_runtime *rt;
+    const gemm_bufs *g;
+    double us;
+} first_ctx;
+
+static void *first_call_thread(void *arg) {
+    first_ctx *f = arg;
+    double t0 = bench_now_ns();
+    run_variant(V_FJ, f->rt, f->g);
+    double t1 = bench_now_ns();
+    run_variant(V_FJ, f->rt, f->g);
+    double t2 = bench_now_ns();
+    f->us = ((t1 - t0) - (t2 - t1)) / 1e3;
+    return NULL;
+}
+
+static void thread_first_call(const bench_ctx *c, fj_runtime *rt, shape s) {
+    gemm_bufs g = {s, rand_buf((size_t)s.m * s.k), rand_buf((size_t)s.k * s.n),
+                   rand_buf((size_t)s.m * s.n)};
+    double v[32];
+    int n = 0, reps = c->quick ? 3 : 9;
+    if (g.a && g.b && g.c && run_variant(V_FJ, rt, &g))
+        for (int r = 0; r < reps; r++) {
+            first_ctx f = {rt, &g, 0};
+            pthread_t th;
+            if (pthread_create(&th, NULL, first_call_thread, &f) != 0) break;
+            pthread_join(th, NULL);
+            v[n++] = f.us;
+        }
+    if (n) {
+        char name[64];
+        snprintf(name, sizeof name, "first call - warm %dx%dx%d (new thread)", s.m, s.n, s.k);
+        bench_row("gemm", name, "framejit", bench_median(v, n), "us", 0);
+    }
+    free(g.a);
+    free(g.b);
+    free(g.c);
+}
+
 /* ---- frame-pointer tax (measurement builds only) ------------------------
  * With -Dfp_tax_probe=true, a runtime created with FRAMEJIT_FP_TAX_PROBE=1
  * builds its GEMM kernels with rbp as one more GPR and no frame pointer.
@@ -483,6 +528,7 @@ void bench_gemm(const bench_ctx *c) {
     gen_time(c, (shape){100, 60, 70}, 0);
     gen_time(c, (shape){256, 256, 256}, 1);
     gen_time(c, (shape){100, 60, 70}, 1);
+    thread_first_call(c, rt[1], (shape){1024, 1024, 1024});
     fp_tax(c, rt[1]);
 out:
 #ifdef FJ_BENCH_OPENBLAS

@@ -1,86 +1,35 @@
 /* gemm_pack.c: packing of GEMM operands into kernel-friendly panels, and per-thread scratch. */
 #include <pthread.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "runtime/gemm_int.h"
 
 /* ---- per-thread scratch ---------------------------------------------- */
 
 /* Packing buffers live as long as their thread: allocating (and page
- * faulting) megabytes per call would cost more than small GEMMs do.
- *
- * From SCRATCH_HUGE bytes on a buffer is a mapping of its own, 2 MiB
- * aligned, with transparent huge pages asked for (MADV_HUGEPAGE; THP in
- * "madvise" mode is a common default, and where THP is off this is an
- * ordinary mapping): the first call then takes one fault per 2 MiB rather
- * than one per 4 KiB page of the buffer. Under a hypervisor with shadow
- * paging a 4 KiB fault costs ~13 us (the project's test VM): the first
- * 1024^3 call there went from 14.6 to 13.0 ms (medians of 8 processes);
- * later calls read the packed panels through fewer TLB entries. Smaller
- * buffers come from the allocator: a huge page's 2 MiB of zeroing would
- * cost more than their few faults.
- *
- * Each buffer starts with a header saying how it was allocated; the
- * floats start 64 bytes in (64-byte aligned). */
-enum { SCRATCH_HUGE = 256 << 10, HUGE_2M = 2 << 20, SCRATCH_HDR = 64 };
-
-typedef struct scratch_hdr {
-    size_t map_len;   /* 0: from fj_malloc */
-} scratch_hdr;
-
+ * faulting) megabytes per call would cost more than small GEMMs do. */
 static pthread_key_t scratch_key;
 static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
-static _Thread_local scratch_hdr *scratch_base;
-static _Thread_local size_t scratch_cap;   /* bytes after the header */
+static _Thread_local void *scratch_raw;
+static _Thread_local size_t scratch_cap;
 
-static void scratch_free(void *p) {
-    scratch_hdr *h = p;
-    if (!h) return;
-    if (h->map_len) munmap(h, h->map_len);
-    else fj_free(h);
-}
+static void scratch_free(void *p) { fj_free(p); }
 static void scratch_init(void) { (void)pthread_key_create(&scratch_key, scratch_free); }
 
-/* A 2 MiB-aligned mapping of len bytes (a multiple of 2 MiB), huge pages
- * asked for; NULL if it cannot be mapped. */
-static scratch_hdr *map_huge(size_t len) {
-    if (fj_fault_hit(FJ_FAULT_MMAP)) return NULL;
-    uint8_t *m = mmap(NULL, len + HUGE_2M, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                      -1, 0);
-    if (m == MAP_FAILED) return NULL;
-    uint8_t *p = (uint8_t *)(((uintptr_t)m + HUGE_2M - 1) & ~(uintptr_t)(HUGE_2M - 1));
-    if (p > m) munmap(m, (size_t)(p - m));
-    if (p + len < m + len + HUGE_2M) munmap(p + len, (size_t)(m + len + HUGE_2M - (p + len)));
-    (void)madvise(p, len, MADV_HUGEPAGE); /* best effort: THP may be off */
-    scratch_hdr *h = (scratch_hdr *)p;
-    h->map_len = len;
-    return h;
-}
-
 float *gemm_scratch(size_t floats) {
-    if (floats > (SIZE_MAX - 2 * HUGE_2M) / sizeof(float)) return NULL;
-    size_t bytes = floats * sizeof(float);
+    if (floats > (SIZE_MAX - 128) / sizeof(float)) return NULL;
+    size_t bytes = floats * sizeof(float) + 64;
     if (scratch_cap < bytes) {
         pthread_once(&scratch_once, scratch_init);
-        scratch_hdr *h;
-        if (bytes >= SCRATCH_HUGE) {
-            h = map_huge((bytes + SCRATCH_HDR + HUGE_2M - 1) & ~(size_t)(HUGE_2M - 1));
-        } else {
-            /* The allocator aligns to 16: the header's 64 bytes plus up to
-             * 48 to reach a line. */
-            h = fj_malloc(bytes + SCRATCH_HDR + 64);
-            if (h) h->map_len = 0;
-        }
-        if (!h) return NULL;
-        scratch_free(scratch_base);
-        scratch_base = h;
-        /* A mapping serves any later size up to its end. */
-        scratch_cap = h->map_len ? h->map_len - 2 * SCRATCH_HDR : bytes;
+        void *p = fj_malloc(bytes);
+        if (!p) return NULL;
+        fj_free(scratch_raw);
+        scratch_raw = p;
+        scratch_cap = bytes;
         /* The key's destructor frees it when the thread exits. */
-        (void)pthread_setspecific(scratch_key, h);
+        (void)pthread_setspecific(scratch_key, p);
     }
-    return (float *)(((uintptr_t)scratch_base + SCRATCH_HDR + 63) & ~(uintptr_t)63);
+    return (float *)(((uintptr_t)scratch_raw + 63) & ~(uintptr_t)63);
 }
 
 /* ---- A ---------------------------------------------------------------- */

@@ -895,13 +895,12 @@ START_TEST(runtime_churn) {
 END_TEST
 
 /* Packing buffers are the thread's, made on its first GEMM that needs
- * them: from a few hundred KiB a mapping of their own (huge pages asked
- * for), below that from the allocator. A failure there, or in any other
- * allocation of the call, is an error and C is left as it was; the next
- * call computes. Each size runs on a new thread (no buffer yet), after a
- * warm call on this one (the kernel exists): the fault fires on the
- * thread's first, second, ... allocation (or mapping) until a call
- * succeeds, and one of the failures must have been the buffer's. */
+ * them. A failure there, or in any other allocation of the call, is an
+ * error and C is left as it was; the next call computes. Each size runs
+ * on a new thread (no buffer yet), after a warm call on this one (the
+ * kernel exists): the fault fires on the thread's first, second, ...
+ * allocation until a call succeeds, and one of the failures must have
+ * been the buffer's. */
 typedef struct scratch_case {
     fj_runtime *rt;
     int64_t n;
@@ -937,8 +936,8 @@ static void *scratch_thread(void *arg) {
 
 START_TEST(scratch_fault) {
     fj_runtime *rt = fjt_runtime(FJ_ISA_AUTO, 1);
-    /* 300^3 packs B panels of ~600 KiB (a mapping); 100^3 ~50 KiB. */
-    const scratch_case cases[] = {{rt, 300, FJ_FAULT_MMAP}, {rt, 100, FJ_FAULT_ALLOC}};
+    /* Packing buffers of ~600 and ~50 KiB. */
+    const scratch_case cases[] = {{rt, 300, FJ_FAULT_ALLOC}, {rt, 100, FJ_FAULT_ALLOC}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         gcase t = {.m = cases[i].n, .n = cases[i].n, .k = cases[i].n, .alpha = 1.0f,
                    .lda = cases[i].n + 3, .ldb = cases[i].n + 1, .ldc = cases[i].n + 5};
