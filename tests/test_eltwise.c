@@ -567,6 +567,33 @@ START_TEST(trace) {
 }
 END_TEST
 
+/* Every pinned kernel's name, as perf, gdb and fj_symbolize show it:
+ * "fj_eltwise_<op>_f32_[stream_|large_]<isa>" for eltwise variants,
+ * "fj_<op>_f32_<isa>" for reductions and softmax. */
+START_TEST(slot_names) {
+    fj_isa isa = isa_of(_i);
+    fj_runtime *rt = fjt_runtime(isa, 1);
+    if (!rt) return;
+    static const char *const kinds[] = {"", "stream_", "large_"};
+    for (int v = 0; v < KG_ELT__N; v++) {
+        fj_kernel *k;
+        ck_assert_int_eq(rt_elt_slot(rt, (kg_elt)v, &k), FJ_OK);
+        int kind;
+        char want[96];
+        if (kg_elt_base((kg_elt)v, &kind) < KG_ELT__NELT)
+            snprintf(want, sizeof want, "fj_eltwise_%s_f32_%s%s", kg_elt_name((kg_elt)v),
+                     kinds[kind], isa_name(isa));
+        else
+            snprintf(want, sizeof want, "fj_%s_f32_%s", kg_elt_name((kg_elt)v), isa_name(isa));
+        uintptr_t off = 1;
+        const char *got = fj_symbolize(k->fn, &off);
+        ck_assert_msg(got && !strcmp(got, want) && off == 0, "slot %d: '%s' at +%lu, want '%s'",
+                      v, got ? got : "(none)", (unsigned long)off, want);
+    }
+    fj_runtime_destroy(rt);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("eltwise");
     TCase *t = tcase_create("eltwise");
@@ -580,6 +607,7 @@ static Suite *suite(void) {
     tcase_add_loop_test(t, bad_input, 0, 2);
     tcase_add_loop_test(t, emitter, 0, 2);
     tcase_add_loop_test(t, trace, 0, 8 * nops);
+    tcase_add_loop_test(t, slot_names, 0, 2);
     suite_add_tcase(s, t);
     return s;
 }
