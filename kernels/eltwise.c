@@ -593,7 +593,7 @@ void kg_eltwise(fj_builder *b, kg_elt v) {
      * the rest of the array, less than two vectors, is loaded under a mask
      * per vector and runs through the loop's copy of the op once more,
      * then is stored under the same masks, instead of a loop of its own
-     * with one more copy of the op (~6% of the host instructions that make
+     * with one more copy of the op (~7% of the host instructions that make
      * a gelu_erf kernel). The loop proper keeps its plain loads and stores
      * and tests n's sign after the op, which only the rest's pass sets.
      * Four-vector ops keep their loop: four masks' setup and masked moves
