@@ -660,15 +660,13 @@ void kg_eltwise(fj_builder *b, kg_elt v) {
     fj_label_bind(b, l_rest);
     fj_emit(b, FJ_ADD, fj_r64(n), fj_imm(U * lanes));
 
-    /* The rest, 0 <= n < U*lanes elements: one vector per iteration under
-     * a mask of min(n, lanes) lanes, so that one copy of the op serves
-     * whole vectors and the tail alike (a masked load or store of a full
-     * mask costs as much as a plain one). */
+    /* The rest, 0 <= n < U*lanes elements. */
     fj_emit(b, FJ_TEST, fj_r64(n), fj_r64(n));
     fj_emit(b, FJ_JE, fj_lbl(l_done));
     if (mtail) {
-        /* Vector i gets lanes [0, n - i*lanes) of it: bits [0, n) of one
-         * word, 16 at a time (n < 2*lanes = 32). */
+        /* One more pass through the loop's copy of the op, vector i
+         * masked to lanes [0, n - i*lanes) of it: bits [0, n) of one word,
+         * 16 at a time (n < 2*lanes = 32). */
         fj_reg w = fj_gpr(b), sh = fj_gpr(b);
         fj_emit(b, FJ_MOV, fj_r32(w), fj_imm(-1));
         fj_emit(b, FJ_BZHI, fj_r32(w), fj_r32(w), fj_r32(n));
@@ -683,43 +681,44 @@ void kg_eltwise(fj_builder *b, kg_elt v) {
         fj_label_bind(b, l_tail_store);
         for (int i = 0; i < U; i++)
             fj_emit(b, FJ_VMOVUPS, fj_masked(fj_mem(0, dst, i * vbytes), kv[i], 0), elt_v(s, x[i]));
-        fj_label_bind(b, l_done);
-        kg_elt_finish(s);
-        fj_return(b, fj_none());
-        return;
-    }
-    fj_label l_one = fj_label_new(b);
-    fj_reg cnt = fj_gpr(b), tmp = fj_gpr(b);
-    if (!avx512) {
-        /* 8 all-ones lanes then 8 zero lanes: the window starting at
-         * table + 32 - 4c has exactly c leading all-ones lanes. */
-        static const int32_t window[16] = {-1, -1, -1, -1, -1, -1, -1, -1};
-        fj_opnd tbl = fj_const_data(b, window, sizeof window, 32, 0);
-        tbl.val += 32;
-        fj_emit(b, FJ_LEA, fj_r64(tmp), tbl);
-    }
-    fj_label_bind(b, l_one);
-    fj_emit(b, FJ_MOV, fj_r32(cnt), fj_imm(lanes));
-    fj_emit(b, FJ_CMP, fj_r64(n), fj_r64(cnt));
-    fj_emit(b, FJ_CMOVB, fj_r32(cnt), fj_r32(n));
-    if (avx512) {
-        fj_emit(b, FJ_MOV, fj_r32(tmp), fj_imm(-1));
-        fj_emit(b, FJ_BZHI, fj_r32(tmp), fj_r32(tmp), fj_r32(cnt));
-        fj_emit(b, FJ_KMOVW, fj_k(km), fj_r32(tmp));
-        fj_emit(b, FJ_VMOVUPS, fj_masked(elt_v(s, x[0]), km, 1), fj_mem(0, src, 0));
-        kg_elt_apply(s, x[0]);
-        fj_emit(b, FJ_VMOVUPS, fj_masked(fj_mem(0, dst, 0), km, 0), elt_v(s, x[0]));
     } else {
-        fj_emit(b, FJ_NEG, fj_r64(cnt));
-        fj_emit(b, FJ_VMOVUPS, elt_v(s, vm), fj_memx(0, tmp, cnt, 4, 0));
-        fj_emit(b, FJ_VMASKMOVPS, elt_v(s, x[0]), elt_v(s, vm), fj_mem(0, src, 0));
-        kg_elt_apply(s, x[0]);
-        fj_emit(b, FJ_VMASKMOVPS, fj_mem(0, dst, 0), elt_v(s, vm), elt_v(s, x[0]));
+        /* One vector per iteration under a mask of min(n, lanes) lanes, so
+         * that one copy of the op serves whole vectors and the tail alike
+         * (a masked load or store of a full mask costs as much as a plain
+         * one). */
+        fj_label l_one = fj_label_new(b);
+        fj_reg cnt = fj_gpr(b), tmp = fj_gpr(b);
+        if (!avx512) {
+            /* 8 all-ones lanes then 8 zero lanes: the window starting at
+             * table + 32 - 4c has exactly c leading all-ones lanes. */
+            static const int32_t window[16] = {-1, -1, -1, -1, -1, -1, -1, -1};
+            fj_opnd tbl = fj_const_data(b, window, sizeof window, 32, 0);
+            tbl.val += 32;
+            fj_emit(b, FJ_LEA, fj_r64(tmp), tbl);
+        }
+        fj_label_bind(b, l_one);
+        fj_emit(b, FJ_MOV, fj_r32(cnt), fj_imm(lanes));
+        fj_emit(b, FJ_CMP, fj_r64(n), fj_r64(cnt));
+        fj_emit(b, FJ_CMOVB, fj_r32(cnt), fj_r32(n));
+        if (avx512) {
+            fj_emit(b, FJ_MOV, fj_r32(tmp), fj_imm(-1));
+            fj_emit(b, FJ_BZHI, fj_r32(tmp), fj_r32(tmp), fj_r32(cnt));
+            fj_emit(b, FJ_KMOVW, fj_k(km), fj_r32(tmp));
+            fj_emit(b, FJ_VMOVUPS, fj_masked(elt_v(s, x[0]), km, 1), fj_mem(0, src, 0));
+            kg_elt_apply(s, x[0]);
+            fj_emit(b, FJ_VMOVUPS, fj_masked(fj_mem(0, dst, 0), km, 0), elt_v(s, x[0]));
+        } else {
+            fj_emit(b, FJ_NEG, fj_r64(cnt));
+            fj_emit(b, FJ_VMOVUPS, elt_v(s, vm), fj_memx(0, tmp, cnt, 4, 0));
+            fj_emit(b, FJ_VMASKMOVPS, elt_v(s, x[0]), elt_v(s, vm), fj_mem(0, src, 0));
+            kg_elt_apply(s, x[0]);
+            fj_emit(b, FJ_VMASKMOVPS, fj_mem(0, dst, 0), elt_v(s, vm), elt_v(s, x[0]));
+        }
+        fj_emit(b, FJ_ADD, fj_r64(src), fj_imm(vbytes));
+        fj_emit(b, FJ_ADD, fj_r64(dst), fj_imm(vbytes));
+        fj_emit(b, FJ_SUB, fj_r64(n), fj_imm(lanes));
+        fj_emit(b, FJ_JA, fj_lbl(l_one));
     }
-    fj_emit(b, FJ_ADD, fj_r64(src), fj_imm(vbytes));
-    fj_emit(b, FJ_ADD, fj_r64(dst), fj_imm(vbytes));
-    fj_emit(b, FJ_SUB, fj_r64(n), fj_imm(lanes));
-    fj_emit(b, FJ_JA, fj_lbl(l_one));
     fj_label_bind(b, l_done);
     /* Streaming stores are weakly ordered: fenced before the caller (or
      * a thread it hands the array to) reads them. */
