@@ -22,6 +22,8 @@ typedef struct gemm_plan {
     int64_t kc, mc, nc;          /* cache blocks */
     int64_t b_src_pf;            /* b_copy: prefetch distance in B's rows, bytes */
     int threads;                 /* how many threads the problem is worth */
+    int share_b;                 /* rows split over threads: pack B once, shared */
+    int rpt;                     /* ... in this many row chunks per thread */
     size_t scratch;              /* floats of packing buffer per running chunk */
     kg_gemm_cfg cfg;
     fj_kernel *kern;             /* a reference, dropped by gemm_plan_release */
@@ -45,6 +47,9 @@ FJ_INTERNAL fj_status gemm_plan_borrow(fj_runtime *rt, const gemm_plan **out, fj
                                        float act_beta);
 FJ_INTERNAL void gemm_plan_unborrow(fj_kernel *lent);
 FJ_INTERNAL void gemm_plan_release(gemm_plan *p);
+/* The C updates (KG_STORES bits) the driver asks of p's kernel for this
+ * alpha and beta (gemm.c). */
+FJ_INTERNAL int gemm_plan_stores(const gemm_plan *p, float alpha, float beta);
 /* C = act(alpha*op(A)*op(B) + beta*C + bias) with up to `threads` threads. */
 FJ_INTERNAL fj_status gemm_run(const gemm_plan *p, const float *a, const float *b,
                                const float *bias, float *c, int threads);
@@ -53,6 +58,10 @@ FJ_INTERNAL fj_status gemm_run(const gemm_plan *p, const float *a, const float *
  * e.g. "da=0,db=0,kc=16") for plans made afterwards; NULL = defaults.
  * Not thread-safe against concurrent GEMM calls. */
 FJ_INTERNAL void gemm_test_tune(const char *spec);
+
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+static inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /* ---- packing (gemm_pack.c) ---- */
 
