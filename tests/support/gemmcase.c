@@ -1,0 +1,229 @@
+/* gemmcase.c: GEMM test cases for the Check suites (gemmcase.h). */
+/* The build defines FJ_TEST for test programs, which would mangle the
+ * builder's FJ_TEST enumerator (framejit/builder.h). */
+#undef FJ_TEST
+
+#include "gemmcase.h"
+
+#include <check.h>
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/gemm_int.h"
+
+/* ---- random numbers ----------------------------------------------------- */
+
+static _Thread_local uint64_t rng_state; /* per thread: memo_threads draws in four */
+
+uint64_t rnd(void) {
+    uint64_t x = rng_state;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return rng_state = x;
+}
+int64_t rnd_to(int64_t n) { return n > 0 ? (int64_t)(rnd() % (uint64_t)n) : 0; }
+float rnd_f(void) { return (float)((double)(rnd() >> 11) / 9007199254740992.0 * 2.0 - 1.0); }
+
+long env_long(const char *name, long dflt) {
+    const char *e = getenv(name);
+    return e && *e ? strtol(e, NULL, 0) : dflt;
+}
+
+void seed(uint64_t salt) {
+    rng_state = (uint64_t)env_long("FRAMEJIT_TEST_SEED", 0x5eed) * 0x9e3779b97f4a7c15ull + salt;
+    if (!rng_state) rng_state = 1;
+}
+
+/* ---- reference and checking --------------------------------------------- */
+
+
+void bufs_make(const gcase *t, gbufs *g) {
+    g->na = (size_t)((t->ta ? t->k : t->m) * t->lda) + 1;
+    g->nb = (size_t)((t->tb ? t->n : t->k) * t->ldb) + 1;
+    g->nc = (size_t)(t->m * t->ldc) + 1;
+    g->a = malloc(g->na * sizeof(float));
+    g->b = malloc(g->nb * sizeof(float));
+    g->c0 = malloc(g->nc * sizeof(float));
+    g->c = malloc(g->nc * sizeof(float));
+    ck_assert(g->a && g->b && g->c0 && g->c);
+    for (size_t i = 0; i < g->na; i++) g->a[i] = rnd_f();
+    for (size_t i = 0; i < g->nb; i++) g->b[i] = rnd_f();
+    for (size_t i = 0; i < g->nc; i++) g->c0[i] = rnd_f();
+    for (int64_t i = 0; i < t->m; i++)
+        for (int64_t j = t->n; j < t->ldc; j++) g->c0[i * t->ldc + j] = GEMMCASE_PAD;
+    g->c0[g->nc - 1] = GEMMCASE_PAD;
+    if (t->special == 1 && t->m && t->k) {
+        int64_t i = rnd_to(t->m), p = rnd_to(t->k);
+        g->a[t->ta ? p * t->lda + i : i * t->lda + p] = NAN;
+    }
+    if (t->special == 2 && t->n && t->k) {
+        int64_t j = rnd_to(t->n), p = rnd_to(t->k);
+        g->b[t->tb ? j * t->ldb + p : p * t->ldb + j] = rnd() & 1 ? INFINITY : -INFINITY;
+    }
+    if (t->special == 3)
+        for (int64_t i = 0; i < t->m; i++)
+            for (int64_t j = 0; j < t->n; j++) g->c0[i * t->ldc + j] = NAN;
+    memcpy(g->c, g->c0, g->nc * sizeof(float));
+}
+
+void bufs_free(gbufs *g) {
+    free(g->a);
+    free(g->b);
+    free(g->c0);
+    free(g->c);
+}
+
+static double elt_ref(fj_eltwise_op op, double x, double al, double be) {
+    switch (op) {
+    case FJ_ELT_RELU: case FJ_ELT_LEAKY_RELU: return x > 0 ? x : al * x;
+    case FJ_ELT_CLIP: return x < al ? al : x > be ? be : x;
+    case FJ_ELT_LINEAR: return al * x + be;
+    default: return x;
+    }
+}
+
+/* Checks got against alpha*op(A)op(B) + beta*C0 (+ bias[j], then act) in
+ * double. The tolerance scales with the sum of |terms| and k. */
+void check_result(const gcase *t, const gbufs *g, const float *got, const float *bias,
+                  fj_eltwise_op act, float act_alpha, float act_beta, const char *what) {
+    for (int64_t i = 0; i < t->m; i++) {
+        for (int64_t j = 0; j < t->ldc; j++) {
+            float v = got[i * t->ldc + j];
+            if (j >= t->n) {
+                ck_assert_msg(v == GEMMCASE_PAD || (isnan(v) && isnan(g->c0[i * t->ldc + j])),
+                              "%s: C(%lld,%lld) outside n was written", what, (long long)i,
+                              (long long)j);
+                continue;
+            }
+            double s = 0, abs_s = 0;
+            for (int64_t p = 0; p < t->k; p++) {
+                double x = t->ta ? g->a[p * t->lda + i] : g->a[i * t->lda + p];
+                double y = t->tb ? g->b[j * t->ldb + p] : g->b[p * t->ldb + j];
+                s += x * y;
+                abs_s += fabs(x * y);
+            }
+            double ref = (double)t->alpha * s, tol = fabs((double)t->alpha) * abs_s;
+            if (t->k == 0) ref = tol = 0;
+            if (t->beta != 0) {
+                double cb = (double)t->beta * g->c0[i * t->ldc + j];
+                ref += cb;
+                tol += fabs(cb);
+            }
+            if (bias) {
+                ref += bias[j];
+                tol += fabs(bias[j]);
+            }
+            tol = tol * (double)(t->k + 4) * 2.5 * FLT_EPSILON + 1e-30;
+            if (act) {
+                ref = elt_ref(act, ref, act_alpha, act_beta);
+                /* the op's own rounding */
+                tol = tol * (act == FJ_ELT_LINEAR ? fabs(act_alpha) + 1 : 1) +
+                      fabs(ref) * 2 * FLT_EPSILON;
+            }
+            if (isnan(ref))
+                ck_assert_msg(isnan(v), "%s: C(%lld,%lld) = %g, reference NaN", what,
+                              (long long)i, (long long)j, v);
+            else if (isinf(ref))
+                ck_assert_msg(v == (float)ref, "%s: C(%lld,%lld) = %g, reference %g", what,
+                              (long long)i, (long long)j, v, ref);
+            else
+                ck_assert_msg(fabs(v - ref) <= tol, "%s: C(%lld,%lld) = %.9g, reference %.9g "
+                              "(tolerance %.3g)", what, (long long)i, (long long)j, v, ref, tol);
+        }
+    }
+    ck_assert_msg(got[g->nc - 1] == GEMMCASE_PAD, "%s: wrote past C", what);
+}
+
+void case_str(const gcase *t, char *buf, size_t n) {
+    snprintf(buf, n, "%c%c m=%lld n=%lld k=%lld lda=%lld ldb=%lld ldc=%lld alpha=%g beta=%g "
+             "special=%d tune=%s", t->ta ? 'T' : 'N', t->tb ? 'T' : 'N', (long long)t->m,
+             (long long)t->n, (long long)t->k, (long long)t->lda, (long long)t->ldb,
+             (long long)t->ldc, t->alpha, t->beta, t->special, t->tune ? t->tune : "auto");
+}
+
+/* Runs t on rt1 (and on rt2, whose result must be bitwise the same). */
+void run_case(fj_runtime *rt1, fj_runtime *rt2, const gcase *t) {
+    char what[256];
+    case_str(t, what, sizeof what);
+    gemm_test_tune(t->tune);
+    gbufs g;
+    bufs_make(t, &g);
+    static const char tr[2][2] = {{'N', 'n'}, {'T', 't'}};
+    char ca = tr[t->ta][rnd() & 1], cb = tr[t->tb][rnd() & 1];
+    fj_status s = fj_gemm_f32(rt1, ca, cb, t->m, t->n, t->k, t->alpha, g.a, t->lda, g.b, t->ldb,
+                              t->beta, g.c, t->ldc);
+    ck_assert_msg(s == FJ_OK, "%s: %s: %s", what, fj_status_str(s), fj_last_error());
+    check_result(t, &g, g.c, NULL, 0, 0, 0, what);
+    if (rt2) {
+        float *c2 = malloc(g.nc * sizeof(float));
+        ck_assert_ptr_nonnull(c2);
+        memcpy(c2, g.c0, g.nc * sizeof(float));
+        s = fj_gemm_f32(rt2, ca, cb, t->m, t->n, t->k, t->alpha, g.a, t->lda, g.b, t->ldb,
+                        t->beta, c2, t->ldc);
+        ck_assert_msg(s == FJ_OK, "%s (2 threads): %s", what, fj_last_error());
+        ck_assert_msg(!memcmp(c2, g.c, g.nc * sizeof(float)),
+                      "%s: 1 and 2 threads differ bitwise", what);
+        free(c2);
+    }
+    bufs_free(&g);
+    gemm_test_tune(NULL);
+}
+
+void handle_case(fj_runtime *rt, fj_runtime *rt2, const gcase *t, int has_bias,
+                 fj_eltwise_op op, float pa, float pb) {
+    char what[320];
+    case_str(t, what, sizeof what);
+    snprintf(what + strlen(what), sizeof what - strlen(what), " bias=%d op=%d(%g,%g)",
+             has_bias, (int)op, pa, pb);
+    gemm_test_tune(t->tune);
+    fj_gemm_desc d = {t->ta ? 'T' : 'N', t->tb ? 't' : 'n', t->m, t->n, t->k, t->lda, t->ldb,
+                      t->ldc, t->alpha, t->beta, has_bias, op, pa, pb};
+    fj_gemm *h = NULL, *h2 = NULL;
+    fj_status s = fj_gemm_create(rt, &d, &h);
+    ck_assert_msg(s == FJ_OK, "%s: create: %s", what, fj_last_error());
+    if (rt2) ck_assert_msg(fj_gemm_create(rt2, &d, &h2) == FJ_OK, "%s", fj_last_error());
+    gbufs g;
+    bufs_make(t, &g);
+    float *bias = malloc((size_t)(t->n + 1) * sizeof(float));
+    ck_assert_ptr_nonnull(bias);
+    for (int64_t j = 0; j <= t->n; j++) bias[j] = rnd_f();
+    /* Executed twice: create once, execute many. */
+    for (int rep = 0; rep < 2; rep++) {
+        memcpy(g.c, g.c0, g.nc * sizeof(float));
+        s = fj_gemm_execute(h, g.a, g.b, bias, g.c);
+        ck_assert_msg(s == FJ_OK, "%s: execute: %s", what, fj_last_error());
+    }
+    if (op == 0 || op == FJ_ELT_RELU || op == FJ_ELT_LEAKY_RELU || op == FJ_ELT_CLIP ||
+        op == FJ_ELT_LINEAR)
+        check_result(t, &g, g.c, has_bias ? bias : NULL, op, pa, pb, what);
+    /* Any op: the fused result equals the unfused GEMM (+ bias) followed by
+     * fj_eltwise_f32, bitwise (the same emitter code runs in both). */
+    float *u = malloc(g.nc * sizeof(float));
+    ck_assert_ptr_nonnull(u);
+    memcpy(u, g.c0, g.nc * sizeof(float));
+    ck_assert(fj_gemm_f32(rt, d.transa, d.transb, t->m, t->n, t->k, t->alpha, g.a, t->lda, g.b,
+                          t->ldb, t->beta, u, t->ldc) == FJ_OK);
+    for (int64_t i = 0; i < t->m; i++) {
+        float *row = u + i * t->ldc;
+        if (has_bias)
+            for (int64_t j = 0; j < t->n; j++) row[j] += bias[j];
+        if (op) ck_assert_msg(fj_eltwise_f32(rt, op, pa, pb, row, row, (size_t)t->n) == FJ_OK,
+                              "%s: eltwise: %s", what, fj_last_error());
+    }
+    ck_assert_msg(!memcmp(u, g.c, g.nc * sizeof(float)), "%s: fused != GEMM then eltwise", what);
+    if (h2) {
+        memcpy(u, g.c0, g.nc * sizeof(float));
+        ck_assert(fj_gemm_execute(h2, g.a, g.b, bias, u) == FJ_OK);
+        ck_assert_msg(!memcmp(u, g.c, g.nc * sizeof(float)), "%s: 1 and 2 threads differ", what);
+    }
+    free(u);
+    free(bias);
+    bufs_free(&g);
+    fj_gemm_destroy(h);
+    fj_gemm_destroy(h2);
+    gemm_test_tune(NULL);
+}

@@ -1,0 +1,50 @@
+/* gemmcase.h: GEMM test cases for the Check suites: random inputs, the
+ * double-precision reference and its tolerance, and one call checked. */
+#ifndef GEMMCASE_H
+#define GEMMCASE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "framejit.h"
+
+/* Random numbers, per thread; seed(salt) mixes FRAMEJIT_TEST_SEED in. */
+uint64_t rnd(void);
+int64_t rnd_to(int64_t n);
+float rnd_f(void); /* uniform in [-1, 1) */
+long env_long(const char *name, long dflt);
+void seed(uint64_t salt);
+
+typedef struct gcase {
+    int ta, tb;
+    int64_t m, n, k, lda, ldb, ldc;
+    float alpha, beta;
+    int special;          /* 1: NaN in A, 2: Inf in B, 3: NaN everywhere in C (beta = 0) */
+    const char *tune;     /* blocking knobs for gemm_test_tune */
+} gcase;
+
+typedef struct gbufs {
+    float *a, *b, *c0, *c;
+    size_t na, nb, nc;
+} gbufs;
+
+/* C outside the m x n region: must stay. */
+#define GEMMCASE_PAD 12345.0f
+
+/* Random A, B and C0 for t (C = C0), with t's special values. */
+void bufs_make(const gcase *t, gbufs *g);
+void bufs_free(gbufs *g);
+/* Checks got against alpha*op(A)op(B) + beta*C0 (+ bias[j], then act) in
+ * double; act among relu, leaky_relu, clip, linear, or 0. */
+void check_result(const gcase *t, const gbufs *g, const float *got, const float *bias,
+                  fj_eltwise_op act, float act_alpha, float act_beta, const char *what);
+void case_str(const gcase *t, char *buf, size_t n);
+/* Runs t on rt1 (and on rt2, whose result must be bitwise the same). */
+void run_case(fj_runtime *rt1, fj_runtime *rt2, const gcase *t);
+/* t through a GEMM handle with bias and op (fj_gemm_create, executed
+ * twice), checked against the reference where the op has one and bitwise
+ * against fj_gemm_f32 + bias + fj_eltwise_f32; on rt2 bitwise the same. */
+void handle_case(fj_runtime *rt, fj_runtime *rt2, const gcase *t, int has_bias,
+                 fj_eltwise_op op, float pa, float pb);
+
+#endif
