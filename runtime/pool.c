@@ -9,10 +9,20 @@
  * Hand-off: one GEMM makes several rt_parallel calls back to back (pack B,
  * compute, next k block...), and a sleeping thread takes tens of
  * microseconds to wake (more in a VM, where an idle vCPU halts). So a
- * worker spins for a while after a job before it sleeps on the condvar,
- * and the caller spins for the workers' completion before it sleeps: jobs
- * in quick succession pass through one atomic word each way. The mutex and
- * the condvars are touched only when someone actually sleeps.
+ * worker spins for a while after a job, then naps in short sleeps for a
+ * while longer, and only then sleeps on the condvar; the caller spins for
+ * the workers' completion before it sleeps: jobs in quick succession pass
+ * through one atomic word each way. The mutex and the condvars are touched
+ * only when someone actually sleeps.
+ *
+ * Placement: a thread woken through a futex may be put on its waker's
+ * CPU. A worker woken by its caller then waits behind the caller and
+ * joins late or not at all, and the two can stay together: they take
+ * turns, so no CPU ever has a queue for the load balancer to spread (seen
+ * on a 2-vCPU VM: both threads on one vCPU for hundreds of milliseconds,
+ * the other vCPU idle, GEMM at one thread's speed). A napping worker wakes
+ * from its own timer, where it was; and a worker that finds itself on its
+ * caller's CPU when it joins moves itself off.
  *
  * Joining: a worker takes part in a job only by joining it while it is
  * open, and the caller, once every chunk is claimed, closes it and waits
@@ -26,6 +36,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <time.h>
 
 #include "runtime/rt.h"
 
@@ -38,6 +49,14 @@
  * (measured: with another library's spinning threads alive, 2-thread GEMM
  * was no better with 0.3-2 ms spins and yields than with short spins). */
 enum { WORKER_SPIN_NS = 100 * 1000, CALLER_SPIN_NS = 100 * 1000 };
+/* Then a worker naps until 50 ms after its last job, checking for a job
+ * after naps of 20 us, 40 us, ... up to 1 ms: about 50 wakeups in all. A
+ * job in that time waits up to a nap for the worker, with the caller
+ * running chunks meanwhile. (Naps of 20 us throughout, ~700 wakeups,
+ * made oneDNN's two-thread GEMM in the next 50 ms up to 30% slower:
+ * every wakeup preempts whatever runs on that CPU.) */
+enum { WORKER_POLL_NS = 50 * 1000 * 1000, WORKER_NAP_NS = 20 * 1000 };
+enum { WORKER_NAP_MAX_NS = 1000 * 1000 };
 
 struct rt_pool {
     int nworkers;
@@ -54,6 +73,7 @@ struct rt_pool {
     _Alignas(64) _Atomic uint64_t job;
     atomic_int stop;
     atomic_int sleepers;    /* workers in (or about to enter) the wake wait */
+    atomic_int caller_cpu;  /* where the current job's caller runs, or -1 */
     /* (generation << 32) | OPEN | workers that joined: a worker joins with
      * one compare-and-swap while the job is open; the caller's close reads
      * how many did. */
@@ -96,6 +116,15 @@ static uint64_t wait_job(rt_pool *p, uint64_t seen) {
         cpu_relax();
         if (!(spins & 31) && fj_now_ns() - t0 > WORKER_SPIN_NS) break;
     }
+    for (long nap_ns = WORKER_NAP_NS;; nap_ns = nap_ns * 2 < WORKER_NAP_MAX_NS ? nap_ns * 2
+                                                                            : WORKER_NAP_MAX_NS) {
+        if (atomic_load_explicit(&p->stop, memory_order_acquire)) return 0;
+        j = atomic_load_explicit(&p->job, memory_order_acquire);
+        if (j != seen) return j;
+        if (fj_now_ns() - t0 > WORKER_POLL_NS) break;
+        struct timespec nap = {0, nap_ns};
+        nanosleep(&nap, NULL);
+    }
     pthread_mutex_lock(&p->lock);
     atomic_fetch_add_explicit(&p->sleepers, 1, memory_order_seq_cst);
     for (;;) {
@@ -118,6 +147,13 @@ static atomic_int test_hold;
 
 void rt_pool_test_hold(int on) { atomic_store(&test_hold, on); }
 
+int rt_pool_test_sleepers(fj_runtime *rt) {
+    pthread_mutex_lock(&rt->pool_lock);
+    int n = rt->pool ? atomic_load(&rt->pool->sleepers) : -1;
+    pthread_mutex_unlock(&rt->pool_lock);
+    return n;
+}
+
 /* Joins job generation gen if it is still open: only then may the worker
  * read the job's fields, which the caller leaves alone until every joined
  * worker has finished. */
@@ -130,11 +166,24 @@ static int join(rt_pool *p, uint64_t gen) {
     return 0;
 }
 
+int rt_cpu_leave(int cpu) {
+    cpu_set_t mask, other;
+    if (cpu < 0 || cpu >= CPU_SETSIZE || sched_getaffinity(0, sizeof mask, &mask) != 0) return 0;
+    other = mask;
+    CPU_CLR(cpu, &other);
+    if (!CPU_COUNT(&other) || sched_setaffinity(0, sizeof other, &other) != 0) return 0;
+    /* Back to the thread's own mask: the kernel leaves it where it is now. */
+    sched_setaffinity(0, sizeof mask, &mask);
+    return 1;
+}
+
+enum { LEAVE_EVERY_NS = 1000 * 1000 };
+
 static void *worker_main(void *arg) {
     worker_arg wa = *(worker_arg *)arg;
     fj_free(arg);
     rt_pool *p = wa.p;
-    uint64_t seen = 0;
+    uint64_t seen = 0, left = 0;
     for (;;) {
         uint64_t j = wait_job(p, seen);
         if (!j) break;
@@ -142,6 +191,16 @@ static void *worker_main(void *arg) {
         if (atomic_load_explicit(&test_hold, memory_order_relaxed))
             while (atomic_load(&test_hold) && !atomic_load(&p->stop)) sched_yield();
         if (wa.index >= (int)(j & 0xffff) || !join(p, j >> 16)) continue;
+        /* On the caller's CPU (see Placement above): move off, at most
+         * once a millisecond (a busy machine may keep putting it back). */
+        int cc = atomic_load_explicit(&p->caller_cpu, memory_order_relaxed);
+        if (cc >= 0 && sched_getcpu() == cc) {
+            uint64_t now = fj_now_ns();
+            if (now - left >= LEAVE_EVERY_NS) {
+                left = now;
+                rt_cpu_leave(cc);
+            }
+        }
         run_chunks(p);
         atomic_fetch_add_explicit(&p->finished, 1, memory_order_seq_cst);
         if (atomic_load_explicit(&p->caller_waits, memory_order_seq_cst)) {
@@ -224,6 +283,7 @@ void rt_parallel(fj_runtime *rt, int64_t nchunks, int nthreads, rt_chunk_fn fn, 
     p->fn = fn;
     p->ctx = ctx;
     p->nchunks = nchunks;
+    atomic_store_explicit(&p->caller_cpu, sched_getcpu(), memory_order_relaxed);
     atomic_store_explicit(&p->finished, 0, memory_order_relaxed);
     /* Chunk 0 is the caller's before anyone can claim: spinning workers
      * could otherwise take every chunk of a small job, and the caller's

@@ -25,8 +25,14 @@ FJ_INTERNAL void rt_pool_destroy(rt_pool *p);
 /* In a forked child: frees an inherited pool whose threads stayed in the
  * parent (nothing to wake or join; its locks may be held by them). */
 FJ_INTERNAL void rt_pool_forget(rt_pool *p);
+/* Moves the calling thread off `cpu` if its CPU mask allows another one
+ * (narrows the mask, then restores it: the thread stays where it landed).
+ * Returns 1 if it narrowed the mask. */
+FJ_INTERNAL int rt_cpu_leave(int cpu);
 /* Test hook (not API): while on, workers that see a new job wait before
  * joining it, as a worker on a vCPU that is slow to wake would. */
 FJ_INTERNAL void rt_pool_test_hold(int on);
+/* Test hook: how many of rt's workers sleep on the condvar (-1: no pool). */
+FJ_INTERNAL int rt_pool_test_sleepers(fj_runtime *rt);
 
 #endif

@@ -1,9 +1,13 @@
 /* test_pool.c: Check suite for the runtime's thread pool (runtime/pool.c):
- * every chunk runs exactly once, the caller always runs a share, and a
- * worker that comes late never holds the caller up. */
+ * every chunk runs exactly once, the caller always runs a share, a worker
+ * that comes late never holds the caller up, an idle worker naps (not in
+ * the condvar) for a while before it sleeps, and a thread moves off a CPU
+ * when its mask allows. */
 #include <check.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
@@ -44,6 +48,17 @@ static void run(fj_runtime *rt, job *j, int64_t n, int threads) {
     for (int64_t i = 0; i < MAXC; i++) wrong += atomic_load(&j->runs[i]) != (i < n);
     ck_assert_msg(wrong == 0, "%lld chunks on %d threads: %d ran other than once", (long long)n,
                   threads, wrong);
+}
+
+/* Whether a worker ran a chunk of any of up to `tries` jobs of 16 chunks,
+ * each after a pause of pause_us. */
+static int worker_helps(fj_runtime *rt, job *j, int tries, int pause_us) {
+    for (int rep = 0; rep < tries; rep++) {
+        if (pause_us) usleep((useconds_t)pause_us);
+        run(rt, j, 16, 2);
+        if (atomic_load(&j->elsewhere) > 0) return 1;
+    }
+    return 0;
 }
 
 START_TEST(every_chunk_once) {
@@ -99,13 +114,76 @@ START_TEST(late_worker_does_not_stall) {
     /* Released, the worker takes part again: with chunks of 0.2 ms it
      * joins well before the caller could run them all. */
     j.spin_ns = 200000;
-    int helped = 0;
-    for (int rep = 0; rep < 200 && !helped; rep++) {
-        run(rt, &j, 16, 2);
-        helped = atomic_load(&j.elsewhere) > 0;
-    }
-    ck_assert_msg(helped, "the worker never ran a chunk after it was released");
+    ck_assert_msg(worker_helps(rt, &j, 200, 0),
+                  "the worker never ran a chunk after it was released");
     fj_runtime_destroy(rt);
+}
+END_TEST
+
+/* Between jobs a worker spins, then naps on its own timer (a job in that
+ * window needs no wake, and the kernel does not place the worker on the
+ * caller's CPU, see pool.c), and only ~50 ms after its last job sleeps on
+ * the condvar. */
+START_TEST(idle_worker_naps_then_sleeps) {
+    fj_runtime *rt = fjt_runtime(FJ_ISA_AVX2, 2);
+    job j = {.spin_ns = 200000};
+    for (int rep = 0; rep < 3; rep++) {
+        run(rt, &j, 16, 2);
+        usleep(5000);
+        ck_assert_int_eq(rt_pool_test_sleepers(rt), 0);
+    }
+    /* A job in the napping window: the worker takes part unwoken. */
+    ck_assert_msg(worker_helps(rt, &j, 50, 5000), "the napping worker never joined a job");
+    int slept = 0;
+    for (int ms = 0; ms < 5000 && !slept; ms += 10) {
+        usleep(10000);
+        slept = rt_pool_test_sleepers(rt) == 1;
+    }
+    ck_assert_msg(slept, "the idle worker never went to sleep on the condvar");
+    /* And a sleeping worker is woken for the next job. */
+    ck_assert_msg(worker_helps(rt, &j, 50, 0), "the worker never joined after sleeping");
+    fj_runtime_destroy(rt);
+}
+END_TEST
+
+static void *leave_thread(void *arg) {
+    (void)arg;
+    cpu_set_t all, one, now;
+    ck_assert_int_eq(sched_getaffinity(0, sizeof all, &all), 0);
+    int c = -1;
+    for (int i = 0; i < CPU_SETSIZE && c < 0; i++)
+        if (CPU_ISSET(i, &all)) c = i;
+    ck_assert_int_ge(c, 0);
+    /* On c alone: nowhere to go, the mask stays as it is. */
+    CPU_ZERO(&one);
+    CPU_SET(c, &one);
+    ck_assert_int_eq(sched_setaffinity(0, sizeof one, &one), 0);
+    ck_assert_int_eq(sched_getcpu(), c);
+    ck_assert_int_eq(rt_cpu_leave(c), 0);
+    ck_assert_int_eq(sched_getaffinity(0, sizeof now, &now), 0);
+    ck_assert(CPU_EQUAL(&now, &one));
+    ck_assert_int_eq(sched_getcpu(), c);
+    ck_assert_int_eq(sched_setaffinity(0, sizeof all, &all), 0);
+    if (CPU_COUNT(&all) < 2) {
+        printf("cpu_leave: one CPU allowed, only the no-move case checked\n");
+        return NULL;
+    }
+    /* On c with a wider mask: it moves, and keeps its mask. */
+    ck_assert_int_eq(sched_setaffinity(0, sizeof one, &one), 0);
+    ck_assert_int_eq(sched_setaffinity(0, sizeof all, &all), 0);
+    ck_assert_int_eq(rt_cpu_leave(c), 1);
+    int at = sched_getcpu();
+    ck_assert_int_eq(sched_getaffinity(0, sizeof now, &now), 0);
+    ck_assert(CPU_EQUAL(&now, &all));
+    ck_assert_msg(at != c && CPU_ISSET(at, &all), "on CPU %d after leaving CPU %d", at, c);
+    return NULL;
+}
+
+START_TEST(cpu_leave) {
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, leave_thread, NULL), 0);
+    ck_assert_int_eq(pthread_join(t, NULL), 0);
+    ck_assert_int_eq(rt_cpu_leave(-1), 0);
 }
 END_TEST
 
@@ -115,6 +193,8 @@ static Suite *suite(void) {
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, every_chunk_once);
     tcase_add_test(tc, late_worker_does_not_stall);
+    tcase_add_test(tc, idle_worker_naps_then_sleeps);
+    tcase_add_test(tc, cpu_leave);
     suite_add_tcase(s, tc);
     return s;
 }
