@@ -190,8 +190,9 @@ END_TEST
  * fall into a few L1 sets and short k (the 6-row x 4-vector tile), rows
  * in one set read in place by 8-row tiles (12-way L1s), the B panels
  * packed by the kernels' first row tile (whole panels; the tail panel
- * packed apart), several k blocks (C accumulated without alpha), and the
- * alpha = 1 / beta = 0 or 1 stores. Both L1 kinds' choices are made
+ * packed apart), several k blocks (k past 512, and past 1024 for
+ * AVX-512: C accumulated without alpha), and the alpha = 1 / beta = 0 or
+ * 1 stores. Both L1 kinds' choices are made
  * whatever the host's L1 is (ways=8, ways=12). */
 START_TEST(wide_blocks) {
     fj_runtime *rt1 = fjt_runtime(FJ_ISA_AUTO, 1), *rt2 = fjt_runtime(FJ_ISA_AUTO, 2);
@@ -200,7 +201,7 @@ START_TEST(wide_blocks) {
     static const float ab[][2] = {{1, 0}, {1, 1}, {1, 0.5f}, {-2, 0}, {0.5f, 1}};
     for (int c = 0; c < 40; c++) {
         gcase t = {.ta = c % 5 == 3, .tb = c % 7 == 6, .m = 257 + rnd_to(60), .n = 256 + rnd_to(70),
-                   .k = c % 3 ? 40 + rnd_to(60) : 520 + rnd_to(100),
+                   .k = c % 3 ? 40 + rnd_to(60) : c & 1 ? 520 + rnd_to(100) : 1030 + rnd_to(100),
                    .alpha = ab[c % 5][0], .beta = ab[c % 5][1],
                    .tune = c & 1 ? (c & 4 ? "ways=8" : "ways=12") : "mt=1"};
         t.lda = ldas[c % 4] ? ldas[c % 4] : (t.ta ? t.m : t.k) + 5;
