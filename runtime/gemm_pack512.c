@@ -65,25 +65,33 @@ static T512 void transpose_rows(float *dst, int64_t dstride, const float *src, i
 }
 
 /* Copies of whole 16-float vectors, kc rows of w (<= nr) floats from src
- * (stride ld) into a panel (stride nr), zero padded. */
+ * (stride ld) into a panel (stride nr), zero padded; prefetching the same
+ * columns pf floats further (0: none). */
 static T512 void copy_panel(float *restrict d, const float *restrict s, int64_t ld, int w,
-                            int nr, int64_t kc) {
+                            int nr, int64_t kc, int64_t pf) {
     for (int64_t k = 0; k < kc; k++, d += nr, s += ld)
         for (int j = 0; j < nr; j += 16) {
             int left = w - j;
             __mmask16 m = left >= 16 ? 0xffff : left <= 0 ? 0 : (__mmask16)((1u << left) - 1u);
+            if (pf && left > 0) _mm_prefetch((const char *)(s + pf + j), _MM_HINT_T0);
             _mm512_storeu_ps(d + j, _mm512_maskz_loadu_ps(m, s + j));
         }
 }
 
 void gemm_pack_b512(float *dst, const float *b, int64_t ldb, int64_t kc, int64_t cols, int nr) {
     /* 16 rows of B at a time across all panels: reads stay within a few
-     * rows, writes are 16*nr contiguous floats per panel. */
+     * rows, writes are 16*nr contiguous floats per panel. Each line read
+     * asks for the same columns 16 rows further: 16 rows read a piece at a
+     * time are more streams than the hardware prefetchers follow, and with
+     * few rows of A per B block the packing is a fifth of the time
+     * (measured, one thread vs oneDNN: 64x2048x1024 0.73-0.89x ->
+     * 0.89-0.91x, 256x2048x2048 0.88-0.89x -> 0.94-0.97x). */
     for (int64_t k0 = 0; k0 < kc; k0 += 16) {
         int64_t kt = kc - k0 < 16 ? kc - k0 : 16;
         for (int64_t j0 = 0; j0 < cols; j0 += nr) {
             int w = cols - j0 < nr ? (int)(cols - j0) : nr;
-            copy_panel(dst + j0 * kc + k0 * nr, b + k0 * ldb + j0, ldb, w, nr, kt);
+            copy_panel(dst + j0 * kc + k0 * nr, b + k0 * ldb + j0, ldb, w, nr, kt,
+                       k0 + 16 < kc ? 16 * ldb : 0);
         }
     }
 }
