@@ -390,13 +390,13 @@ static fj_status plan_make(fj_runtime *rt, gemm_plan *p, int ta, int tb, int64_t
      * kernel streams it well from L2, and fewer k blocks mean fewer passes
      * over C (measured: +1-4% from 1024^3 with 48 KiB L1, where 2/3 of L1
      * gave kc = 256). With AVX-512, deeper still: a panel of up to an
-     * eighth of L2, at most 1024 deep (one thread, against oneDNN in the
-     * bench, 1024 deep vs 512 in 4 alternated runs: 2048^3 0.96-1.03x ->
-     * 1.05-1.07x, 1024^3 0.95-0.98x -> 0.97-0.99x; 768^3 and
-     * 256x1024x1024 +2-3% in a program comparing the two libraries side
-     * by side, which saw 2048^3 unchanged; 2048 deep was slower at
-     * 2048^3; AVX2 kernels did not move). k blocks balanced so that the
-     * last one is not a sliver. */
+     * eighth of L2, at most 1024 deep: one pass over C fewer from k = 513
+     * (one thread, 1024 deep vs 512, bench runs alternated: 2048^3 better
+     * in 9 of 10 pairs against oneDNN, by 2% in the median, 1024^3 by 1-2%
+     * in 3 of 4; 768^3 and 256x1024x1024 +2-3% in a program comparing the
+     * two libraries side by side; 2048 deep was slower at 2048^3; AVX2
+     * kernels did not move). k blocks balanced so that the last one is
+     * not a sliver. */
     int64_t kc = tune.kc       ? tune.kc
                  : small_mn   ? 2048
                  : avx512     ? min64(1024, (tune.l2 / 8) / (p->nr * 4))
