@@ -46,6 +46,13 @@ FJ_INTERNAL fj_status gemm_plan_borrow(fj_runtime *rt, const gemm_plan **out, fj
                                        float beta, int has_bias, int act, float act_alpha,
                                        float act_beta);
 FJ_INTERNAL void gemm_plan_unborrow(fj_kernel *lent);
+/* A call that repeats this thread's memo (no bias, no activation) and
+ * that its kernel serves: the memo's plan with this alpha and beta, valid
+ * as gemm_plan_borrow's and with no kernel reference to give back; else
+ * NULL. A memo plan's inputs were validated before it was made. */
+FJ_INTERNAL const gemm_plan *gemm_plan_repeat(fj_runtime *rt, int ta, int tb, int64_t m,
+                                              int64_t n, int64_t k, int64_t lda, int64_t ldb,
+                                              int64_t ldc, float alpha, float beta);
 FJ_INTERNAL void gemm_plan_release(gemm_plan *p);
 /* The C updates (KG_STORES bits) the driver asks of p's kernel for this
  * alpha and beta (gemm.c). */

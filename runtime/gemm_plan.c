@@ -305,6 +305,19 @@ fj_status gemm_plan_borrow(fj_runtime *rt, const gemm_plan **out, fj_kernel **le
     return FJ_OK;
 }
 
+const gemm_plan *gemm_plan_repeat(fj_runtime *rt, int ta, int tb, int64_t m, int64_t n,
+                                  int64_t k, int64_t lda, int64_t ldb, int64_t ldc, float alpha,
+                                  float beta) {
+    gemm_plan *p = memo_find(rt, ta, tb, m, n, k, lda, ldb, ldc, 0, 0, 0.0f, 0.0f);
+    if (!p || !p->kern) return NULL;
+    if ((memcmp(&alpha, &p->alpha, sizeof alpha) || memcmp(&beta, &p->beta, sizeof beta)) &&
+        (gemm_plan_stores(p, alpha, beta) & ~p->cfg.stores))
+        return NULL;
+    p->alpha = alpha;
+    p->beta = beta;
+    return p;
+}
+
 void gemm_plan_unborrow(fj_kernel *lent) {
     if (!lent) return;
     if (memo.p.kern == lent) memo.p.kern = NULL;

@@ -68,6 +68,39 @@ START_TEST(repeat_shapes) {
 }
 END_TEST
 
+/* A call repeating the shape of the thread's last one skips the size
+ * checks (the shape was valid), never the rest: NULL operands and bad
+ * trans characters still fail, C untouched, and the next good call
+ * computes. */
+START_TEST(repeat_still_checks) {
+    seed(12);
+    fj_runtime *rt = fjt_runtime(FJ_ISA_AUTO, 1);
+    gcase t = {.m = 32, .n = 32, .k = 32, .alpha = 1.0f, .lda = 32, .ldb = 32, .ldc = 32};
+    gbufs g;
+    bufs_make(&t, &g);
+    for (int round = 0; round < 2; round++) {
+        ck_assert_int_eq(fj_gemm_f32(rt, 'N', 'N', 32, 32, 32, 1.0f, g.a, 32, g.b, 32, 0.0f, g.c,
+                                     32),
+                         FJ_OK);
+        check_result(&t, &g, g.c, NULL, 0, 0, 0, "repeat_still_checks");
+        memcpy(g.c, g.c0, g.nc * sizeof(float));
+        FJT_ASSERT_INVALID(fj_gemm_f32(rt, 'N', 'N', 32, 32, 32, 1.0f, NULL, 32, g.b, 32, 0.0f,
+                                       g.c, 32));
+        FJT_ASSERT_INVALID(fj_gemm_f32(rt, 'N', 'N', 32, 32, 32, 1.0f, g.a, 32, NULL, 32, 0.0f,
+                                       g.c, 32));
+        FJT_ASSERT_INVALID(fj_gemm_f32(rt, 'N', 'N', 32, 32, 32, 1.0f, g.a, 32, g.b, 32, 0.0f,
+                                       NULL, 32));
+        FJT_ASSERT_INVALID(fj_gemm_f32(rt, 'X', 'N', 32, 32, 32, 1.0f, g.a, 32, g.b, 32, 0.0f,
+                                       g.c, 32));
+        FJT_ASSERT_INVALID(fj_gemm_f32(rt, 'N', 'N', 32, 32, 32, 1.0f, g.a, 31, g.b, 32, 0.0f,
+                                       g.c, 32));
+        ck_assert_msg(!memcmp(g.c, g.c0, g.nc * sizeof(float)), "C written by a failed call");
+    }
+    bufs_free(&g);
+    fj_runtime_destroy(rt);
+}
+END_TEST
+
 /* A kernel has only the C updates its plan calls it with (alpha = 1 and
  * beta = 0: C = acc; k blocks after the first: C += acc; otherwise
  * alpha*acc + beta*C). A shape called again with another alpha/beta gets a
@@ -348,6 +381,7 @@ static Suite *suite(void) {
     TCase *tc = tcase_create("gemm_memo");
     tcase_set_timeout(tc, 240);
     tcase_add_test(tc, repeat_shapes);
+    tcase_add_test(tc, repeat_still_checks);
     tcase_add_test(tc, store_kinds);
     tcase_add_test(tc, memo_refs);
     tcase_add_test(tc, memo_threads);
