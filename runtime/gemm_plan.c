@@ -27,7 +27,7 @@ typedef struct gemm_tune {
     long mt_flops;        /* problems smaller than this stay on one thread */
     int a_reg;            /* AVX-512: broadcast A into a register (-1 auto) */
     int b_copy;           /* AVX-512: kernels pack row-major B themselves
-                             (1 if B's rows are close, 2 always, 0 never) */
+                             (> 0, the default) or a separate pass does (0) */
     int bpf_rows;         /* ... prefetching this many rows of B ahead */
     long shortk;          /* k up to which wide problems take the 6 x 64 tile */
     long shared_min;      /* m*n*k from which threads share one packed B */
@@ -496,13 +496,15 @@ static fj_status plan_make(fj_runtime *rt, gemm_plan *p, int ta, int tb, int64_t
     if (shortk) p->cfg.pf_c = 0;
     /* Row-major B is packed by the kernels' first row tile, hidden under
      * its FMAs, instead of a separate pass over B (+7% at 128^3, +2-3% at
-     * 256^3-512^3, +8% at 1024x1024x64). The copying tile reads one row of
-     * B per k step: with rows more than 2 KiB apart and a deep k block
-     * each step is a new page, the page walks make that tile 3x slower,
-     * and the separate packer (16 rows across all panels at a time) costs
-     * less (-3% at 1024^3 with the kernel copying). */
-    p->cfg.b_copy = avx512 && !p->direct_b && !tb &&
-                    (tune.b_copy > 0 ? tune.b_copy > 1 || ldb <= 512 || p->kc <= 128 : 0);
+     * 256^3-512^3, +8% at 1024x1024x64). Also when B's rows are far apart
+     * (each k step of the copying tile a new page): it once cost 3% at
+     * 1024^3, but with the tile prefetching B's rows ahead and k blocks
+     * up to 1024 deep it is even there and much ahead with few rows of A,
+     * where the separate pass was a fifth of the time (one thread vs
+     * oneDNN: 64x2048x1024 0.88-0.89x -> 0.99-1.01x, 128x1024x1024
+     * 0.96-0.97x -> 1.04x, 256x2048x2048 0.95-0.97x -> 1.00-1.01x,
+     * 1024^3 0.99x -> 1.00-1.02x, 2048^3 and 768^3 unchanged). */
+    p->cfg.b_copy = avx512 && !p->direct_b && !tb && tune.b_copy > 0;
     p->b_src_pf = (int64_t)tune.bpf_rows * ldb * 4;
     /* In-place row-major A is addressed base + index*scale: an FMA with
      * such a memory operand is split in two uops at rename, a broadcast
