@@ -141,6 +141,24 @@ static int run_variant(int v, fj_runtime *rt, const gemm_bufs *g) {
     }
 }
 
+/* OpenBLAS's worker threads (its pthreads build) spin, yielding, for
+ * ~2^28 cycles after a call before they sleep: ~100 ms, past the pause
+ * between blocks. Alive in the next variant's block, they took its
+ * second core: oneDNN's two-thread 256^3 fell to 5 GFLOP/s in two of three
+ * runs (370 without), framejit's to 0.7x oneDNN in some. So after each of
+ * its two-thread blocks OpenBLAS's threads are shut down (its next call
+ * starts them again, inside its own timed block: ~0.1 ms of a 20 ms
+ * block). Found at run time: an OpenBLAS without it keeps its threads. */
+static void openblas_quiet(void) {
+    static void (*shutdown)(void);
+    static int looked;
+    if (!looked) {
+        looked = 1;
+        shutdown = (void (*)(void))dlsym(RTLD_DEFAULT, "blas_thread_shutdown_");
+    }
+    if (shutdown) shutdown();
+}
+
 static void set_threads(int t) {
     omp_threads(t);
 #ifdef FJ_BENCH_OPENBLAS
@@ -226,6 +244,7 @@ static void one_shape(const bench_ctx *c, fj_runtime *rt, int threads, shape s) 
             for (long i = 0; i < calls[v]; i++) run_variant(v, rt, &g);
             t[v][r] = (bench_now_ns() - t0) / (double)calls[v];
             cpu[v][r] = (bench_cpu_ns() - c0) / (double)calls[v];
+            if (threads > 1 && (v == V_OBLAS || v == V_OSKX)) openblas_quiet();
         }
     double gf[V_N] = {0}, gc[V_N] = {0}, pf[V_N] = {0}, pc[V_N] = {0}, q[32];
     for (int v = 0; v < V_N; v++)
