@@ -270,6 +270,14 @@ fj_status gemm_plan_init(fj_runtime *rt, gemm_plan *p, int ta, int tb, int64_t m
     return FJ_OK;
 }
 
+/* The C updates (KG_STORES bits) this alpha and beta need that memo plan
+ * p's kernel lacks; none when they are p's own (bit for bit). */
+static int stores_missing(const gemm_plan *p, float alpha, float beta) {
+    if (!memcmp(&alpha, &p->alpha, sizeof alpha) && !memcmp(&beta, &p->beta, sizeof beta))
+        return 0;
+    return gemm_plan_stores(p, alpha, beta) & ~p->cfg.stores;
+}
+
 fj_status gemm_plan_borrow(fj_runtime *rt, const gemm_plan **out, fj_kernel **lent, int ta,
                            int tb, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
                            int64_t ldc, float alpha, float beta, int has_bias, int act,
@@ -278,17 +286,17 @@ fj_status gemm_plan_borrow(fj_runtime *rt, const gemm_plan **out, fj_kernel **le
     *lent = NULL;
     gemm_plan *p = memo_find(rt, ta, tb, m, n, k, lda, ldb, ldc, has_bias, act, act_alpha,
                              act_beta);
+    int miss;
     if (!p) {
         fj_status s = memo_make(rt, ta, tb, m, n, k, lda, ldb, ldc, alpha, beta, has_bias, act,
                                 act_alpha, act_beta, lent);
         if (s != FJ_OK) return s;
         p = &memo.p;
-    } else if ((memcmp(&alpha, &p->alpha, sizeof alpha) || memcmp(&beta, &p->beta, sizeof beta)) &&
-               (gemm_plan_stores(p, alpha, beta) & ~p->cfg.stores)) {
+    } else if ((miss = stores_missing(p, alpha, beta))) {
         /* A C update the memo's kernel lacks: a kernel with the kinds of
          * both, so that calls alternating (alpha, beta) settle on one. */
         gemm_plan q = *p;
-        q.cfg.stores |= gemm_plan_stores(p, alpha, beta);
+        q.cfg.stores |= miss;
         fj_status s = plan_kernel(&q);
         if (s != FJ_OK) return s;
         if (!rt_khold_set(&memo.hold, rt, q.kern)) *lent = q.kern;
@@ -309,10 +317,7 @@ const gemm_plan *gemm_plan_repeat(fj_runtime *rt, int ta, int tb, int64_t m, int
                                   int64_t k, int64_t lda, int64_t ldb, int64_t ldc, float alpha,
                                   float beta) {
     gemm_plan *p = memo_find(rt, ta, tb, m, n, k, lda, ldb, ldc, 0, 0, 0.0f, 0.0f);
-    if (!p || !p->kern) return NULL;
-    if ((memcmp(&alpha, &p->alpha, sizeof alpha) || memcmp(&beta, &p->beta, sizeof beta)) &&
-        (gemm_plan_stores(p, alpha, beta) & ~p->cfg.stores))
-        return NULL;
+    if (!p || !p->kern || stores_missing(p, alpha, beta)) return NULL;
     p->alpha = alpha;
     p->beta = beta;
     return p;
