@@ -20,6 +20,9 @@
 #ifndef MADV_COLLAPSE
 #define MADV_COLLAPSE 25 /* Linux 6.1 */
 #endif
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
+#endif
 
 /* ------------------------------------------------------------------------
  * OS calls behind one small table, each fallible one preceded by its
@@ -219,6 +222,29 @@ static int code_fill(int fd, size_t from, size_t to) {
     return 0;
 }
 
+/* The writable view's page table entries for file bytes [off, off + len),
+ * made writable in one call when the file grows (code) or the image's
+ * metadata gets new room. A first store into a page of the view is
+ * otherwise a write fault of its own: read faults map the pages around
+ * them (for shmem, writable), write faults do not, and placement and the
+ * image writer write without reading. On the project's test VM (shadow
+ * paging) a write fault costs 10-12 us; MADV_POPULATE_WRITE ~0.4 us a
+ * page, after which the page's first store still costs ~4.4 us (the host
+ * maps it then). Without it (Linux before 5.14) a read of each page does
+ * the same through the read faults' fault-around. Nothing is changed: the
+ * bytes there stay. */
+void cc_populate_rw(cc_arena *a, size_t off, size_t len) {
+    size_t page = cc_page_size(), end = off + len;
+    off = round_up(off, page);
+    if (a->kind == CC_ANON || !a->rw || end <= off || end > a->rw_len) return;
+    if (madvise(a->rw + off, end - off, MADV_POPULATE_WRITE) == 0) return;
+    for (size_t at = off; at < end; at += page) (void)*(volatile const uint8_t *)(a->rw + at);
+}
+
+static void populate_rw(cc_arena *a, size_t from, size_t to) {
+    if (to > from) cc_populate_rw(a, a->code_off + from, to - from);
+}
+
 static int file_extend(int fd, size_t from, size_t to, int code) {
     if (file_fault()) return -1;
     if (code) return code_fill(fd, from, to);
@@ -311,7 +337,8 @@ static fj_status map_views(cc_arena *a, size_t span) {
  * fault each, several microseconds under shadow paging) rather than by
  * that kernel's placement, description and first call: its code page in
  * both views (the int3 already there written back through the writable
- * one, a read through the executable one), and for a file arena the
+ * one, a read through the executable one; the rest of the first file
+ * step populated, see populate_rw), and for a file arena the
  * image's header page and the first page of its metadata (allocated
  * first: a store past the end of the file would fault; if that fails, the
  * image writer allocates and reports it later). */
@@ -319,6 +346,7 @@ static void warm_views(cc_arena *a, size_t span) {
     volatile uint8_t *w = a->rw + a->code_off;
     *w = *w;
     a->rw_mapped = cc_page_size();
+    populate_rw(a, cc_page_size(), a->file_len - a->code_off);
     (void)*(volatile const uint8_t *)a->lo;
     if (!a->meta_room) return;
     w = a->rw;
@@ -465,6 +493,7 @@ fj_status cc_arena_reserve(cc_arena *a, size_t len, cc_txn *t, int *fits) {
             if (file_extend(a->fd, a->file_len, nl, 1) != 0)
                 return fj_fail(FJ_ERR_OS, "codecache: growing code file to %zu bytes: %s", nl,
                                strerror(errno));
+            populate_rw(a, a->file_len - a->code_off, nl - a->code_off);
             a->file_len = nl;
         }
         t->w = a->rw + a->code_off + off;
@@ -473,21 +502,22 @@ fj_status cc_arena_reserve(cc_arena *a, size_t len, cc_txn *t, int *fits) {
 }
 
 /* How code gets into a file arena's pages. A page's first write through
- * the RW view costs a page fault, and on virtual machines with shadow
- * paging a fault costs several microseconds (9-10 us per page on the
- * project's test VM, more than encoding a small kernel); pwritev() into the
- * file costs a system call (1.3-4 us there) and no fault, but every later
- * write to that page must then go through the file too (one RW touch would
- * pay the fault after all). Placement is sequential, so only the page
- * holding the cursor can see a later write: its way is remembered
- * (tail_file). Small kernels go through the view, so a page of them pays
- * one fault for all of them; a kernel that reaches a page not mapped in
- * the view yet (rw_mapped: the first one is, from the arena's creation)
- * and fills at least half a page, or one that continues a page written
- * through the file, goes into the file. (A page of n-byte kernels pays one
- * fault through the view or page/n calls through the file: from about half
- * a page the file wins, at the costs measured there and at usual
- * bare-metal ones.) */
+ * the RW view costs the host's mapping of it: on virtual machines with
+ * shadow paging several microseconds (~4.4 us per page on the project's
+ * test VM with the view's entries populated as the file grows, see
+ * populate_rw; 9-12 us as a write fault without), about what encoding a
+ * small kernel costs; pwritev() into the file costs a system call (1.3-4
+ * us there) and no such touch, but every later write to that page must
+ * then go through the file too (one RW touch would pay it after all).
+ * Placement is sequential, so only the page holding the cursor can see a
+ * later write: its way is remembered (tail_file). Small kernels go through
+ * the view, so a page of them pays one touch for all of them; a kernel
+ * that reaches a page not written through the view yet (rw_mapped: the
+ * first one is, from the arena's creation) and fills at least half a
+ * page, or one that continues a page written through the file, goes into
+ * the file. (A page of n-byte kernels pays one touch through the view or
+ * page/n calls through the file: from about half a page the file wins, at
+ * the costs measured there and at usual bare-metal ones.) */
 static fj_status write_file(cc_arena *a, size_t at, const void *code, size_t len, size_t span) {
     struct iovec iov[2] = {{(void *)code, len}, {(void *)int3_page, span - len}};
     if (file_fault() || pwrite_all(a->fd, iov, 2, (off_t)(a->code_off + at)) != 0)

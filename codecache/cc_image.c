@@ -68,6 +68,7 @@ fj_status cc_image_back(const cc_entry *e, uint64_t off, uint64_t n) {
         return fj_fail(FJ_ERR_OS, "codecache: allocating %llu bytes at %#llx of %s: %s",
                        (unsigned long long)n, (unsigned long long)off, a->path, strerror(errno));
     if (rel <= a->meta_backed && rel + n > a->meta_backed) a->meta_backed = rel + n;
+    cc_populate_rw(a, off, n);
     return FJ_OK;
 }
 

@@ -110,7 +110,7 @@ struct cc_arena {
     void (*image_free)(void *);
     size_t cursor;                   /* next free byte, relative to lo */
     int tail_file;                   /* the cursor's page was written through the file */
-    size_t rw_mapped;                /* code bytes [0, rw_mapped) mapped in the RW view */
+    size_t rw_mapped;                /* code bytes [0, rw_mapped) written through the RW view */
     size_t collapsed;                /* bytes from lo already offered to MADV_COLLAPSE */
     atomic_size_t ndead;             /* removed entries (written under the lock) */
     int slot;                        /* index in the global slot table, -1 if none */
@@ -158,6 +158,9 @@ FJ_INTERNAL fj_status cc_arena_write(cc_txn *t, const void *code, size_t len, in
  * *huge_ok / *huge_bad count 2 MiB chunks this commit completed and
  * collapsed into huge pages, or failed to. */
 FJ_INTERNAL fj_status cc_arena_commit(cc_txn *t, int *huge_ok, int *huge_bad);
+/* Makes the RW view's page table entries for file bytes [off, off + len)
+ * writable ahead of the stores (best effort; see cc_arena.c). */
+FJ_INTERNAL void cc_populate_rw(cc_arena *a, size_t off, size_t len);
 /* Drops a reservation; its addresses are simply never used. */
 FJ_INTERNAL void cc_arena_abort(cc_txn *t);
 /* Removes /dev/shm/framejit-<pid>-* files of processes that are gone. */
