@@ -187,25 +187,29 @@ typedef struct cc_image_info {
     size_t meta_room;    /* bytes of the area (and of its read-only view at hi) */
     size_t removed;      /* entries of the arena removed so far (cc_remove) */
 } cc_image_info;
+/* The arena holding e (the functions below work on arenas). */
+FJ_INTERNAL cc_arena *cc_entry_arena(const cc_entry *e);
 /* Fills out for e's arena. FJ_ERR_UNSUPPORTED (no message: not an error)
  * when the arena is not a file this process may write (memfd, anonymous,
  * or a file created by the parent of a fork); the id, span and backing
  * are filled anyway. The caller holds a live entry of the arena (so it
  * cannot be retired under it) and serializes image writes per arena. */
 FJ_INTERNAL fj_status cc_entry_image(const cc_entry *e, cc_image_info *out);
+/* The same for an arena (cc_arena_info.arena) that its owner knows to be
+ * alive: the runtime's first arena while the runtime is being created. */
+FJ_INTERNAL fj_status cc_arena_image(cc_arena *a, cc_image_info *out);
 /* Allocates the file's pages for [off, off + n) of the metadata area
  * (offsets relative to it), so that writes there through meta cannot fault
  * on a full /dev/shm; FJ_ERR_OS if the system cannot (then write nothing
  * there). */
-FJ_INTERNAL fj_status cc_image_back(const cc_entry *e, uint64_t off, uint64_t n);
+FJ_INTERNAL fj_status cc_image_back(cc_arena *a, uint64_t off, uint64_t n);
 /* Gives [off, off + n) of the metadata area back (a hole), or with
  * truncate != 0 cuts the file at that offset. */
-FJ_INTERNAL fj_status cc_image_discard(const cc_entry *e, uint64_t off, uint64_t n,
-                                       int truncate);
-/* The image writer's state for e's arena, NULL until set. free_fn(state)
+FJ_INTERNAL fj_status cc_image_discard(cc_arena *a, uint64_t off, uint64_t n, int truncate);
+/* The image writer's state for the arena, NULL until set. free_fn(state)
  * runs once, when the arena's memory is given back (retire, cc_destroy). */
-FJ_INTERNAL void *cc_image_state(const cc_entry *e);
-FJ_INTERNAL void cc_image_set_state(const cc_entry *e, void *state, void (*free_fn)(void *));
+FJ_INTERNAL void *cc_image_state(const cc_arena *a);
+FJ_INTERNAL void cc_image_set_state(cc_arena *a, void *state, void (*free_fn)(void *));
 /* Whether e was removed (cc_remove). Its arena must still hold memory. */
 FJ_INTERNAL int cc_entry_removed(const cc_entry *e);
 

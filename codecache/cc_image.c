@@ -12,26 +12,27 @@
 #include <string.h>
 #include <unistd.h>
 
+cc_arena *cc_entry_arena(const cc_entry *e) { return e ? ((const cc_rec *)e)->arena : NULL; }
+
 /* Only the creator process writes, and only while the arena holds memory
- * (its caller holds a live kernel of it, so it cannot be retired under us). */
-static cc_arena *file_arena(const cc_entry *e) {
-    cc_arena *a = ((const cc_rec *)e)->arena;
+ * (its caller holds a live kernel of it, or creates the runtime that owns
+ * it, so it cannot be retired under us). */
+static cc_arena *file_arena(cc_arena *a) {
     if (a->kind != CC_FILE || a->fd < 0 || a->retired || !a->path[0] || !a->meta_room ||
         a->pid != cc_self_pid())
         return NULL;
     return a;
 }
 
-fj_status cc_entry_image(const cc_entry *e, cc_image_info *out) {
+static fj_status image_info(cc_arena *a, cc_image_info *out, const char *fn) {
     memset(out, 0, sizeof *out);
     out->fd = -1;
-    if (!e) return fj_fail(FJ_ERR_INVALID_ARG, "cc_entry_image: NULL entry");
-    const cc_arena *a = ((const cc_rec *)e)->arena;
+    if (!a) return fj_fail(FJ_ERR_INVALID_ARG, "%s: NULL argument", fn);
     out->arena_id = a->id;
     out->lo = a->lo;
     out->hi = a->hi;
     out->backing = cc_kind_name(a->kind);
-    if (!file_arena(e))
+    if (!file_arena(a))
         return FJ_ERR_UNSUPPORTED; /* memfd / anonymous: no file to describe (not an error) */
     out->fd = a->fd;
     out->code_off = a->code_off;
@@ -45,6 +46,14 @@ fj_status cc_entry_image(const cc_entry *e, cc_image_info *out) {
     return FJ_OK;
 }
 
+fj_status cc_entry_image(const cc_entry *e, cc_image_info *out) {
+    return image_info(cc_entry_arena(e), out, "cc_entry_image");
+}
+
+fj_status cc_arena_image(cc_arena *a, cc_image_info *out) {
+    return image_info(a, out, "cc_arena_image");
+}
+
 static fj_status in_room(const cc_arena *a, uint64_t off, uint64_t n, const char *what) {
     if (off + n < off || off + n > a->meta_room)
         return fj_fail(FJ_ERR_INVALID_ARG, "codecache: %s [%#llx, %#llx) is outside the "
@@ -53,8 +62,8 @@ static fj_status in_room(const cc_arena *a, uint64_t off, uint64_t n, const char
     return FJ_OK;
 }
 
-fj_status cc_image_back(const cc_entry *e, uint64_t off, uint64_t n) {
-    cc_arena *a = e ? file_arena(e) : NULL;
+fj_status cc_image_back(cc_arena *arena, uint64_t off, uint64_t n) {
+    cc_arena *a = arena ? file_arena(arena) : NULL;
     if (!a) return fj_fail(FJ_ERR_INVALID_ARG, "cc_image_back: not a live file-backed arena");
     fj_status st = in_room(a, off, n, "image space");
     if (st != FJ_OK || n == 0 || off + n <= a->meta_backed) return st;
@@ -72,8 +81,8 @@ fj_status cc_image_back(const cc_entry *e, uint64_t off, uint64_t n) {
     return FJ_OK;
 }
 
-fj_status cc_image_discard(const cc_entry *e, uint64_t off, uint64_t n, int truncate) {
-    cc_arena *a = e ? file_arena(e) : NULL;
+fj_status cc_image_discard(cc_arena *arena, uint64_t off, uint64_t n, int truncate) {
+    cc_arena *a = arena ? file_arena(arena) : NULL;
     if (!a) return fj_fail(FJ_ERR_INVALID_ARG, "cc_image_discard: not a live file-backed arena");
     fj_status st = in_room(a, off, truncate ? 0 : n, "image discard");
     if (st != FJ_OK) return st;
@@ -90,10 +99,9 @@ fj_status cc_image_discard(const cc_entry *e, uint64_t off, uint64_t n, int trun
     return FJ_OK;
 }
 
-void *cc_image_state(const cc_entry *e) { return ((const cc_rec *)e)->arena->image; }
+void *cc_image_state(const cc_arena *a) { return a->image; }
 
-void cc_image_set_state(const cc_entry *e, void *state, void (*free_fn)(void *)) {
-    cc_arena *a = ((const cc_rec *)e)->arena;
+void cc_image_set_state(cc_arena *a, void *state, void (*free_fn)(void *)) {
     a->image = state;
     a->image_free = free_fn;
 }

@@ -46,6 +46,7 @@ static void arena_free(void *p) {
     fj_free(s);
 }
 
+/* ctx: the arena (cc_arena *). */
 static fj_status back(void *ctx, uint64_t off, uint64_t n) { return cc_image_back(ctx, off, n); }
 
 static void discard(void *ctx, uint64_t off, uint64_t n, int truncate) {
@@ -55,9 +56,10 @@ static void discard(void *ctx, uint64_t off, uint64_t n, int truncate) {
 
 static int kernel_live(const void *tag) { return !cc_entry_removed(tag); }
 
-/* Under img_lock: e's arena's image, created at its first kernel. */
-static img_arena *arena_of(const cc_entry *e, const cc_image_info *info) {
-    img_arena *s = cc_image_state(e);
+/* Under img_lock: arena a's image, created at its first kernel (or, for
+ * a runtime's first arena, at the runtime's creation: rt_image_arena_early). */
+static img_arena *image_of(cc_arena *a, const cc_image_info *info) {
+    img_arena *s = cc_image_state(a);
     if (s) return s;
     uw_image_map m = {
         .hdr = info->hdr,
@@ -80,7 +82,7 @@ static img_arena *arena_of(const cc_entry *e, const cc_image_info *info) {
         fj_free(s);
         return NULL;
     }
-    cc_image_set_state(e, s, arena_free);
+    cc_image_set_state(a, s, arena_free);
     return s;
 }
 
@@ -88,7 +90,7 @@ static img_arena *arena_of(const cc_entry *e, const cc_image_info *info) {
 static void maybe_compact(img_arena *s, const cc_entry *e, const cc_image_info *info) {
     size_t dead = info->removed - s->removed_base;
     if (dead < COMPACT_MIN || 2 * dead < uw_image_count(s->im)) return;
-    if (uw_image_compact(s->im, kernel_live, (void *)e) != FJ_OK) {
+    if (uw_image_compact(s->im, kernel_live, cc_entry_arena(e)) != FJ_OK) {
         fj_log(1, "image: %s: compaction failed (removed kernels stay listed): %s", info->path,
                fj_last_error());
         return;
@@ -101,12 +103,13 @@ static void maybe_compact(img_arena *s, const cc_entry *e, const cc_image_info *
 /* Under img_lock. */
 static fj_status describe(const cc_entry *e, const uw_func *f, const uint8_t *code,
                           const cc_image_info *info) {
-    img_arena *s = arena_of(e, info);
+    cc_arena *ar = cc_entry_arena(e);
+    img_arena *s = image_of(ar, info);
     if (!s) return FJ_ERR_NO_MEMORY;
     uw_image_stats a, b;
     uw_image_get_stats(s->im, &a);
     maybe_compact(s, e, info);
-    fj_status st = uw_image_add(s->im, f, code, e, (void *)e);
+    fj_status st = uw_image_add(s->im, f, code, e, ar);
     uw_image_get_stats(s->im, &b);
     stats.rewrites += b.rewrites - a.rewrites;
     if (st != FJ_OK) return st;
@@ -146,6 +149,20 @@ void rt_image_kernel(const cc_entry *e, const uw_func *f, const uint8_t *code, i
         fj_log(1, "image: perf map: %s", fj_last_error());
     if (jitdump && (!code || uw_jitdump_add(f, code) != FJ_OK))
         fj_log(1, "image: jitdump: %s", code ? fj_last_error() : "no code bytes");
+}
+
+void rt_image_arena_early(const cc_arena_info *ai) {
+    cc_image_info info;
+    if (!ai || cc_arena_image(ai->arena, &info) != FJ_OK) return;
+    pthread_mutex_lock(&img_lock);
+    img_arena *s = image_of(ai->arena, &info);
+    uw_image_stats a, b;
+    if (s) uw_image_get_stats(s->im, &a);
+    if (s && uw_image_layout(s->im, ai->arena) == FJ_OK) {
+        uw_image_get_stats(s->im, &b);
+        stats.rewrites += b.rewrites - a.rewrites;
+    }
+    pthread_mutex_unlock(&img_lock);
 }
 
 void rt_image_get_stats(rt_image_stats *st) {

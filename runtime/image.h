@@ -22,6 +22,11 @@
 FJ_INTERNAL void rt_image_kernel(const cc_entry *e, const uw_func *f, const uint8_t *code,
                                  int perfmap, int jitdump);
 
+/* The image of arena ai laid out before its first kernel (the runtime's
+ * first arena, at the runtime's creation), so that kernel is only
+ * appended. Best effort: if it cannot, the first kernel does it. */
+FJ_INTERNAL void rt_image_arena_early(const cc_arena_info *ai);
+
 /* What the image writer did so far in this process (tests, bench). */
 typedef struct rt_image_stats {
     uint64_t images;        /* image versions written (kernels added, compactions) */

@@ -42,12 +42,15 @@ static fj_status arena_unwind_new(fj_runtime *rt, uint64_t id, uintptr_t lo, uin
     return uw_arena_create_at(rt->uw_backends, lo, hi, name, aux, aux_len, out);
 }
 
-/* Made together with the runtime's first code arena, so that the first
- * kernel only adds itself. Failing here is not an error: the first
- * kernel tries again (and reports it). */
+/* The first code arena's ELF image and unwind registration, made
+ * together with the runtime, so that its first kernel only adds itself.
+ * Failing here is not an error: the first kernel tries again (and
+ * reports it). */
 void rt_arena_unwind_early(fj_runtime *rt) {
     cc_arena_info ai;
-    if (!rt->uw_backends || !cc_current_arena(rt->cache, &ai) || ai.user) return;
+    if (!cc_current_arena(rt->cache, &ai)) return;
+    rt_image_arena_early(&ai);
+    if (!rt->uw_backends || ai.user) return;
     uw_arena *ua;
     if (arena_unwind_new(rt, ai.id, ai.lo, ai.hi, ai.aux, ai.aux_len, &ua) == FJ_OK)
         cc_arena_info_set_user(&ai, ua);

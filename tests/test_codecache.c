@@ -702,7 +702,7 @@ START_TEST(test_rw_view_populated) {
     ck_assert_int_eq(cc_entry_image(e, &ii), FJ_OK);
     size_t moff = 16 << 12, mlen = 16 << 12;
     ck_assert_uint_ge(ii.meta_room, moff + mlen);
-    ck_assert_int_eq(cc_image_back(e, moff, mlen), FJ_OK);
+    ck_assert_int_eq(cc_image_back(cc_entry_arena(e), moff, mlen), FJ_OK);
     f = store_faults((uintptr_t)ii.meta + moff, 0, mlen);
     ck_assert_msg(f <= 1, "%ld faults storing into %lu new metadata pages", f,
                   (unsigned long)(mlen / 4096));

@@ -345,6 +345,29 @@ START_TEST(image_matches_kernels) {
 }
 END_TEST
 
+/* A runtime lays out its first arena's image when it is created: the
+ * first kernel is appended to it (no whole rewrite on the caller's first
+ * call), and the image then describes it. */
+START_TEST(image_laid_out_with_runtime) {
+    rt_image_stats s0, s1, s2;
+    rt_image_get_stats(&s0);
+    fj_runtime *rt = make_rt();
+    rt_image_get_stats(&s1);
+    ck_assert_uint_eq(s1.rewrites - s0.rewrites, 1);
+    fj_kernel *k = make_kernel(rt, "img_first_kernel", 5);
+    rt_image_get_stats(&s2);
+    ck_assert_uint_eq(s2.rewrites, s1.rewrites);
+    ck_assert_uint_eq(s2.failures, s0.failures);
+    char path[512];
+    uintptr_t bias;
+    kdesc d[1] = {desc_of(k)};
+    ck_assert(kernel_file(k, path, sizeof path, &bias));
+    check_image(path, bias, d, 1, 0);
+    fj_kernel_release(k);
+    fj_runtime_destroy(rt);
+}
+END_TEST
+
 /* Once half of the kernels described have been removed (and at least 32),
  * the next kernel in the arena compacts the image: only live kernels stay,
  * with a new build-id. */
@@ -742,6 +765,7 @@ static Suite *suite(void) {
     TCase *t = tcase_create("image");
     tcase_set_timeout(t, 120);
     tcase_add_test(t, image_matches_kernels);
+    tcase_add_test(t, image_laid_out_with_runtime);
     tcase_add_test(t, image_compaction);
     tcase_add_test(t, image_write_failure);
     tcase_add_test(t, image_many_kernels);

@@ -137,18 +137,30 @@ START_TEST(test_arena_each_add) {
     ck_assert_int_eq(uw_arena_create(UW_ALL, (uintptr_t)s.p, (uintptr_t)s.p + s.len, "test", &a),
                      FJ_OK);
     const size_t gdb0 = gdb_entries();
+    uw_arena_stats st;
+    /* gdb's first object is made with the arena, unregistered until the
+     * first kernel goes into it. */
+    uw_arena_get_stats(a, &st);
+    ck_assert_int_eq(st.gdb_spare, 1);
+    ck_assert_uint_eq(st.gdb_objects, 0);
+    ck_assert_uint_gt(st.gdb_bytes, 0);
     srand(7);
     for (size_t i = 0; i < N; i++) {
         ASSERT_KNOWN(&ks[i], 0);
         uw_func f = kern_func(&ks[i]);
         ck_assert_msg(uw_arena_add(a, &f) == FJ_OK, "add %zu: %s", i, fj_last_error());
+        if (i == 0) {
+            uw_arena_get_stats(a, &st);
+            ck_assert_int_eq(st.gdb_spare, 0);
+            ck_assert_uint_eq(st.gdb_objects, 1);
+            ck_assert_uint_eq(gdb_entries() - gdb0, 1);
+        }
         ASSERT_KNOWN(&ks[i], 1);
         assert_walks(&ks[i], "newest");
         assert_walks(&ks[(size_t)rand() % (i + 1)], "older");
         if (i % 97 == 0 || i + 1 == N) ASSERT_CHECK(a);
     }
     for (size_t i = 0; i < N; i++) ASSERT_KNOWN(&ks[i], 1);
-    uw_arena_stats st;
     uw_arena_get_stats(a, &st);
     ck_assert_uint_eq(st.kernels, N);
     ck_assert_uint_le(st.gdb_objects, N / 256 + 5);  /* chunks of 16, 32, ... 256 */

@@ -104,6 +104,7 @@ typedef struct uw_arena_stats {
     size_t libunwind_bytes;  /* table entries + FDEs written */
     size_t gdb_bytes;        /* live ELF objects + the kernel copies they are built from */
     size_t gdb_objects;      /* entries this arena has in gdb's JIT list */
+    int gdb_spare;           /* gdb's first object, made with the arena, awaits its kernel */
 } uw_arena_stats;
 /* Memory the arena holds beyond the code itself (a == NULL: zeros). */
 FJ_INTERNAL void uw_arena_get_stats(const uw_arena *a, uw_arena_stats *st);
@@ -158,6 +159,10 @@ typedef struct uw_image_map {
 typedef struct uw_image uw_image;
 FJ_INTERNAL fj_status uw_image_new(const uw_image_map *m, uw_image **out);
 FJ_INTERNAL void uw_image_free(uw_image *im);  /* NULL ok; the file is left as it is */
+/* Writes the first version, without kernels, with the room the first
+ * kernels go into: ahead of them (at the arena's creation), so that the
+ * first kernel is only appended. Nothing to do once written. */
+FJ_INTERNAL fj_status uw_image_layout(uw_image *im, void *ctx);
 /* Describes f (name and records; code: its f->size bytes, hashed into the
  * build-id, may be NULL) in the file: appended in place, or the whole
  * metadata rewritten with more room when a section's room is full (so its

@@ -27,6 +27,7 @@ struct uw_arena {
     struct uw_unw_table *unw;
     struct uw_gdb_chunk **chunks;
     size_t nchunks, chunks_cap;
+    struct uw_gdb_chunk *spare; /* the first chunk, made with the arena (not in gdb's list) */
     uw_buf fde;               /* scratch: the FDE being added */
 };
 
@@ -69,6 +70,14 @@ static fj_status gdb_stage(uw_arena *a, const uw_func *f, struct uw_gdb_chunk **
         return st;
     if (a->nchunks && uw_gdb_chunk_stage(a->chunks[a->nchunks - 1], f, a->fde.p, a->fde.len))
         return FJ_OK;
+    /* The first kernel: into the chunk made with the arena, if it fits. */
+    if (!a->nchunks && a->spare) {
+        *fresh = a->spare;
+        a->spare = NULL;
+        if (uw_gdb_chunk_stage(*fresh, f, a->fde.p, a->fde.len)) return FJ_OK;
+        uw_gdb_chunk_free(*fresh);
+        *fresh = NULL;
+    }
     size_t k = CHUNK_FIRST << (a->nchunks < 5 ? a->nchunks : 5);
     if (k > CHUNK_MAX) k = CHUNK_MAX;
     size_t eh = k * FDE_GUESS, str = k * NAME_GUESS, name = strlen(f->name) + 1;
@@ -89,6 +98,7 @@ static fj_status gdb_stage(uw_arena *a, const uw_func *f, struct uw_gdb_chunk **
 static void arena_destroy(uw_arena *a) {
     /* Newest first, the reverse of registration. */
     while (a->nchunks) uw_gdb_chunk_free(a->chunks[--a->nchunks]);
+    uw_gdb_chunk_free(a->spare);
     uw_unw_table_destroy(a->unw);
     uw_gcc_table_destroy(a->gcc);
     fj_free(a->chunks);
@@ -135,6 +145,14 @@ fj_status uw_arena_create_at(unsigned backends, uintptr_t lo, uintptr_t hi, cons
     if (st != FJ_OK) arena_destroy(a);
     pthread_mutex_unlock(&arena_lock);
     if (st != FJ_OK) return st;
+    /* gdb's first object, made now rather than by the first kernel (an
+     * arena is made ahead of its kernels: the runtime's first one with the
+     * runtime). Not registered until a kernel is in it; if it cannot be
+     * made here, the first kernel makes it (and reports why not). */
+    if ((backends & UW_GDB) &&
+        uw_gdb_chunk_new(CHUNK_FIRST, CHUNK_FIRST * FDE_GUESS, CHUNK_FIRST * NAME_GUESS,
+                         &a->spare) != FJ_OK)
+        a->spare = NULL;
     fj_log(2, "unwind: arena %s at %#lx..%#lx (%s%s%s)", name, (unsigned long)lo,
            (unsigned long)hi, a->gcc ? " libgcc" : "", a->unw ? " libunwind" : "",
            backends & UW_GDB ? " gdb" : "");
@@ -192,6 +210,8 @@ void uw_arena_get_stats(const uw_arena *a, uw_arena_stats *st) {
     st->gdb_objects = a->nchunks;
     st->gdb_bytes = a->chunks_cap * sizeof *a->chunks + a->fde.cap;
     for (size_t i = 0; i < a->nchunks; i++) st->gdb_bytes += uw_gdb_chunk_bytes(a->chunks[i]);
+    if (a->spare) st->gdb_bytes += uw_gdb_chunk_bytes(a->spare);
+    st->gdb_spare = a->spare != NULL;
 }
 
 fj_status uw_arena_check(const uw_arena *a) {

@@ -541,6 +541,10 @@ out:
 
 /* ---- Adding kernels, compacting ---------------------------------------------- */
 
+fj_status uw_image_layout(uw_image *im, void *ctx) {
+    return im->written ? FJ_OK : rewrite(im, NULL, 0, 0, ctx);
+}
+
 fj_status uw_image_add(uw_image *im, const uw_func *f, const uint8_t *code, const void *tag,
                        void *ctx) {
     fj_status st = uw_check_func(f);
