@@ -357,9 +357,10 @@ fj_status gemm_run(const gemm_plan *p, const float *a, const float *b, const flo
     int64_t nchunks = 1;
     if (threads > 1) {
         /* Split the dimension with more tiles into `threads` chunks of
-         * whole tiles. */
+         * whole tiles; n first when the plan says so (split_n) and it has
+         * a panel per thread. */
         int64_t tm = cdiv(p->m, p->mr), tn = cdiv(p->n, p->nr);
-        if (tm >= tn) {
+        if (tm >= tn && !(p->split_n && tn >= threads)) {
             int64_t per = cdiv(tm, threads);
             x->mstep = per * p->mr;
             nchunks = cdiv(p->m, x->mstep);

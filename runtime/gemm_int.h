@@ -24,6 +24,7 @@ typedef struct gemm_plan {
     int threads;                 /* how many threads the problem is worth */
     int share_b;                 /* rows split over threads: pack B once, shared */
     int rpt;                     /* ... in this many row chunks per thread */
+    int split_n;                 /* threads take column panels rather than rows */
     size_t scratch;              /* floats of packing buffer per running chunk */
     kg_gemm_cfg cfg;
     fj_kernel *kern;             /* a reference, dropped by gemm_plan_release */

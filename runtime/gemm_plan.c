@@ -32,6 +32,7 @@ typedef struct gemm_tune {
     long shortk;          /* k up to which wide problems take the 6 x 64 tile */
     long shared_min;      /* m*n*k from which threads share one packed B */
     int rpt;              /* shared B: row chunks per thread */
+    int split_n;          /* threads split n, not m (-1 auto, 0 never, 1 when possible) */
 } gemm_tune;
 
 static gemm_tune tune;
@@ -48,7 +49,7 @@ static void tune_parse(const char *e) {
         .l1_ways = ways > 0 && ways < 64 ? (int)ways : 8,
         .mr512 = 0, .nv512 = 2, .mr2 = 0, .nv2 = 2, .unroll = 4, .pf_a = 1024, .pf_c = 2,
         .b_copy = 1, .bpf_rows = 8, .shortk = 256, .direct = -1, .da = -1, .db = -1, .a_reg = -1,
-        .mt_flops = 1L << 20, .shared_min = 1L << 36, .rpt = 8,
+        .mt_flops = 1L << 20, .shared_min = 1L << 36, .rpt = 8, .split_n = -1,
     };
     while (e && *e) {
         char key[16];
@@ -74,6 +75,7 @@ static void tune_parse(const char *e) {
         else if (!strcmp(key, "shortk")) tune.shortk = v;
         else if (!strcmp(key, "shared")) tune.shared_min = v;
         else if (!strcmp(key, "rpt")) tune.rpt = v > 0 ? (int)v : 1;
+        else if (!strcmp(key, "splitn")) tune.split_n = (int)v;
         else if (!strcmp(key, "ways")) tune.l1_ways = v > 0 && v < 64 ? (int)v : 8;
         e += used;
         if (*e == ',') e++;
@@ -486,6 +488,16 @@ static fj_status plan_make(fj_runtime *rt, gemm_plan *p, int ta, int tb, int64_t
     p->share_b = !p->direct_b && ((double)m * (double)n * (double)k >= (double)tune.shared_min ||
                                   k < 128);
     p->rpt = tune.rpt;
+    /* Threads that split the rows each pack all of B (k x n) and read half
+     * of A in place; split by column panels, each packs half of B and
+     * reads all of A. Packing (a copy) costs more than reading, so with
+     * n >= m the columns go first (2 threads, rows -> columns: 128^3 +3%,
+     * 512^3 +2.5%, 256^3, 1024^3 +1%, 2048^3 +2%, 256x1024x256 +6%,
+     * 512x768x512 +2.5%; 1536^3, 100x1000x300, 200x3000x200 within 1%).
+     * Not with B read in place (nothing packed) or shared (short k, very
+     * large problems: one packing for all threads already). */
+    p->split_n = tune.split_n >= 0 ? tune.split_n && !p->share_b
+                                   : !p->share_b && !p->direct_b && n >= m;
     p->whole = p->threads == 1 && p->direct_a && p->direct_b && k > 0 && k <= p->kc &&
                m % p->mr == 0 && n % p->nr == 0 && n <= p->nc;
 

@@ -168,14 +168,20 @@ START_TEST(beta_zero_and_k_zero) {
 }
 END_TEST
 
-/* Large enough to split across threads and k blocks with default knobs. */
+/* Large enough to split across threads and k blocks with default knobs:
+ * rows (m > n), column panels (n > m, or forced), rows with B shared. */
 START_TEST(threads_bitwise) {
     fj_runtime *rt1 = fjt_runtime(FJ_ISA_AUTO, 1), *rt2 = fjt_runtime(FJ_ISA_AUTO, 2);
     seed(5);
-    static const char *tunes[] = {NULL, "shared=1", "shared=1,rpt=1", "shared=1,rpt=64"};
-    for (int tr = 0; tr < 16; tr++) {
-        gcase t = {.ta = tr & 1, .tb = tr >> 1 & 1, .m = 301, .n = 277, .k = 293, .alpha = 0.5f,
-                   .beta = -1, .tune = tunes[tr >> 2]};
+    static const struct {
+        const char *tune;
+        int wide;   /* n > m */
+    } v[] = {{NULL, 0},     {"shared=1", 0}, {"shared=1,rpt=1", 0}, {"shared=1,rpt=64", 0},
+             {NULL, 1},     {"splitn=0", 1}, {"splitn=1", 0}};
+    for (int tr = 0; tr < 4 * (int)(sizeof v / sizeof v[0]); tr++) {
+        const int w = v[tr >> 2].wide;
+        gcase t = {.ta = tr & 1, .tb = tr >> 1 & 1, .m = w ? 277 : 301, .n = w ? 301 : 277,
+                   .k = 293, .alpha = 0.5f, .beta = -1, .tune = v[tr >> 2].tune};
         t.lda = (t.ta ? t.m : t.k) + 3;
         t.ldb = (t.tb ? t.k : t.n);
         t.ldc = t.n + 2;
