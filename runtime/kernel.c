@@ -46,7 +46,7 @@ static fj_status arena_unwind_new(fj_runtime *rt, uint64_t id, uintptr_t lo, uin
  * together with the runtime, so that its first kernel only adds itself.
  * Failing here is not an error: the first kernel tries again (and
  * reports it). */
-void rt_arena_unwind_early(fj_runtime *rt) {
+void rt_arena_early(fj_runtime *rt) {
     cc_arena_info ai;
     if (!cc_current_arena(rt->cache, &ai)) return;
     rt_image_arena_early(&ai);

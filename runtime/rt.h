@@ -65,8 +65,9 @@ struct fj_runtime {
 FJ_INTERNAL void rt_kernel_free(fj_kernel *k);
 /* The code cache's retire hook: destroys the arena's unwind registration. */
 FJ_INTERNAL void rt_arena_retire(void *ctx, const cc_arena_info *a);
-/* The first arena's unwind registration, made at runtime creation. */
-FJ_INTERNAL void rt_arena_unwind_early(fj_runtime *rt);
+/* The first arena's ELF image and unwind registration, made at runtime
+ * creation. */
+FJ_INTERNAL void rt_arena_early(fj_runtime *rt);
 
 /* Installs the fork handlers (fork.c), once per process. */
 FJ_INTERNAL void rt_fork_init(void);

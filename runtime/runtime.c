@@ -119,7 +119,7 @@ fj_status fj_runtime_create(const fj_options *opts, fj_runtime **out) {
     /* [cache] eviction hooks; also makes rt live, where fork's handlers
      * take its locks (initialized above). */
     rt_kcache_init(rt);
-    rt_arena_unwind_early(rt);
+    rt_arena_early(rt);
 #if FJ_FP_TAX_PROBE
     if (rt->features & KB_NOFP)
         fj_log(1, "runtime: frame-pointer tax probe: kernels use rbp as a GPR, not verified");

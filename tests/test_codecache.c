@@ -613,37 +613,6 @@ END_TEST
  * and counting the process's minor faults (without the populating: one
  * per page of a new step). */
 
-/* The RW view of the arena holding e (the file's mapping at offset 0 with
- * write access) and the file offset of its code (the RX view's offset). */
-static int rw_view_of(const cc_entry *e, uintptr_t *rw, uint64_t *code_off) {
-    FILE *f = fopen("/proc/self/maps", "r");
-    if (!f) return 0;
-    char line[512], path[256] = "";
-    int got = 0;
-    *rw = 0;
-    while (fgets(line, sizeof line, f)) {
-        unsigned long lo, hi, off;
-        char perm[8], file[256] = "";
-        if (sscanf(line, "%lx-%lx %7s %lx %*s %*s %255s", &lo, &hi, perm, &off, file) < 4)
-            continue;
-        if (e->start >= lo && e->start < hi && perm[2] == 'x') {
-            snprintf(path, sizeof path, "%s", file);
-            *code_off = off + (e->arena_lo - lo);
-            got = 1;
-        }
-    }
-    rewind(f);
-    while (got && fgets(line, sizeof line, f)) {
-        unsigned long lo, hi, off;
-        char perm[8], file[256] = "";
-        if (sscanf(line, "%lx-%lx %7s %lx %*s %*s %255s", &lo, &hi, perm, &off, file) == 5 &&
-            perm[1] == 'w' && off == 0 && !strcmp(file, path))
-            *rw = lo;
-    }
-    fclose(f);
-    return got && *rw;
-}
-
 /* Minor faults taken by storing into each page of [rw, rw + len) the byte
  * the executable view shows at rx (read first, outside the count), or 0
  * with rx = 0 (fresh metadata pages): the stores change nothing and read
@@ -682,10 +651,11 @@ START_TEST(test_rw_view_populated) {
     }
     cc_cache *c = make(1, 0);
     cc_entry *e = place_val(c, 1);
-    uintptr_t rw;
-    uint64_t code_off;
-    ck_assert_msg(rw_view_of(e, &rw, &code_off), "no RW view of the arena in /proc/self/maps");
-    uintptr_t code = rw + code_off;
+    /* The RW view starts with the header page (file offset 0). */
+    cc_image_info ii;
+    ck_assert_int_eq(cc_entry_image(e, &ii), FJ_OK);
+    const uint64_t code_off = ii.code_off;
+    const uintptr_t code = (uintptr_t)ii.hdr + code_off;
     /* The arena's first file step (64 KiB of the file, the code's share of
      * it), from its creation. */
     long f = store_faults(code, e->arena_lo, (64 << 10) - code_off);
@@ -701,8 +671,6 @@ START_TEST(test_rw_view_populated) {
                   (unsigned long)(len / 4096));
     ck_assert_int_eq(call(big), 2);
     /* New room for the image's metadata (cc_image_back) is populated too. */
-    cc_image_info ii;
-    ck_assert_int_eq(cc_entry_image(e, &ii), FJ_OK);
     size_t moff = 16 << 12, mlen = 16 << 12;
     ck_assert_uint_ge(ii.meta_room, moff + mlen);
     ck_assert_int_eq(cc_image_back(cc_entry_arena(e), moff, mlen), FJ_OK);
