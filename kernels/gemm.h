@@ -64,13 +64,14 @@ typedef struct kg_gemm_args {
     int32_t beta_zero, post;
     uint32_t kmask[4];       /* AVX-512: lanes of vector v to load/store */
     uint32_t kmask_c[4];     /* AVX-512: lanes of C to read (0 if beta_zero) */
-    int32_t ymask[4][8];     /* AVX2: the same as -1/0 lane masks */
     const float *b_src;      /* copy_b: B(0, 0) of the panel, row-major, ldb apart */
     int32_t copy_b;          /* b_copy kernels: the first tile reads B from b_src
                                 (a full panel) and writes the packed panel to
                                 b as it goes; the other tiles read b */
     int32_t store;           /* KG_STORE_*: alpha/beta special cases (no post) */
     int64_t b_src_pf;        /* copy_b: prefetch distance ahead of b_src, bytes */
+    int32_t ymask[4][8];     /* AVX2: the kmask lanes as -1/0 lane masks (last: an
+                                AVX-512 call copies the fields before them only) */
 } kg_gemm_args;
 
 /* C update of kg_gemm_args.store when post is 0. */

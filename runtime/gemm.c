@@ -14,6 +14,7 @@
  * Chunks are fixed blocks of C; every C element is computed by the same
  * sequence of operations whatever the chunking, so results do not depend
  * on the thread count. */
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -299,29 +300,42 @@ static void run_chunk(void *ctx, int64_t idx) {
     run_chunk_buf(x, idx, buf);
 }
 
-/* A plan with `whole` set: the kernel calls straight from here (for small
- * GEMMs the general path's bookkeeping costs as much as their arithmetic).
- * The same calls as run_chunk_buf would make, so the same results. */
+void gemm_plan_set_ab(gemm_plan *p, float alpha, float beta) {
+    p->alpha = alpha;
+    p->beta = beta;
+    if (!p->whole) return;
+    kg_gemm_args *g = &p->whole_args;
+    memset(g, 0, sizeof *g);
+    g->kc = p->k;
+    g->alpha = alpha;
+    g->beta = beta;
+    g->beta_zero = beta == 0.0f;
+    g->post = p->has_post;
+    g->store = store_kind(g);
+    g->ldc = p->ldc * 4;
+    g->c_tile = p->mr * p->ldc * 4;
+    g->ntiles = p->m / p->mr;
+    g->last_rows = p->mr;
+    g->lda = p->lda * 4;
+    g->a_tile = p->ta ? p->mr * 4 : p->mr * p->lda * 4;
+    g->ldb = p->ldb * 4;
+    set_masks(g, p->lanes, p->nv, p->nr); /* whole panels only */
+}
+
+/* A plan with `whole` set: the kernel calls straight from here with the
+ * plan's own arguments (for small GEMMs the general path's bookkeeping
+ * costs as much as their arithmetic; working the arguments out on each
+ * call was a twentieth of a 32^3 call). The same calls as run_chunk_buf
+ * would make, so the same results. */
 static void run_whole(const gemm_plan *p, const float *a, const float *b, const float *bias,
                       float *c) {
     kg_gemm_fn fn = (kg_gemm_fn)rt_kernel_fn(p->kern);
     kg_gemm_args g;
-    g.kc = p->k;
-    g.alpha = p->alpha;
-    g.beta = p->beta;
-    g.beta_zero = p->beta == 0.0f;
-    g.post = p->has_post;
-    g.store = store_kind(&g);
-    g.copy_b = 0;
-    g.ldc = p->ldc * 4;
-    g.c_tile = p->mr * p->ldc * 4;
-    g.ntiles = p->m / p->mr;
-    g.last_rows = p->mr;
-    g.lda = p->lda * 4;
-    g.a_tile = p->ta ? p->mr * 4 : p->mr * p->lda * 4;
-    g.ldb = p->ldb * 4;
+    /* Field by field (a struct copy is rep movsq, slow to start), and the
+     * AVX2 masks only for AVX2. */
+    memcpy(&g, &p->whole_args, offsetof(kg_gemm_args, ymask));
+    if (p->lanes == 8) memcpy(g.ymask, p->whole_args.ymask, sizeof g.ymask);
     g.a = a;
-    set_masks(&g, p->lanes, p->nv, p->nr); /* whole panels only */
     for (int64_t j = 0; j < p->n; j += p->nr) {
         g.b = b + j;
         g.c = c + j;
@@ -331,13 +345,11 @@ static void run_whole(const gemm_plan *p, const float *a, const float *b, const 
     __asm__ volatile("" ::: "memory"); /* no tail call */
 }
 
-fj_status gemm_run(const gemm_plan *p, const float *a, const float *b, const float *bias,
-                   float *c, int threads) {
-    if (p->m == 0 || p->n == 0) return FJ_OK;
-    if (p->whole) {
-        run_whole(p, a, b, bias, c);
-        return FJ_OK;
-    }
+/* A plan that is not whole: blocks, packing, threads. */
+static __attribute__((noinline)) fj_status run_blocks(const gemm_plan *p, const float *a,
+                                                      const float *b, const float *bias,
+                                                      float *c) {
+    int threads = rt_threads(p->rt);
     /* The caller's buffer first: if even that fails, C is untouched. */
     float *buf = gemm_scratch(p->scratch);
     if (!buf) return fj_fail(FJ_ERR_NO_MEMORY, "gemm: cannot allocate %zu bytes of packing "
@@ -381,6 +393,19 @@ fj_status gemm_run(const gemm_plan *p, const float *a, const float *b, const flo
     for (int64_t i = 0; i < nchunks; i++)
         if (atomic_load(&x->failed[i])) run_chunk_buf(x, i, buf);
     return FJ_OK;
+}
+
+/* C = act(alpha*op(A)*op(B) + beta*C + bias) on the runtime's threads.
+ * Inline: a small GEMM goes from the entry point to its kernel calls
+ * without another frame. */
+static inline fj_status gemm_run(const gemm_plan *p, const float *a, const float *b,
+                                 const float *bias, float *c) {
+    if (p->m == 0 || p->n == 0) return FJ_OK;
+    if (p->whole) {
+        run_whole(p, a, b, bias, c);
+        return FJ_OK;
+    }
+    return run_blocks(p, a, b, bias, c);
 }
 
 /* ---- validation ------------------------------------------------------- */
@@ -460,10 +485,10 @@ fj_status fj_gemm_f32(fj_runtime *rt, char transa, char transb, int64_t m, int64
         if (s != FJ_OK) return s;
     }
     uint64_t t0 = rt_exec_begin();
-    s = gemm_run(p, a, b, NULL, c, rt_threads(rt));
+    s = gemm_run(p, a, b, NULL, c);
     rt_exec_end(t0, "fj_gemm_f32", "m=%lld n=%lld k=%lld", (long long)m, (long long)n,
                 (long long)k);
-    gemm_plan_unborrow(lent);
+    if (lent) gemm_plan_unborrow(lent);
     return s;
 }
 
@@ -508,7 +533,7 @@ fj_status fj_gemm_execute(const fj_gemm *g, const float *a, const float *b, cons
         return fj_fail(FJ_ERR_INVALID_ARG, "fj_gemm_execute: bias is NULL but the descriptor "
                        "has has_bias");
     uint64_t t0 = rt_exec_begin();
-    s = gemm_run(p, a, b, g->has_bias ? bias : NULL, c, rt_threads(p->rt));
+    s = gemm_run(p, a, b, g->has_bias ? bias : NULL, c);
     rt_exec_end(t0, "fj_gemm_execute", "m=%lld n=%lld k=%lld", (long long)p->m,
                 (long long)p->n, (long long)p->k);
     return s;

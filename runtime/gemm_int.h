@@ -28,6 +28,9 @@ typedef struct gemm_plan {
     size_t scratch;              /* floats of packing buffer per running chunk */
     kg_gemm_cfg cfg;
     fj_kernel *kern;             /* a reference, dropped by gemm_plan_release */
+    kg_gemm_args whole_args;     /* whole plans: the kernel's arguments but the
+                                    pointers, for this alpha and beta
+                                    (gemm_plan_set_ab) */
 } gemm_plan;
 
 /* Fills p for the problem (dimensions already validated) and acquires its
@@ -58,9 +61,10 @@ FJ_INTERNAL void gemm_plan_release(gemm_plan *p);
 /* The C updates (KG_STORES bits) the driver asks of p's kernel for this
  * alpha and beta (gemm.c). */
 FJ_INTERNAL int gemm_plan_stores(const gemm_plan *p, float alpha, float beta);
-/* C = act(alpha*op(A)*op(B) + beta*C + bias) with up to `threads` threads. */
-FJ_INTERNAL fj_status gemm_run(const gemm_plan *p, const float *a, const float *b,
-                               const float *bias, float *c, int threads);
+/* Gives p this alpha and beta (and a whole plan the kernel arguments that
+ * go with them: a small GEMM's call copies them rather than working them
+ * out, gemm.c). */
+FJ_INTERNAL void gemm_plan_set_ab(gemm_plan *p, float alpha, float beta);
 
 /* Test hook: replaces the blocking knobs (as FRAMEJIT_GEMM_TUNE would,
  * e.g. "da=0,db=0,kc=16") for plans made afterwards; NULL = defaults.

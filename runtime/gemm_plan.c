@@ -309,8 +309,7 @@ fj_status gemm_plan_borrow(fj_runtime *rt, const gemm_plan **out, fj_kernel **le
         if (s != FJ_OK) return s;
         *lent = p->kern;
     }
-    p->alpha = alpha;
-    p->beta = beta;
+    gemm_plan_set_ab(p, alpha, beta);
     *out = p;
     return FJ_OK;
 }
@@ -319,9 +318,13 @@ const gemm_plan *gemm_plan_repeat(fj_runtime *rt, int ta, int tb, int64_t m, int
                                   int64_t k, int64_t lda, int64_t ldb, int64_t ldc, float alpha,
                                   float beta) {
     gemm_plan *p = memo_find(rt, ta, tb, m, n, k, lda, ldb, ldc, 0, 0, 0.0f, 0.0f);
-    if (!p || !p->kern || stores_missing(p, alpha, beta)) return NULL;
-    p->alpha = alpha;
-    p->beta = beta;
+    if (!p || !p->kern) return NULL;
+    /* The same alpha and beta as the last call (bit for bit): nothing to
+     * redo. */
+    if (!memcmp(&alpha, &p->alpha, sizeof alpha) && !memcmp(&beta, &p->beta, sizeof beta))
+        return p;
+    if (stores_missing(p, alpha, beta)) return NULL;
+    gemm_plan_set_ab(p, alpha, beta);
     return p;
 }
 

@@ -68,6 +68,45 @@ START_TEST(repeat_shapes) {
 }
 END_TEST
 
+/* One runtime, one whole-tile shape (the kernel called straight from the
+ * entry point with the arguments kept in the plan), alpha and beta changed
+ * from call to call: each call must run with its own alpha and beta, the
+ * C lanes it reads and the C update it asks for (the plan's kept
+ * arguments follow them). */
+START_TEST(repeat_whole_alpha_beta) {
+    seed(9);
+    static const float ab[][2] = {{1, 0},   {1, 1}, {0.5f, 0}, {1, 0},    {-2, 0.25f},
+                                  {1, 1},   {1, 0}, {0, 1},    {1, -1.5f}, {1, 0}};
+    static const int64_t dims[][3] = {{32, 32, 32}, {16, 16, 16}, {24, 48, 7}};
+    for (int isa = 0; isa < 2; isa++) {
+        fj_runtime *rt = fjt_runtime(isa ? FJ_ISA_AVX2 : FJ_ISA_AVX512, 1);
+        if (!rt) continue;
+        for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++)
+            for (int round = 0; round < 2; round++)
+                for (size_t i = 0; i < sizeof ab / sizeof ab[0]; i++) {
+                    gcase t = {.m = dims[d][0], .n = dims[d][1], .k = dims[d][2],
+                               .alpha = ab[i][0], .beta = ab[i][1]};
+                    t.lda = t.k;
+                    t.ldb = t.n;
+                    t.ldc = t.n;
+                    char what[256];
+                    case_str(&t, what, sizeof what);
+                    gbufs g;
+                    bufs_make(&t, &g);
+                    fj_status s = fj_gemm_f32(rt, 'N', 'N', t.m, t.n, t.k, t.alpha, g.a, t.lda,
+                                              g.b, t.ldb, t.beta, g.c, t.ldc);
+                    ck_assert_msg(s == FJ_OK, "%s: %s", what, fj_last_error());
+                    check_result(&t, &g, g.c, NULL, 0, 0, 0, what);
+                    bufs_free(&g);
+                    const gemm_plan *p = gemm_plan_repeat(rt, 0, 0, t.m, t.n, t.k, t.lda, t.ldb,
+                                                          t.ldc, t.alpha, t.beta);
+                    ck_assert_msg(p && p->whole, "%s: not a whole plan", what);
+                }
+        fj_runtime_destroy(rt);
+    }
+}
+END_TEST
+
 /* A call repeating the shape of the thread's last one skips the size
  * checks (the shape was valid), never the rest: NULL operands and bad
  * trans characters still fail, C untouched, and the next good call
@@ -382,6 +421,7 @@ static Suite *suite(void) {
     tcase_set_timeout(tc, 240);
     tcase_add_test(tc, repeat_shapes);
     tcase_add_test(tc, repeat_still_checks);
+    tcase_add_test(tc, repeat_whole_alpha_beta);
     tcase_add_test(tc, store_kinds);
     tcase_add_test(tc, memo_refs);
     tcase_add_test(tc, memo_threads);
