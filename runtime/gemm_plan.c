@@ -210,11 +210,16 @@ static fj_status plan_make(fj_runtime *rt, gemm_plan *p, int ta, int tb, int64_t
 /* This thread's memo plan if it is the plan of these inputs (on this very
  * runtime), else NULL. Field by field: cheaper than building the inputs
  * and comparing them whole, which a 16^3 call noticed. */
-static gemm_plan *memo_find(fj_runtime *rt, int ta, int tb, int64_t m, int64_t n, int64_t k,
-                            int64_t lda, int64_t ldb, int64_t ldc, int has_bias, int act,
-                            float act_alpha, float act_beta) {
-    const plan_inputs *i = &memo.in;
-    if (i->rt != rt || memo.serial != rt->serial || i->m != m || i->n != n || i->k != k ||
+static inline __attribute__((always_inline)) gemm_plan *
+memo_find(fj_runtime *rt, int ta, int tb, int64_t m, int64_t n, int64_t k, int64_t lda,
+          int64_t ldb, int64_t ldc, int has_bias, int act, float act_alpha, float act_beta) {
+    /* The thread's memo found once: the compiler would ask the TLS
+     * descriptor again for each access (three calls in a repeated call's
+     * path), had the asm not made the address opaque to it. */
+    __typeof__(memo) *mm = &memo;
+    __asm__("" : "+r"(mm));
+    const plan_inputs *i = &mm->in;
+    if (i->rt != rt || mm->serial != rt->serial || i->m != m || i->n != n || i->k != k ||
         i->lda != lda || i->ldb != ldb || i->ldc != ldc || i->ta != ta || i->tb != tb ||
         i->has_bias != has_bias || i->act != act ||
         i->gen != atomic_load_explicit(&tune_gen, memory_order_relaxed))
@@ -222,7 +227,7 @@ static gemm_plan *memo_find(fj_runtime *rt, int ta, int tb, int64_t m, int64_t n
     if (act && (memcmp(&i->act_alpha, &act_alpha, sizeof act_alpha) ||
                 memcmp(&i->act_beta, &act_beta, sizeof act_beta)))
         return NULL;
-    return &memo.p;
+    return &mm->p;
 }
 
 /* Plans the problem and makes it this thread's memo. *lent: the kernel's
