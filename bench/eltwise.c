@@ -1,8 +1,9 @@
 /* eltwise.c (bench): element-wise kernels against oneDNN's eltwise
  * primitive (created once, executed in the loop) and a plain C loop (libm),
  * one thread, interleaved repetitions (each the best of a few short blocks),
- * medians; plus kernel generation time
- * (first call in a fresh runtime minus a warm call). */
+ * medians; plus kernel generation time (first call in a fresh runtime
+ * minus a warm call), beside oneDNN's primitive creation with its
+ * primitive cache off. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,24 +57,59 @@ typedef struct dnn {
     dnnl_memory_t src, dst;
 } dnn;
 
+/* The eltwise primitive of alg over n floats (its descriptors made and
+ * dropped) and its memory descriptor. */
+static dnnl_status_t dnn_prim(dnnl_engine_t eng, int alg, float alpha, float beta, size_t n,
+                              dnnl_primitive_t *prim, dnnl_memory_desc_t *md) {
+    dnnl_dims_t dims = {(dnnl_dim_t)n};
+    dnnl_eltwise_desc_t ed;
+    dnnl_primitive_desc_t pd;
+    dnnl_status_t st = dnnl_memory_desc_init_by_tag(md, 1, dims, dnnl_f32, dnnl_a);
+    if (st == dnnl_success)
+        st = dnnl_eltwise_forward_desc_init(&ed, dnnl_forward_inference, (dnnl_alg_kind_t)alg, md,
+                                            alpha, beta);
+    if (st == dnnl_success) st = dnnl_primitive_desc_create(&pd, &ed, NULL, eng, NULL);
+    if (st != dnnl_success) return st;
+    st = dnnl_primitive_create(prim, pd);
+    dnnl_primitive_desc_destroy(pd);
+    return st;
+}
+
 static int dnn_make(dnn *d, int alg, float alpha, float beta, float *src, float *dst, size_t n) {
     memset(d, 0, sizeof *d);
     if (dnnl_engine_create(&d->eng, dnnl_cpu, 0) != dnnl_success) return 0;
     if (dnnl_stream_create(&d->st, d->eng, dnnl_stream_default_flags) != dnnl_success) return 0;
-    dnnl_dims_t dims = {(dnnl_dim_t)n};
     dnnl_memory_desc_t md;
-    dnnl_eltwise_desc_t ed;
-    dnnl_primitive_desc_t pd;
-    if (dnnl_memory_desc_init_by_tag(&md, 1, dims, dnnl_f32, dnnl_a) != dnnl_success) return 0;
-    if (dnnl_eltwise_forward_desc_init(&ed, dnnl_forward_inference, (dnnl_alg_kind_t)alg, &md, alpha,
-                                       beta) != dnnl_success)
-        return 0;
-    if (dnnl_primitive_desc_create(&pd, &ed, NULL, d->eng, NULL) != dnnl_success) return 0;
-    int ok = dnnl_primitive_create(&d->prim, pd) == dnnl_success;
-    dnnl_primitive_desc_destroy(pd);
-    ok = ok && dnnl_memory_create(&d->src, &md, d->eng, src) == dnnl_success;
+    if (dnn_prim(d->eng, alg, alpha, beta, n, &d->prim, &md) != dnnl_success) return 0;
+    int ok = dnnl_memory_create(&d->src, &md, d->eng, src) == dnnl_success;
     ok = ok && dnnl_memory_create(&d->dst, &md, d->eng, dst) == dnnl_success;
     return ok;
+}
+
+/* oneDNN's kernel generation for ec: creating the primitive with its
+ * primitive cache off (each creation makes the kernel again), CPU time,
+ * median over `reps` creations after an untimed one; 0 if it cannot. */
+static double dnn_gen_us(const elt_case *ec, int reps) {
+    int cap = -1, m = 0;
+    double v[64];
+    dnnl_engine_t eng;
+    if (!ec->dnnl_alg || dnnl_engine_create(&eng, dnnl_cpu, 0) != dnnl_success) return 0;
+    if (dnnl_get_primitive_cache_capacity(&cap) == dnnl_success &&
+        dnnl_set_primitive_cache_capacity(0) == dnnl_success) {
+        for (int rep = 0; rep <= reps && rep < 64; rep++) {
+            dnnl_primitive_t prim = NULL;
+            dnnl_memory_desc_t md;
+            double c0 = bench_cpu_ns();
+            dnnl_status_t st = dnn_prim(eng, ec->dnnl_alg, ec->alpha, ec->beta, 1024, &prim, &md);
+            double c1 = bench_cpu_ns();
+            if (prim) dnnl_primitive_destroy(prim);
+            if (st != dnnl_success) break;
+            if (rep) v[m++] = (c1 - c0) / 1e3; /* the first sets up more than the kernel */
+        }
+        dnnl_set_primitive_cache_capacity(cap);
+    }
+    dnnl_engine_destroy(eng);
+    return m ? bench_median(v, m) : 0;
 }
 
 static void dnn_run(dnn *d) {
@@ -180,7 +216,12 @@ static void gen_time(const bench_ctx *c, const elt_case *ec) {
     char name[64];
     snprintf(name, sizeof name, "generate %s", ec->name);
     bench_row("eltwise", name, "framejit", bench_median(v, reps), "us", 0);
-    bench_row("eltwise", name, "framejit cpu", bench_median(vc, reps), "us", 0);
+    const double fj_cpu = bench_median(vc, reps);
+    bench_row("eltwise", name, "framejit cpu", fj_cpu, "us", 0);
+#ifdef FJ_BENCH_DNNL
+    const double d = dnn_gen_us(ec, reps);
+    if (d > 0) bench_row("eltwise", name, "onednn create cpu", d, "us", fj_cpu > 0 ? d / fj_cpu : 0);
+#endif
 }
 
 void bench_eltwise(const bench_ctx *c) {

@@ -284,6 +284,46 @@ out:
     free(g.c);
 }
 
+#ifdef FJ_BENCH_DNNL
+/* oneDNN's kernel generation for a new GEMM shape: creating a matmul
+ * primitive (dnnl_sgemm has no creation step: it makes its kernels on its
+ * first call in a process) with the primitive cache off, so that each
+ * creation makes its kernels again. CPU time, median over `reps`
+ * creations after an untimed one; 0 if it cannot. */
+static double dnn_matmul_gen_us(shape s, int reps) {
+    int cap = -1, m = 0;
+    double v[32];
+    dnnl_engine_t eng;
+    dnnl_memory_desc_t a, b, c;
+    dnnl_dims_t da = {s.m, s.k}, db = {s.k, s.n}, dc = {s.m, s.n};
+    if (dnnl_memory_desc_init_by_tag(&a, 2, da, dnnl_f32, dnnl_ab) != dnnl_success ||
+        dnnl_memory_desc_init_by_tag(&b, 2, db, dnnl_f32, dnnl_ab) != dnnl_success ||
+        dnnl_memory_desc_init_by_tag(&c, 2, dc, dnnl_f32, dnnl_ab) != dnnl_success ||
+        dnnl_engine_create(&eng, dnnl_cpu, 0) != dnnl_success)
+        return 0;
+    if (dnnl_get_primitive_cache_capacity(&cap) == dnnl_success &&
+        dnnl_set_primitive_cache_capacity(0) == dnnl_success) {
+        for (int rep = 0; rep <= reps && rep < 32; rep++) {
+            dnnl_matmul_desc_t md;
+            dnnl_primitive_desc_t pd = NULL;
+            dnnl_primitive_t prim = NULL;
+            double c0 = bench_cpu_ns();
+            dnnl_status_t st = dnnl_matmul_desc_init(&md, &a, &b, NULL, &c);
+            if (st == dnnl_success) st = dnnl_primitive_desc_create(&pd, &md, NULL, eng, NULL);
+            if (st == dnnl_success) st = dnnl_primitive_create(&prim, pd);
+            double c1 = bench_cpu_ns();
+            if (prim) dnnl_primitive_destroy(prim);
+            if (pd) dnnl_primitive_desc_destroy(pd);
+            if (st != dnnl_success) break;
+            if (rep) v[m++] = (c1 - c0) / 1e3; /* the first sets up more than the kernels */
+        }
+        dnnl_set_primitive_cache_capacity(cap);
+    }
+    dnnl_engine_destroy(eng);
+    return m ? bench_median(v, m) : 0;
+}
+#endif
+
 /* Kernel generation for a new shape: the first call in a fresh runtime
  * minus a warm call of the same shape (median over fresh runtimes), by wall
  * clock and by the thread's CPU time (one thread: all of it). With
@@ -321,7 +361,13 @@ static void gen_time(const bench_ctx *c, shape s, int used) {
         snprintf(name, sizeof name, "first call - warm %dx%dx%d%s", s.m, s.n, s.k,
                  used ? " (used rt)" : "");
         bench_row("gemm", name, "framejit", bench_median(v, n), "us", 0);
-        bench_row("gemm", name, "framejit cpu", bench_median(vc, n), "us", 0);
+        const double fj_cpu = bench_median(vc, n);
+        bench_row("gemm", name, "framejit cpu", fj_cpu, "us", 0);
+#ifdef FJ_BENCH_DNNL
+        const double d = used ? 0 : dnn_matmul_gen_us(s, reps);
+        if (d > 0)
+            bench_row("gemm", name, "onednn matmul create cpu", d, "us", fj_cpu > 0 ? d / fj_cpu : 0);
+#endif
         if (!used) {
             snprintf(name, sizeof name, "runtime create (before %dx%dx%d)", s.m, s.n, s.k);
             bench_row("gemm", name, "framejit", bench_median(mk, n), "us", 0);

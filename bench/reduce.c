@@ -4,7 +4,9 @@
  * softmax primitives (created once, executed in the loop; their OpenMP
  * pool is set to the same thread count). Interleaved repetitions; each
  * repetition keeps the best of a few short blocks (robust against a loaded
- * machine), and the median over repetitions is reported. */
+ * machine), and the median over repetitions is reported. Plus kernel
+ * generation per primitive: the first call in a fresh runtime minus a warm
+ * call, beside oneDNN's primitive creation with its primitive cache off. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,37 +90,47 @@ static void dnn_free(dnn *d) {
     memset(d, 0, sizeof *d);
 }
 
+/* The primitive for kind k over rows x cols (its descriptors made and
+ * dropped), and the memory descriptors of its source and destination. */
+static dnnl_status_t dnn_prim(dnnl_engine_t eng, kind k, int64_t rows, int64_t cols,
+                              dnnl_primitive_t *prim, dnnl_memory_desc_t *smd,
+                              dnnl_memory_desc_t *dmd) {
+    dnnl_dims_t sd = {rows, cols}, dd = {rows, 1};
+    dnnl_status_t st = dnnl_memory_desc_init_by_tag(smd, 2, sd, dnnl_f32, dnnl_ab);
+    if (st != dnnl_success) return st;
+    dnnl_primitive_desc_t pd = NULL;
+    if (k <= K_L2) {
+        if ((st = dnnl_memory_desc_init_by_tag(dmd, 2, dd, dnnl_f32, dnnl_ab)) != dnnl_success)
+            return st;
+        static const int alg[] = {dnnl_reduction_sum, dnnl_reduction_max, dnnl_reduction_norm_lp_sum};
+        dnnl_reduction_desc_t rd;
+        st = dnnl_reduction_desc_init(&rd, (dnnl_alg_kind_t)alg[k], smd, dmd, 2.0f, 0.0f);
+        if (st == dnnl_success) st = dnnl_primitive_desc_create(&pd, &rd, NULL, eng, NULL);
+    } else {
+        *dmd = *smd;
+        if (k == K_SOFTMAX) {
+            dnnl_softmax_desc_t sm;
+            st = dnnl_softmax_forward_desc_init(&sm, dnnl_forward_inference, smd, 1);
+            if (st == dnnl_success) st = dnnl_primitive_desc_create(&pd, &sm, NULL, eng, NULL);
+        } else {
+            dnnl_logsoftmax_desc_t sm;
+            st = dnnl_logsoftmax_forward_desc_init(&sm, dnnl_forward_inference, smd, 1);
+            if (st == dnnl_success) st = dnnl_primitive_desc_create(&pd, &sm, NULL, eng, NULL);
+        }
+    }
+    if (st != dnnl_success) return st;
+    st = dnnl_primitive_create(prim, pd);
+    dnnl_primitive_desc_destroy(pd);
+    return st;
+}
+
 static int dnn_make(dnn *d, kind k, float *src, float *dst, int64_t rows, int64_t cols) {
     memset(d, 0, sizeof *d);
     if (dnnl_engine_create(&d->eng, dnnl_cpu, 0) != dnnl_success) return 0;
     if (dnnl_stream_create(&d->st, d->eng, dnnl_stream_default_flags) != dnnl_success) return 0;
-    dnnl_dims_t sd = {rows, cols}, dd = {rows, 1};
     dnnl_memory_desc_t smd, dmd;
-    if (dnnl_memory_desc_init_by_tag(&smd, 2, sd, dnnl_f32, dnnl_ab) != dnnl_success) return 0;
-    dnnl_primitive_desc_t pd = NULL;
-    dnnl_status_t st;
-    if (k <= K_L2) {
-        if (dnnl_memory_desc_init_by_tag(&dmd, 2, dd, dnnl_f32, dnnl_ab) != dnnl_success) return 0;
-        static const int alg[] = {dnnl_reduction_sum, dnnl_reduction_max, dnnl_reduction_norm_lp_sum};
-        dnnl_reduction_desc_t rd;
-        st = dnnl_reduction_desc_init(&rd, (dnnl_alg_kind_t)alg[k], &smd, &dmd, 2.0f, 0.0f);
-        if (st == dnnl_success) st = dnnl_primitive_desc_create(&pd, &rd, NULL, d->eng, NULL);
-    } else {
-        dmd = smd;
-        if (k == K_SOFTMAX) {
-            dnnl_softmax_desc_t sm;
-            st = dnnl_softmax_forward_desc_init(&sm, dnnl_forward_inference, &smd, 1);
-            if (st == dnnl_success) st = dnnl_primitive_desc_create(&pd, &sm, NULL, d->eng, NULL);
-        } else {
-            dnnl_logsoftmax_desc_t sm;
-            st = dnnl_logsoftmax_forward_desc_init(&sm, dnnl_forward_inference, &smd, 1);
-            if (st == dnnl_success) st = dnnl_primitive_desc_create(&pd, &sm, NULL, d->eng, NULL);
-        }
-    }
-    if (st != dnnl_success) return 0;
-    int ok = dnnl_primitive_create(&d->prim, pd) == dnnl_success;
-    dnnl_primitive_desc_destroy(pd);
-    ok = ok && dnnl_memory_create(&d->src, &smd, d->eng, src) == dnnl_success;
+    if (dnn_prim(d->eng, k, rows, cols, &d->prim, &smd, &dmd) != dnnl_success) return 0;
+    int ok = dnnl_memory_create(&d->src, &smd, d->eng, src) == dnnl_success;
     ok = ok && dnnl_memory_create(&d->dst, &dmd, d->eng, dst) == dnnl_success;
     return ok;
 }
@@ -219,6 +231,71 @@ static void run_case(const bench_ctx *bc, fj_runtime *rt, int threads, kind k, s
     free(dst);
 }
 
+/* ---- generation --------------------------------------------------------- */
+
+enum { GEN_ROWS = 64, GEN_COLS = 256 };
+
+/* framejit: the first call of kind k in a fresh runtime minus a warm call
+ * (median over fresh runtimes, wall clock and the thread's CPU time), as
+ * for eltwise (the runtime's own first-use costs paid by an abs call
+ * before). oneDNN: creating the primitive (descriptor, primitive
+ * descriptor, primitive: where it makes its kernel) with its primitive
+ * cache off, so that each creation makes the kernel again (CPU time,
+ * median over as many creations, after one untimed). */
+static void gen_time(const bench_ctx *bc, kind k, float *src, float *dst) {
+    double v[64], vc[64];
+    const int reps = bench_gen_reps(bc) < 64 ? bench_gen_reps(bc) : 64;
+    int n = 0;
+    for (int rep = 0; rep < reps; rep++) {
+        fj_options o;
+        fj_options_init(&o);
+        o.threads = 1;
+        fj_runtime *rt;
+        if (fj_runtime_create(&o, &rt) != FJ_OK) break;
+        fj_eltwise_f32(rt, FJ_ELT_ABS, 0, 0, src, dst, 1024);
+        double t0 = bench_now_ns(), c0 = bench_cpu_ns();
+        fj_run(rt, k, src, dst, GEN_ROWS, GEN_COLS);
+        double t1 = bench_now_ns(), c1 = bench_cpu_ns();
+        fj_run(rt, k, src, dst, GEN_ROWS, GEN_COLS);
+        double t2 = bench_now_ns(), c2 = bench_cpu_ns();
+        v[n] = ((t1 - t0) - (t2 - t1)) / 1e3;
+        vc[n++] = ((c1 - c0) - (c2 - c1)) / 1e3;
+        fj_runtime_destroy(rt);
+    }
+    if (!n) return;
+    char name[64];
+    snprintf(name, sizeof name, "generate %s", kind_name[k]);
+    const double fj_cpu = bench_median(vc, n);
+    bench_row("reduce", name, "framejit", bench_median(v, n), "us", 0);
+    bench_row("reduce", name, "framejit cpu", fj_cpu, "us", 0);
+#ifdef FJ_BENCH_DNNL
+    int cap = -1;
+    dnnl_engine_t eng;
+    if (dnnl_engine_create(&eng, dnnl_cpu, 0) != dnnl_success) return;
+    double dc[64];
+    int m = 0;
+    if (dnnl_get_primitive_cache_capacity(&cap) == dnnl_success &&
+        dnnl_set_primitive_cache_capacity(0) == dnnl_success) {
+        for (int rep = 0; rep <= reps; rep++) {
+            dnnl_primitive_t prim = NULL;
+            dnnl_memory_desc_t smd, dmd;
+            double c0 = bench_cpu_ns();
+            dnnl_status_t st = dnn_prim(eng, k, GEN_ROWS, GEN_COLS, &prim, &smd, &dmd);
+            double c1 = bench_cpu_ns();
+            if (prim) dnnl_primitive_destroy(prim);
+            if (st != dnnl_success) break;
+            if (rep) dc[m++] = (c1 - c0) / 1e3; /* the first sets up more than the kernel */
+        }
+        dnnl_set_primitive_cache_capacity(cap);
+    }
+    dnnl_engine_destroy(eng);
+    if (m) {
+        const double med = bench_median(dc, m);
+        bench_row("reduce", name, "onednn create cpu", med, "us", fj_cpu > 0 ? med / fj_cpu : 0);
+    }
+#endif
+}
+
 void bench_reduce(const bench_ctx *c) {
 #ifdef FJ_BENCH_DNNL
     int omp_threads = omp_get_max_threads ? omp_get_max_threads() : 0;
@@ -243,6 +320,17 @@ void bench_reduce(const bench_ctx *c) {
         }
         fj_runtime_destroy(rt);
     }
+    float *src = malloc(sizeof(float) * GEN_ROWS * GEN_COLS),
+          *dst = malloc(sizeof(float) * GEN_ROWS * GEN_COLS);
+#ifdef FJ_BENCH_DNNL
+    if (omp_set_num_threads) omp_set_num_threads(1);
+#endif
+    if (src && dst) {
+        for (int i = 0; i < GEN_ROWS * GEN_COLS; i++) src[i] = (float)(i % 17) * 0.25f;
+        for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) gen_time(c, kinds[k], src, dst);
+    }
+    free(src);
+    free(dst);
 #ifdef FJ_BENCH_DNNL
     if (omp_set_num_threads && omp_threads > 0) omp_set_num_threads(omp_threads);
 #endif
