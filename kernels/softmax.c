@@ -45,8 +45,20 @@ void kg_softmax(fj_builder *b, int log) {
     kg_hreduce(b, FJ_REDUCE_MAX, acc[0], t, y);
     fj_emit(b, FJ_VMOVAPS, V(m), V(acc[0]));
 
-    /* 2. s = sum e^(x - m): two vectors per iteration into acc[0], acc[1] */
-    kg_elt_state *e = kg_elt_prepare(b, FJ_ELT_EXP, 0, 0);
+    /* 2. s = sum e^(x - m): two vectors per iteration into acc[0], acc[1].
+     * exp's constants go into the registers left (8 vectors are the
+     * kernel's own, 9 on AVX2 with its mask): a replayed instruction with
+     * a constant-pool operand goes through the emitter again, and they
+     * were most of exp's. On AVX-512 the two chains of an iteration are
+     * interleaved (two scratch sets) and one recording serves both, the
+     * last vector and the tail. */
+    const int lanes = avx512 ? 2 : 1;
+    const int nvec = avx512 ? 32 : 16, own = avx512 ? 8 : 9;
+    /* alpha 1 (exp has none): the answer kept for it, not a dry run of
+     * the emitter each time */
+    const int spare = nvec - own - lanes * kg_elt_vregs(fj_builder_isa(b), FJ_ELT_EXP, 1.0f);
+    const kg_elt_cfg ecfg = {.const_regs = spare > 0 ? spare : 0, .lanes = lanes};
+    kg_elt_state *e = kg_elt_prepare_cfg(b, FJ_ELT_EXP, 0, 0, &ecfg);
     if (!e) return;
     fj_emit(b, FJ_VXORPS, fj_xmm(acc[0]), fj_xmm(acc[0]), fj_xmm(acc[0]));
     fj_emit(b, FJ_VXORPS, fj_xmm(acc[1]), fj_xmm(acc[1]), fj_xmm(acc[1]));
@@ -62,8 +74,8 @@ void kg_softmax(fj_builder *b, int log) {
     fj_emit(b, FJ_VMOVUPS, V(y), fj_mem(0, p, vb));
     fj_emit(b, FJ_VSUBPS, V(x), V(x), V(m));
     fj_emit(b, FJ_VSUBPS, V(y), V(y), V(m));
-    kg_elt_apply(e, x);
-    kg_elt_apply(e, y);
+    const fj_reg xy[2] = {x, y};
+    kg_elt_apply_n(e, xy, 2);
     if (!log) {
         fj_emit(b, FJ_VMOVUPS, fj_mem(0, q, 0), V(x));
         fj_emit(b, FJ_VMOVUPS, fj_mem(0, q, vb), V(y));
