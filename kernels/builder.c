@@ -225,6 +225,16 @@ fj_reg fj_vreg(fj_builder *b) {
     return r;
 }
 
+int kb_free_vregs(const fj_builder *b) {
+    if (!b) return 0;
+    uint32_t pool = b->nvec == 32 ? 0xffffffffu : (1u << b->nvec) - 1;
+    return __builtin_popcount(~b->live[RC_VEC] & pool);
+}
+
+int kb_free_kregs(const fj_builder *b) {
+    return b && b->isa == FJ_ISA_AVX512 ? __builtin_popcount(~b->live[RC_K] & 0xfeu) : 0;
+}
+
 fj_reg fj_kreg(fj_builder *b) {
     fj_reg r = {0};
     if (!b) return r;

@@ -45,6 +45,9 @@ FJ_INTERNAL void kb_free(fj_builder *b);
 /* The body's length so far: between two fj_emit calls, the boundary of
  * the next instruction. */
 FJ_INTERNAL uint32_t kb_body_len(const fj_builder *b);
+/* Vector and mask registers fj_vreg / fj_kreg can still hand out. */
+FJ_INTERNAL int kb_free_vregs(const fj_builder *b);
+FJ_INTERNAL int kb_free_kregs(const fj_builder *b);
 /* Interleaves straight-line instruction streams emitted one after the
  * other: lanes streams of count instructions each, stream l's instruction
  * k at body offsets [at[l * stride + k], at[l * stride + k + 1]) (stride
