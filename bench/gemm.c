@@ -290,26 +290,40 @@ out:
  * first call in a process) with the primitive cache off, so that each
  * creation makes its kernels again. CPU time, median over `reps`
  * creations after an untimed one; 0 if it cannot. */
-static double dnn_matmul_gen_us(shape s, int reps) {
+static double dnn_matmul_gen_us(shape s, int reps, int dnnl_act) {
     int cap = -1, m = 0;
     double v[32];
     dnnl_engine_t eng;
-    dnnl_memory_desc_t a, b, c;
-    dnnl_dims_t da = {s.m, s.k}, db = {s.k, s.n}, dc = {s.m, s.n};
+    dnnl_memory_desc_t a, b, c, bias;
+    dnnl_dims_t da = {s.m, s.k}, db = {s.k, s.n}, dc = {s.m, s.n}, dbias = {1, s.n};
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t po = NULL;
     if (dnnl_memory_desc_init_by_tag(&a, 2, da, dnnl_f32, dnnl_ab) != dnnl_success ||
         dnnl_memory_desc_init_by_tag(&b, 2, db, dnnl_f32, dnnl_ab) != dnnl_success ||
         dnnl_memory_desc_init_by_tag(&c, 2, dc, dnnl_f32, dnnl_ab) != dnnl_success ||
-        dnnl_engine_create(&eng, dnnl_cpu, 0) != dnnl_success)
+        dnnl_memory_desc_init_by_tag(&bias, 2, dbias, dnnl_f32, dnnl_ab) != dnnl_success)
         return 0;
-    if (dnnl_get_primitive_cache_capacity(&cap) == dnnl_success &&
+    /* With an activation: a bias too, and the activation as a post-op
+     * (what an fj_gemm handle with both computes). */
+    if (dnnl_act && (dnnl_primitive_attr_create(&attr) != dnnl_success ||
+                     dnnl_post_ops_create(&po) != dnnl_success ||
+                     dnnl_post_ops_append_eltwise(po, 1.0f, (dnnl_alg_kind_t)dnnl_act, 0.0f,
+                                                  0.0f) != dnnl_success ||
+                     dnnl_primitive_attr_set_post_ops(attr, po) != dnnl_success)) {
+        if (po) dnnl_post_ops_destroy(po);
+        if (attr) dnnl_primitive_attr_destroy(attr);
+        return 0;
+    }
+    if (dnnl_engine_create(&eng, dnnl_cpu, 0) != dnnl_success) eng = NULL;
+    if (eng && dnnl_get_primitive_cache_capacity(&cap) == dnnl_success &&
         dnnl_set_primitive_cache_capacity(0) == dnnl_success) {
         for (int rep = 0; rep <= reps && rep < 32; rep++) {
             dnnl_matmul_desc_t md;
             dnnl_primitive_desc_t pd = NULL;
             dnnl_primitive_t prim = NULL;
             double c0 = bench_cpu_ns();
-            dnnl_status_t st = dnnl_matmul_desc_init(&md, &a, &b, NULL, &c);
-            if (st == dnnl_success) st = dnnl_primitive_desc_create(&pd, &md, NULL, eng, NULL);
+            dnnl_status_t st = dnnl_matmul_desc_init(&md, &a, &b, dnnl_act ? &bias : NULL, &c);
+            if (st == dnnl_success) st = dnnl_primitive_desc_create(&pd, &md, attr, eng, NULL);
             if (st == dnnl_success) st = dnnl_primitive_create(&prim, pd);
             double c1 = bench_cpu_ns();
             if (prim) dnnl_primitive_destroy(prim);
@@ -319,7 +333,9 @@ static double dnn_matmul_gen_us(shape s, int reps) {
         }
         dnnl_set_primitive_cache_capacity(cap);
     }
-    dnnl_engine_destroy(eng);
+    if (eng) dnnl_engine_destroy(eng);
+    if (po) dnnl_post_ops_destroy(po);
+    if (attr) dnnl_primitive_attr_destroy(attr);
     return m ? bench_median(v, m) : 0;
 }
 #endif
@@ -364,7 +380,7 @@ static void gen_time(const bench_ctx *c, shape s, int used) {
         const double fj_cpu = bench_median(vc, n);
         bench_row("gemm", name, "framejit cpu", fj_cpu, "us", 0);
 #ifdef FJ_BENCH_DNNL
-        const double d = used ? 0 : dnn_matmul_gen_us(s, reps);
+        const double d = used ? 0 : dnn_matmul_gen_us(s, reps, 0);
         if (d > 0)
             bench_row("gemm", name, "onednn matmul create cpu", d, "us", fj_cpu > 0 ? d / fj_cpu : 0);
 #endif
@@ -379,6 +395,48 @@ static void gen_time(const bench_ctx *c, shape s, int used) {
     free(w.a);
     free(w.b);
     free(w.c);
+}
+
+/* Kernel generation for a GEMM handle with a bias and an activation (the
+ * fused epilogue): fj_gemm_create in a fresh runtime (planning and the
+ * kernel), CPU time, median over fresh runtimes; beside oneDNN's matmul
+ * with a bias and the activation as a post-op, created with its
+ * primitive cache off. */
+static void handle_gen_time(const bench_ctx *c, shape s, fj_eltwise_op act, const char *act_name,
+                            int dnnl_act) {
+    double vc[32];
+    int reps = bench_gen_reps(c) > 32 ? 32 : bench_gen_reps(c), n = 0;
+    fj_gemm_desc d = {.transa = 'N', .transb = 'N', .m = s.m, .n = s.n, .k = s.k, .lda = s.k,
+                      .ldb = s.n, .ldc = s.n, .alpha = 1.0f, .beta = 0.0f, .has_bias = 1,
+                      .post_op = act};
+    for (int r = 0; r < reps; r++) {
+        fj_options o;
+        fj_options_init(&o);
+        o.threads = 1;
+        fj_runtime *rt;
+        fj_gemm *g;
+        if (fj_runtime_create(&o, &rt) != FJ_OK) break;
+        double c0 = bench_cpu_ns();
+        fj_status st = fj_gemm_create(rt, &d, &g);
+        double c1 = bench_cpu_ns();
+        if (st == FJ_OK) {
+            vc[n++] = (c1 - c0) / 1e3;
+            fj_gemm_destroy(g);
+        }
+        fj_runtime_destroy(rt);
+        if (st != FJ_OK) break;
+    }
+    if (!n) return;
+    char name[64];
+    snprintf(name, sizeof name, "create %dx%dx%d + bias + %s", s.m, s.n, s.k, act_name);
+    const double fj_cpu = bench_median(vc, n);
+    bench_row("gemm", name, "framejit cpu", fj_cpu, "us", 0);
+#ifdef FJ_BENCH_DNNL
+    const double dn = dnn_matmul_gen_us(s, reps, dnnl_act);
+    if (dn > 0) bench_row("gemm", name, "onednn matmul create cpu", dn, "us", dn / fj_cpu);
+#else
+    (void)dnnl_act;
+#endif
 }
 
 /* A new thread's first large call: the runtime has the kernel already,
@@ -593,6 +651,15 @@ void bench_gemm(const bench_ctx *c) {
     gen_time(c, (shape){100, 60, 70}, 0);
     gen_time(c, (shape){256, 256, 256}, 1);
     gen_time(c, (shape){100, 60, 70}, 1);
+#ifdef FJ_BENCH_DNNL
+#define DA(x) x
+#else
+#define DA(x) 0
+#endif
+    handle_gen_time(c, (shape){256, 256, 256}, FJ_ELT_RELU, "relu", DA(dnnl_eltwise_relu));
+    handle_gen_time(c, (shape){256, 256, 256}, FJ_ELT_GELU_ERF, "gelu_erf",
+                    DA(dnnl_eltwise_gelu_erf));
+#undef DA
     thread_first_call(c, rt[1], (shape){1024, 1024, 1024});
     fp_tax(c, rt[1]);
 out:
