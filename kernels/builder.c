@@ -509,7 +509,7 @@ void fj_label_bind(fj_builder *b, fj_label l) {
     b->labels[i] = (int32_t)b->len;
 }
 
-static void add_fixup(fj_builder *b, uint32_t pos, uint32_t end, uint32_t target, int is_const) {
+void kb_add_fixup(fj_builder *b, uint32_t pos, uint32_t end, uint32_t target, int is_const) {
     if (!kb_grow(b, (void **)&b->fix, &b->fix_cap, b->nfix + 1, sizeof(fixup))) return;
     b->fix[b->nfix++] = (fixup){pos, end, target, (uint8_t)is_const};
 }
@@ -539,7 +539,7 @@ static int jump_to(fj_builder *b, x64_op op, int32_t at, uint32_t target) {
         if (!put(b, op, &rel, 1, &info)) return 0;
         rel_at = info.rel_pos;
     }
-    if (!near) add_fixup(b, (uint32_t)(start + (size_t)rel_at), (uint32_t)b->len, target, 0);
+    if (!near) kb_add_fixup(b, (uint32_t)(start + (size_t)rel_at), (uint32_t)b->len, target, 0);
     return 1;
 }
 
@@ -684,7 +684,7 @@ static inline int emit_fast(fj_builder *b, fj_op op, const fj_opnd *ops, int nop
     if (n <= 0 || (feat & ~b->features)) return 0;
     b->len += (size_t)n;
     if (z.m.base == X64_RIP)   /* the pool offset; the disp32 is resolved at assembly */
-        add_fixup(b, (uint32_t)(b->len - 4 - (size_t)z.has_imm), (uint32_t)b->len,
+        kb_add_fixup(b, (uint32_t)(b->len - 4 - (size_t)z.has_imm), (uint32_t)b->len,
                   (uint32_t)ops[z.mem].val, 1);
     return 1;
 }
@@ -762,7 +762,7 @@ void fj_emitv(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
     int n = put(b, (x64_op)op, x, nops, &info);
     if (n && const_off >= 0) {
         if (info.disp_pos < 0) { kb_fail(b, "internal: constant operand without a disp32"); return; }
-        add_fixup(b, (uint32_t)(b->len - (size_t)n + (size_t)info.disp_pos), (uint32_t)b->len,
+        kb_add_fixup(b, (uint32_t)(b->len - (size_t)n + (size_t)info.disp_pos), (uint32_t)b->len,
                   (uint32_t)const_off, 1);
     }
 }
@@ -787,7 +787,7 @@ void kb_bcst_consts(fj_builder *b, const fj_reg *dst, const uint32_t *vals, int 
             const int len = x64_vm_fill(f, (uint32_t)p, &m, 0, 0, 0, 0, b->code + b->len, &feat);
             if (len <= 0 || (feat & ~b->features)) break;
             b->len += (size_t)len;
-            add_fixup(b, (uint32_t)(b->len - 4), (uint32_t)b->len, off + 4u * (uint32_t)i, 1);
+            kb_add_fixup(b, (uint32_t)(b->len - 4), (uint32_t)b->len, off + 4u * (uint32_t)i, 1);
         }
     }
     /* The rest (AVX2, a first use that failed, a bad handle: the general

@@ -253,6 +253,11 @@ static inline int kb_gpr_operands(const fj_builder *b, const fj_opnd *ops, int n
 FJ_INTERNAL int kb_vm_encode(x64_op op, const fj_opnd *ops, int nops, const kb_zops *z,
                              uint8_t *out, uint32_t *features);
 
+/* A rel32 at [pos, end) of the body to resolve at assembly: to constant
+ * pool offset target (is_const), else to label index target. */
+FJ_INTERNAL void kb_add_fixup(fj_builder *b, uint32_t pos, uint32_t end, uint32_t target,
+                              int is_const);
+
 /* Records one instruction into the builder's trace (builder_trace.c). */
 FJ_INTERNAL void kb_trace_add(fj_builder *b, fj_op op, const fj_opnd *ops, int nops);
 

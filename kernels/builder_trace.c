@@ -124,7 +124,7 @@ static void take_operands(const fj_builder *b, kb_tinsn *e, const fj_opnd *ops, 
     int bits, reg, store, r1;
     if (nops >= 2 && kb_zmm_operands(b, ops, nops, &z)) {
         if (z.mem < 0 && !z.kops && !z.k) return;
-        if (z.mem >= 0 && (z.kops || z.m.base == X64_RIP)) return;
+        if (z.mem >= 0 && z.kops) return;
         e->bits = 512;
         e->nv = (uint8_t)(nops - has_imm);
         e->regs = z.regs;
@@ -288,6 +288,8 @@ static const uint8_t same[32] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11,
  * displacement, then an imm8 for the zmm forms) and its disp8 scale. */
 static void keep_bytes(const fj_builder *b, kb_tinsn *e) {
     e->enc_len = e->shift = 0;
+    /* A constant-pool operand needs its fixup: the template path adds it. */
+    if (e->gen && e->form == KB_TF_VM && e->m.base == X64_RIP) return;
     uint8_t buf[X64_MAX_LEN + 8];
     const int n = encode_entry(b, e, same, same, NULL, buf);
     if (n <= 0 || n > (int)sizeof e->enc) return;
@@ -334,6 +336,11 @@ static void replay_entry(fj_builder *b, const kb_trace *t, const kb_tinsn *e, co
         const int n = encode_entry(b, e, vm, km, d, b->code + b->len);
         if (n > 0) {
             b->len += (size_t)n;
+            /* A constant-pool operand: its disp32 (before an imm8) is
+             * resolved at assembly, as fj_emitv's template path does. */
+            if (e->form == KB_TF_VM && e->m.base == X64_RIP)
+                kb_add_fixup(b, (uint32_t)(b->len - 4 - e->has_imm), (uint32_t)b->len,
+                             (uint32_t)t->gen[e->gi][e->sh[0]].val, 1);
             return;
         }
     }

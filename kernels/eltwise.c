@@ -422,12 +422,12 @@ static int cheap(fj_eltwise_op op);
 static int traced(kg_elt_state *s, fj_reg x) {
     if (s->notrace || !kb_replays()) return 0;
     if (s->rec->owner == s) return 1;
-    /* Instructions with a constant-pool operand, and AVX2 ones with any
-     * memory operand, replay through fj_emitv, at the cost of emitting
-     * them: the simple ops (a few instructions, some with a constant from
-     * memory) and AVX2 chains (16 registers: most constants come from
-     * memory) cost more to record and replay than to emit (AVX2 tanh:
-     * 115K -> 124K host instructions per kernel). */
+    /* AVX2 instructions with a memory operand replay through fj_emitv,
+     * at the cost of emitting them (zmm ones with a constant-pool operand
+     * take their template and a fixup): the simple ops (a few
+     * instructions) and AVX2 chains (16 registers: most constants come
+     * from memory) cost more to record and replay than to emit (AVX2
+     * tanh: 115K -> 124K host instructions per kernel). */
     if (cheap(s->op) || !s->avx512) { s->notrace = 1; return 0; }
     s->rec->owner = NULL;
     const int lane = s->lane;

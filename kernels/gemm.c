@@ -405,9 +405,9 @@ static void tile_rows(gen *g) {
  * each of mr rows was most of making a kernel with an activation (a
  * 256^3 handle with gelu_erf: 38 us, 14 without). Runs with the
  * accumulators released, so the activation has registers: its constants
- * go into the ones left (a replayed instruction with a constant-pool
- * operand goes through the emitter again), and on AVX-512 the nv vectors
- * of a row go through it side by side (nv interleaved chains). */
+ * go into the ones left (no loads; register-only instructions replay on
+ * the cheapest path), and on AVX-512 the nv vectors of a row go through
+ * it side by side (nv interleaved chains). */
 static void act_tile(gen *g) {
     fj_builder *b = g->b;
     fj_reg rowp = g->k;

@@ -47,11 +47,10 @@ void kg_softmax(fj_builder *b, int log) {
 
     /* 2. s = sum e^(x - m): two vectors per iteration into acc[0], acc[1].
      * exp's constants go into the registers left (8 vectors are the
-     * kernel's own, 9 on AVX2 with its mask): a replayed instruction with
-     * a constant-pool operand goes through the emitter again, and they
-     * were most of exp's. On AVX-512 the two chains of an iteration are
-     * interleaved (two scratch sets) and one recording serves both, the
-     * last vector and the tail. */
+     * kernel's own, 9 on AVX2 with its mask): no loads in the loop, and
+     * register-only instructions replay on the cheapest path. On AVX-512
+     * the two chains of an iteration are interleaved (two scratch sets)
+     * and one recording serves both, the last vector and the tail. */
     const int lanes = avx512 ? 2 : 1;
     const int nvec = avx512 ? 32 : 16, own = avx512 ? 8 : 9;
     /* alpha 1 (exp has none): the answer kept for it, not a dry run of
