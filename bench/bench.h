@@ -44,6 +44,16 @@ void bench_unwind(const bench_ctx *c);
 void bench_profiling(const bench_ctx *c);
 void bench_cache(const bench_ctx *c);
 void bench_reduce(const bench_ctx *c);
+#ifdef FJ_BENCH_DNNL
+#include <dnnl.h>
+/* oneDNN's kernel generation: CPU time of make (one primitive created on
+ * eng), with oneDNN's primitive cache off so that each creation makes its
+ * kernel again; median over `reps` creations after an untimed one, in
+ * us; 0 if make fails (dnnl_gen.c). */
+double bench_dnnl_create_us(int reps, dnnl_status_t (*make)(void *ctx, dnnl_engine_t eng,
+                                                            dnnl_primitive_t *prim),
+                            void *ctx);
+#endif
 /* Measured FMA peak (GFLOP/s) of `threads` threads, zmm or ymm (peak.c). */
 double bench_fma_peak(int zmm, int threads);
 /* One ~ms run of the FMA loop on this thread: GFLOP/s by wall clock and by

@@ -86,30 +86,10 @@ static int dnn_make(dnn *d, int alg, float alpha, float beta, float *src, float 
     return ok;
 }
 
-/* oneDNN's kernel generation for ec: creating the primitive with its
- * primitive cache off (each creation makes the kernel again), CPU time,
- * median over `reps` creations after an untimed one; 0 if it cannot. */
-static double dnn_gen_us(const elt_case *ec, int reps) {
-    int cap = -1, m = 0;
-    double v[64];
-    dnnl_engine_t eng;
-    if (!ec->dnnl_alg || dnnl_engine_create(&eng, dnnl_cpu, 0) != dnnl_success) return 0;
-    if (dnnl_get_primitive_cache_capacity(&cap) == dnnl_success &&
-        dnnl_set_primitive_cache_capacity(0) == dnnl_success) {
-        for (int rep = 0; rep <= reps && rep < 64; rep++) {
-            dnnl_primitive_t prim = NULL;
-            dnnl_memory_desc_t md;
-            double c0 = bench_cpu_ns();
-            dnnl_status_t st = dnn_prim(eng, ec->dnnl_alg, ec->alpha, ec->beta, 1024, &prim, &md);
-            double c1 = bench_cpu_ns();
-            if (prim) dnnl_primitive_destroy(prim);
-            if (st != dnnl_success) break;
-            if (rep) v[m++] = (c1 - c0) / 1e3; /* the first sets up more than the kernel */
-        }
-        dnnl_set_primitive_cache_capacity(cap);
-    }
-    dnnl_engine_destroy(eng);
-    return m ? bench_median(v, m) : 0;
+static dnnl_status_t dnn_make_elt(void *ctx, dnnl_engine_t eng, dnnl_primitive_t *prim) {
+    const elt_case *ec = ctx;
+    dnnl_memory_desc_t md;
+    return dnn_prim(eng, ec->dnnl_alg, ec->alpha, ec->beta, 1024, prim, &md);
 }
 
 static void dnn_run(dnn *d) {
@@ -219,7 +199,7 @@ static void gen_time(const bench_ctx *c, const elt_case *ec) {
     const double fj_cpu = bench_median(vc, reps);
     bench_row("eltwise", name, "framejit cpu", fj_cpu, "us", 0);
 #ifdef FJ_BENCH_DNNL
-    const double d = dnn_gen_us(ec, reps);
+    const double d = ec->dnnl_alg ? bench_dnnl_create_us(reps, dnn_make_elt, (void *)ec) : 0;
     if (d > 0) bench_row("eltwise", name, "onednn create cpu", d, "us", fj_cpu > 0 ? d / fj_cpu : 0);
 #endif
 }

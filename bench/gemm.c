@@ -285,58 +285,47 @@ out:
 }
 
 #ifdef FJ_BENCH_DNNL
-/* oneDNN's kernel generation for a new GEMM shape: creating a matmul
- * primitive (dnnl_sgemm has no creation step: it makes its kernels on its
- * first call in a process) with the primitive cache off, so that each
- * creation makes its kernels again. CPU time, median over `reps`
- * creations after an untimed one; 0 if it cannot. */
-static double dnn_matmul_gen_us(shape s, int reps, int dnnl_act) {
-    int cap = -1, m = 0;
-    double v[32];
-    dnnl_engine_t eng;
+/* oneDNN's kernel generation for a new GEMM shape: a matmul primitive
+ * (dnnl_sgemm has no creation step: it makes its kernels on its first
+ * call in a process), with a bias and an activation post-op when act is
+ * set (what an fj_gemm handle with both computes). */
+typedef struct dnn_mm {
+    shape s;
+    int act;   /* dnnl_alg_kind_t, or 0 */
+} dnn_mm;
+
+static dnnl_status_t dnn_make_matmul(void *ctx, dnnl_engine_t eng, dnnl_primitive_t *prim) {
+    const dnn_mm *q = ctx;
     dnnl_memory_desc_t a, b, c, bias;
-    dnnl_dims_t da = {s.m, s.k}, db = {s.k, s.n}, dc = {s.m, s.n}, dbias = {1, s.n};
+    dnnl_dims_t da = {q->s.m, q->s.k}, db = {q->s.k, q->s.n}, dc = {q->s.m, q->s.n},
+                dbias = {1, q->s.n};
+    dnnl_status_t st = dnnl_memory_desc_init_by_tag(&a, 2, da, dnnl_f32, dnnl_ab);
+    if (st == dnnl_success) st = dnnl_memory_desc_init_by_tag(&b, 2, db, dnnl_f32, dnnl_ab);
+    if (st == dnnl_success) st = dnnl_memory_desc_init_by_tag(&c, 2, dc, dnnl_f32, dnnl_ab);
+    if (st == dnnl_success) st = dnnl_memory_desc_init_by_tag(&bias, 2, dbias, dnnl_f32, dnnl_ab);
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t po = NULL;
-    if (dnnl_memory_desc_init_by_tag(&a, 2, da, dnnl_f32, dnnl_ab) != dnnl_success ||
-        dnnl_memory_desc_init_by_tag(&b, 2, db, dnnl_f32, dnnl_ab) != dnnl_success ||
-        dnnl_memory_desc_init_by_tag(&c, 2, dc, dnnl_f32, dnnl_ab) != dnnl_success ||
-        dnnl_memory_desc_init_by_tag(&bias, 2, dbias, dnnl_f32, dnnl_ab) != dnnl_success)
-        return 0;
-    /* With an activation: a bias too, and the activation as a post-op
-     * (what an fj_gemm handle with both computes). */
-    if (dnnl_act && (dnnl_primitive_attr_create(&attr) != dnnl_success ||
-                     dnnl_post_ops_create(&po) != dnnl_success ||
-                     dnnl_post_ops_append_eltwise(po, 1.0f, (dnnl_alg_kind_t)dnnl_act, 0.0f,
-                                                  0.0f) != dnnl_success ||
-                     dnnl_primitive_attr_set_post_ops(attr, po) != dnnl_success)) {
-        if (po) dnnl_post_ops_destroy(po);
-        if (attr) dnnl_primitive_attr_destroy(attr);
-        return 0;
+    if (st == dnnl_success && q->act) {
+        st = dnnl_primitive_attr_create(&attr);
+        if (st == dnnl_success) st = dnnl_post_ops_create(&po);
+        if (st == dnnl_success)
+            st = dnnl_post_ops_append_eltwise(po, 1.0f, (dnnl_alg_kind_t)q->act, 0.0f, 0.0f);
+        if (st == dnnl_success) st = dnnl_primitive_attr_set_post_ops(attr, po);
     }
-    if (dnnl_engine_create(&eng, dnnl_cpu, 0) != dnnl_success) eng = NULL;
-    if (eng && dnnl_get_primitive_cache_capacity(&cap) == dnnl_success &&
-        dnnl_set_primitive_cache_capacity(0) == dnnl_success) {
-        for (int rep = 0; rep <= reps && rep < 32; rep++) {
-            dnnl_matmul_desc_t md;
-            dnnl_primitive_desc_t pd = NULL;
-            dnnl_primitive_t prim = NULL;
-            double c0 = bench_cpu_ns();
-            dnnl_status_t st = dnnl_matmul_desc_init(&md, &a, &b, dnnl_act ? &bias : NULL, &c);
-            if (st == dnnl_success) st = dnnl_primitive_desc_create(&pd, &md, attr, eng, NULL);
-            if (st == dnnl_success) st = dnnl_primitive_create(&prim, pd);
-            double c1 = bench_cpu_ns();
-            if (prim) dnnl_primitive_destroy(prim);
-            if (pd) dnnl_primitive_desc_destroy(pd);
-            if (st != dnnl_success) break;
-            if (rep) v[m++] = (c1 - c0) / 1e3; /* the first sets up more than the kernels */
-        }
-        dnnl_set_primitive_cache_capacity(cap);
-    }
-    if (eng) dnnl_engine_destroy(eng);
+    dnnl_matmul_desc_t md;
+    dnnl_primitive_desc_t pd = NULL;
+    if (st == dnnl_success) st = dnnl_matmul_desc_init(&md, &a, &b, q->act ? &bias : NULL, &c);
+    if (st == dnnl_success) st = dnnl_primitive_desc_create(&pd, &md, attr, eng, NULL);
+    if (st == dnnl_success) st = dnnl_primitive_create(prim, pd);
+    if (pd) dnnl_primitive_desc_destroy(pd);
     if (po) dnnl_post_ops_destroy(po);
     if (attr) dnnl_primitive_attr_destroy(attr);
-    return m ? bench_median(v, m) : 0;
+    return st;
+}
+
+static double dnn_matmul_gen_us(shape s, int reps, int act) {
+    dnn_mm q = {s, act};
+    return bench_dnnl_create_us(reps, dnn_make_matmul, &q);
 }
 #endif
 

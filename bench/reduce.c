@@ -28,6 +28,8 @@ typedef struct shape {
     int64_t rows, cols;
 } shape;
 
+enum { GEN_ROWS = 64, GEN_COLS = 256 }; /* the generation rows' shape */
+
 /* ---- plain C references (what a user would write; one thread) ---------- */
 
 __attribute__((noinline)) static void c_ref(kind k, const float *s, float *d, int64_t rows,
@@ -122,6 +124,12 @@ static dnnl_status_t dnn_prim(dnnl_engine_t eng, kind k, int64_t rows, int64_t c
     st = dnnl_primitive_create(prim, pd);
     dnnl_primitive_desc_destroy(pd);
     return st;
+}
+
+/* The generation rows' primitive (ctx: the kind), for bench_dnnl_create_us. */
+static dnnl_status_t dnn_make_gen(void *ctx, dnnl_engine_t eng, dnnl_primitive_t *prim) {
+    dnnl_memory_desc_t smd, dmd;
+    return dnn_prim(eng, *(const kind *)ctx, GEN_ROWS, GEN_COLS, prim, &smd, &dmd);
 }
 
 static int dnn_make(dnn *d, kind k, float *src, float *dst, int64_t rows, int64_t cols) {
@@ -233,8 +241,6 @@ static void run_case(const bench_ctx *bc, fj_runtime *rt, int threads, kind k, s
 
 /* ---- generation --------------------------------------------------------- */
 
-enum { GEN_ROWS = 64, GEN_COLS = 256 };
-
 /* framejit: the first call of kind k in a fresh runtime minus a warm call
  * (median over fresh runtimes, wall clock and the thread's CPU time), as
  * for eltwise (the runtime's own first-use costs paid by an abs call
@@ -269,30 +275,9 @@ static void gen_time(const bench_ctx *bc, kind k, float *src, float *dst) {
     bench_row("reduce", name, "framejit", bench_median(v, n), "us", 0);
     bench_row("reduce", name, "framejit cpu", fj_cpu, "us", 0);
 #ifdef FJ_BENCH_DNNL
-    int cap = -1;
-    dnnl_engine_t eng;
-    if (dnnl_engine_create(&eng, dnnl_cpu, 0) != dnnl_success) return;
-    double dc[64];
-    int m = 0;
-    if (dnnl_get_primitive_cache_capacity(&cap) == dnnl_success &&
-        dnnl_set_primitive_cache_capacity(0) == dnnl_success) {
-        for (int rep = 0; rep <= reps; rep++) {
-            dnnl_primitive_t prim = NULL;
-            dnnl_memory_desc_t smd, dmd;
-            double c0 = bench_cpu_ns();
-            dnnl_status_t st = dnn_prim(eng, k, GEN_ROWS, GEN_COLS, &prim, &smd, &dmd);
-            double c1 = bench_cpu_ns();
-            if (prim) dnnl_primitive_destroy(prim);
-            if (st != dnnl_success) break;
-            if (rep) dc[m++] = (c1 - c0) / 1e3; /* the first sets up more than the kernel */
-        }
-        dnnl_set_primitive_cache_capacity(cap);
-    }
-    dnnl_engine_destroy(eng);
-    if (m) {
-        const double med = bench_median(dc, m);
+    const double med = bench_dnnl_create_us(reps, dnn_make_gen, &k);
+    if (med > 0)
         bench_row("reduce", name, "onednn create cpu", med, "us", fj_cpu > 0 ? med / fj_cpu : 0);
-    }
 #endif
 }
 

@@ -18,6 +18,19 @@
 #include "runtime/gemm_int.h"
 #include "runtime/rt.h"
 
+/* One fj_gemm_f32 call of t (NN) on rt, checked against the reference;
+ * what (n bytes) gets the case's description for the caller's messages. */
+static void gemm_checked(fj_runtime *rt, const gcase *t, char *what, size_t n) {
+    case_str(t, what, n);
+    gbufs g;
+    bufs_make(t, &g);
+    fj_status s = fj_gemm_f32(rt, 'N', 'N', t->m, t->n, t->k, t->alpha, g.a, t->lda, g.b, t->ldb,
+                              t->beta, g.c, t->ldc);
+    ck_assert_msg(s == FJ_OK, "%s: %s", what, fj_last_error());
+    check_result(t, &g, g.c, NULL, 0, 0, 0, what);
+    bufs_free(&g);
+}
+
 /* The same shape again and again (plans are remembered per thread): alpha
  * and beta change between calls, runtimes of either ISA alternate, and a
  * runtime is replaced by one of the other ISA (maybe at the same address). */
@@ -35,14 +48,7 @@ START_TEST(repeat_shapes) {
                 t.ldb = t.n;
                 t.ldc = t.n;
                 char what[256];
-                case_str(&t, what, sizeof what);
-                gbufs g;
-                bufs_make(&t, &g);
-                fj_status s = fj_gemm_f32(r, 'N', 'N', t.m, t.n, t.k, t.alpha, g.a, t.lda, g.b,
-                                          t.ldb, t.beta, g.c, t.ldc);
-                ck_assert_msg(s == FJ_OK, "%s: %s", what, fj_last_error());
-                check_result(&t, &g, g.c, NULL, 0, 0, 0, what);
-                bufs_free(&g);
+                gemm_checked(r, &t, what, sizeof what);
             }
         /* Handles of whole-tile shapes (one kernel call per panel) with
          * bias and an activation. */
@@ -90,14 +96,7 @@ START_TEST(repeat_whole_alpha_beta) {
                     t.ldb = t.n;
                     t.ldc = t.n;
                     char what[256];
-                    case_str(&t, what, sizeof what);
-                    gbufs g;
-                    bufs_make(&t, &g);
-                    fj_status s = fj_gemm_f32(rt, 'N', 'N', t.m, t.n, t.k, t.alpha, g.a, t.lda,
-                                              g.b, t.ldb, t.beta, g.c, t.ldc);
-                    ck_assert_msg(s == FJ_OK, "%s: %s", what, fj_last_error());
-                    check_result(&t, &g, g.c, NULL, 0, 0, 0, what);
-                    bufs_free(&g);
+                    gemm_checked(rt, &t, what, sizeof what);
                     const gemm_plan *p = gemm_plan_repeat(rt, 0, 0, t.m, t.n, t.k, t.lda, t.ldb,
                                                           t.ldc, t.alpha, t.beta);
                     ck_assert_msg(p && p->whole, "%s: not a whole plan", what);
@@ -168,14 +167,7 @@ START_TEST(store_kinds) {
                     t.alpha = ab[i][0];
                     t.beta = ab[i][1];
                     char what[256];
-                    case_str(&t, what, sizeof what);
-                    gbufs g;
-                    bufs_make(&t, &g);
-                    fj_status s = fj_gemm_f32(rt, 'N', 'N', t.m, t.n, t.k, t.alpha, g.a, t.lda,
-                                              g.b, t.ldb, t.beta, g.c, t.ldc);
-                    ck_assert_msg(s == FJ_OK, "%s: %s", what, fj_last_error());
-                    check_result(&t, &g, g.c, NULL, 0, 0, 0, what);
-                    bufs_free(&g);
+                    gemm_checked(rt, &t, what, sizeof what);
                     const char *name = fj_kernel_name(rt->kernels); /* the newest */
                     if (round == 0 && i == 0)
                         ck_assert_msg(ends_with(name, deep ? "_set_add" : "_set"), "%s: %s",
