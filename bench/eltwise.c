@@ -200,7 +200,8 @@ static void gen_time(const bench_ctx *c, const elt_case *ec) {
     bench_row("eltwise", name, "framejit cpu", fj_cpu, "us", 0);
 #ifdef FJ_BENCH_DNNL
     const double d = ec->dnnl_alg ? bench_dnnl_create_us(reps, dnn_make_elt, (void *)ec) : 0;
-    if (d > 0) bench_row("eltwise", name, "onednn create cpu", d, "us", fj_cpu > 0 ? d / fj_cpu : 0);
+    if (d > 0)
+        bench_row("eltwise", name, "onednn create cpu", d, "us", fj_cpu > 0 ? d / fj_cpu : 0);
 #endif
 }
 

@@ -371,7 +371,8 @@ static void gen_time(const bench_ctx *c, shape s, int used) {
 #ifdef FJ_BENCH_DNNL
         const double d = used ? 0 : dnn_matmul_gen_us(s, reps, 0);
         if (d > 0)
-            bench_row("gemm", name, "onednn matmul create cpu", d, "us", fj_cpu > 0 ? d / fj_cpu : 0);
+            bench_row("gemm", name, "onednn matmul create cpu", d, "us",
+                      fj_cpu > 0 ? d / fj_cpu : 0);
 #endif
         if (!used) {
             snprintf(name, sizeof name, "runtime create (before %dx%dx%d)", s.m, s.n, s.k);

@@ -413,7 +413,8 @@ static void act_tile(gen *g) {
     fj_reg rowp = g->k;
     const fj_eltwise_op op = (fj_eltwise_op)g->c->act;
     const fj_isa isa = g->avx512 ? FJ_ISA_AVX512 : FJ_ISA_AVX2;
-    const int nvr = kg_elt_vregs(isa, op, g->c->act_alpha), nkr = kg_elt_kregs(isa, op, g->c->act_alpha);
+    const int nvr = kg_elt_vregs(isa, op, g->c->act_alpha);
+    const int nkr = kg_elt_kregs(isa, op, g->c->act_alpha);
     const int fv = kb_free_vregs(b), fk = kb_free_kregs(b);
     /* A row's nv vectors (AVX2: one vector and its lane mask) and, side
      * by side, as many of them as the op's own registers per lane allow

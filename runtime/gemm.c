@@ -396,8 +396,9 @@ static __attribute__((noinline)) fj_status run_blocks(const gemm_plan *p, const 
 }
 
 /* C = act(alpha*op(A)*op(B) + beta*C + bias) on the runtime's threads.
- * Inline: a small GEMM goes from the entry point to its kernel calls
- * without another frame. */
+ * Inline, with the blocked path a function of its own: a small GEMM no
+ * longer sets up that path's frame (its 1 KiB run context) on its way to
+ * the kernel. */
 static inline fj_status gemm_run(const gemm_plan *p, const float *a, const float *b,
                                  const float *bias, float *c) {
     if (p->m == 0 || p->n == 0) return FJ_OK;
