@@ -26,8 +26,14 @@ double bench_median(double *v, int n);
  * more of them than the timing rows; a fresh runtime costs well under a
  * millisecond. */
 static inline int bench_gen_reps(const bench_ctx *c) { return c->quick ? c->reps : 31; }
-/* Times `calls` calls of fn(arg) per repetition, interleaved with the
- * others in the same group by the caller; returns ns per call. */
+/* Kernel generation as the generation rows measure it: in each of
+ * bench_gen_reps fresh one-thread runtimes (its own first-use costs paid
+ * by an abs call first), the first call(rt, ctx) minus a second one;
+ * medians by wall clock and by the thread's CPU time (the host's
+ * preemptions left out: generation is all on the calling thread), in us.
+ * Returns how many runtimes were measured (0: none, outputs untouched). */
+int bench_gen_fresh(const bench_ctx *c, void (*call)(fj_runtime *rt, void *ctx), void *ctx,
+                    double *wall_us, double *cpu_us);
 
 /* One result row: section, case, variant ("framejit", "onednn", "c" ...),
  * the measured value and its unit ("ns", "GB/s", "GFLOP/s", "us", "%"),

@@ -168,38 +168,29 @@ static void run_case(const bench_ctx *c, fj_runtime *rt, const elt_case *ec, siz
     free(dst);
 }
 
-/* Generation: first call in a fresh runtime minus a warm call, median
- * over bench_gen_reps fresh runtimes; by wall clock and by the thread's
- * CPU time (the host's preemptions left out: generation is all on the
- * calling thread). */
-static void gen_time(const bench_ctx *c, const elt_case *ec) {
-    double v[64], vc[64];
+typedef struct gen_ctx {
+    const elt_case *ec;
     float src[1024], dst[1024];
-    const int reps = bench_gen_reps(c) < 64 ? bench_gen_reps(c) : 64;
-    for (int i = 0; i < 1024; i++) src[i] = 0.5f;
-    for (int rep = 0; rep < reps; rep++) {
-        fj_options o;
-        fj_options_init(&o);
-        o.threads = 1;
-        fj_runtime *rt;
-        if (fj_runtime_create(&o, &rt) != FJ_OK) return;
-        fj_eltwise_f32(rt, FJ_ELT_ABS, 0, 0, src, dst, 1024); /* runtime's own first-use costs */
-        double t0 = bench_now_ns(), c0 = bench_cpu_ns();
-        fj_eltwise_f32(rt, ec->op, ec->alpha, ec->beta, src, dst, 1024);
-        double t1 = bench_now_ns(), c1 = bench_cpu_ns();
-        fj_eltwise_f32(rt, ec->op, ec->alpha, ec->beta, src, dst, 1024);
-        double t2 = bench_now_ns(), c2 = bench_cpu_ns();
-        v[rep] = ((t1 - t0) - (t2 - t1)) / 1e3;
-        vc[rep] = ((c1 - c0) - (c2 - c1)) / 1e3;
-        fj_runtime_destroy(rt);
-    }
+} gen_ctx;
+
+static void gen_call(fj_runtime *rt, void *ctx) {
+    gen_ctx *g = ctx;
+    fj_eltwise_f32(rt, g->ec->op, g->ec->alpha, g->ec->beta, g->src, g->dst, 1024);
+}
+
+/* Generation (bench_gen_fresh), beside oneDNN's primitive creation. */
+static void gen_time(const bench_ctx *c, const elt_case *ec) {
+    gen_ctx g = {.ec = ec};
+    for (int i = 0; i < 1024; i++) g.src[i] = 0.5f;
+    double wall, fj_cpu;
+    if (!bench_gen_fresh(c, gen_call, &g, &wall, &fj_cpu)) return;
     char name[64];
     snprintf(name, sizeof name, "generate %s", ec->name);
-    bench_row("eltwise", name, "framejit", bench_median(v, reps), "us", 0);
-    const double fj_cpu = bench_median(vc, reps);
+    bench_row("eltwise", name, "framejit", wall, "us", 0);
     bench_row("eltwise", name, "framejit cpu", fj_cpu, "us", 0);
 #ifdef FJ_BENCH_DNNL
-    const double d = ec->dnnl_alg ? bench_dnnl_create_us(reps, dnn_make_elt, (void *)ec) : 0;
+    const double d =
+        ec->dnnl_alg ? bench_dnnl_create_us(bench_gen_reps(c), dnn_make_elt, (void *)ec) : 0;
     if (d > 0)
         bench_row("eltwise", name, "onednn create cpu", d, "us", fj_cpu > 0 ? d / fj_cpu : 0);
 #endif

@@ -241,41 +241,30 @@ static void run_case(const bench_ctx *bc, fj_runtime *rt, int threads, kind k, s
 
 /* ---- generation --------------------------------------------------------- */
 
+typedef struct gen_ctx {
+    kind k;
+    float *src, *dst;
+} gen_ctx;
+
+static void gen_call(fj_runtime *rt, void *ctx) {
+    const gen_ctx *g = ctx;
+    fj_run(rt, g->k, g->src, g->dst, GEN_ROWS, GEN_COLS);
+}
+
 /* framejit: the first call of kind k in a fresh runtime minus a warm call
- * (median over fresh runtimes, wall clock and the thread's CPU time), as
- * for eltwise (the runtime's own first-use costs paid by an abs call
- * before). oneDNN: creating the primitive (descriptor, primitive
- * descriptor, primitive: where it makes its kernel) with its primitive
- * cache off, so that each creation makes the kernel again (CPU time,
- * median over as many creations, after one untimed). */
+ * (bench_gen_fresh). oneDNN: creating the primitive (descriptor,
+ * primitive descriptor, primitive: where it makes its kernel) with its
+ * primitive cache off (bench_dnnl_create_us). */
 static void gen_time(const bench_ctx *bc, kind k, float *src, float *dst) {
-    double v[64], vc[64];
-    const int reps = bench_gen_reps(bc) < 64 ? bench_gen_reps(bc) : 64;
-    int n = 0;
-    for (int rep = 0; rep < reps; rep++) {
-        fj_options o;
-        fj_options_init(&o);
-        o.threads = 1;
-        fj_runtime *rt;
-        if (fj_runtime_create(&o, &rt) != FJ_OK) break;
-        fj_eltwise_f32(rt, FJ_ELT_ABS, 0, 0, src, dst, 1024);
-        double t0 = bench_now_ns(), c0 = bench_cpu_ns();
-        fj_run(rt, k, src, dst, GEN_ROWS, GEN_COLS);
-        double t1 = bench_now_ns(), c1 = bench_cpu_ns();
-        fj_run(rt, k, src, dst, GEN_ROWS, GEN_COLS);
-        double t2 = bench_now_ns(), c2 = bench_cpu_ns();
-        v[n] = ((t1 - t0) - (t2 - t1)) / 1e3;
-        vc[n++] = ((c1 - c0) - (c2 - c1)) / 1e3;
-        fj_runtime_destroy(rt);
-    }
-    if (!n) return;
+    gen_ctx g = {k, src, dst};
+    double wall, fj_cpu;
+    if (!bench_gen_fresh(bc, gen_call, &g, &wall, &fj_cpu)) return;
     char name[64];
     snprintf(name, sizeof name, "generate %s", kind_name[k]);
-    const double fj_cpu = bench_median(vc, n);
-    bench_row("reduce", name, "framejit", bench_median(v, n), "us", 0);
+    bench_row("reduce", name, "framejit", wall, "us", 0);
     bench_row("reduce", name, "framejit cpu", fj_cpu, "us", 0);
 #ifdef FJ_BENCH_DNNL
-    const double med = bench_dnnl_create_us(reps, dnn_make_gen, &k);
+    const double med = bench_dnnl_create_us(bench_gen_reps(bc), dnn_make_gen, &k);
     if (med > 0)
         bench_row("reduce", name, "onednn create cpu", med, "us", fj_cpu > 0 ? med / fj_cpu : 0);
 #endif
