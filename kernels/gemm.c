@@ -416,11 +416,11 @@ static void act_tile(gen *g) {
     const int nvr = kg_elt_vregs(isa, op, g->c->act_alpha);
     const int nkr = kg_elt_kregs(isa, op, g->c->act_alpha);
     const int fv = kb_free_vregs(b), fk = kb_free_kregs(b);
-    /* A row's nv vectors (AVX2: one vector and its lane mask) and, side
-     * by side, as many of them as the op's own registers per lane allow
-     * (mask registers too) */
-    const int nx = g->avx512 ? g->nv : 2;
-    int lanes = g->avx512 ? g->nv : 1;
+    /* A row's nv vectors at a time (AVX2: one, and its lane mask) and,
+     * side by side, as many of them as the op's own registers per lane
+     * allow (mask registers too) */
+    const int nvx = g->avx512 ? g->nv : 1, nx = nvx + !g->avx512;
+    int lanes = nvx;
     while (lanes > 1 && (nx + lanes * nvr > fv || lanes * nkr > fk)) lanes--;
     /* what is left holds constants */
     const int spare = fv - nx - lanes * nvr;
@@ -428,7 +428,6 @@ static void act_tile(gen *g) {
     kg_elt_state *s = kg_elt_prepare_cfg(b, op, g->c->act_alpha, g->c->act_beta, &cfg);
     if (!s) return; /* the builder has the error */
     fj_reg x[4], m = {0};
-    const int nvx = g->avx512 ? g->nv : 1;
     for (int v = 0; v < nvx; v++) x[v] = fj_vreg(b);
     if (!g->avx512) m = fj_vreg(b);
     /* AVX-512: every vector of a row per iteration; AVX2: one column of

@@ -11,6 +11,7 @@
  * works. */
 #include "kernels/softmax.h"
 
+#include "kernels/builder_int.h"
 #include "kernels/eltwise.h"
 #include "kernels/reduce.h"
 
@@ -46,16 +47,15 @@ void kg_softmax(fj_builder *b, int log) {
     fj_emit(b, FJ_VMOVAPS, V(m), V(acc[0]));
 
     /* 2. s = sum e^(x - m): two vectors per iteration into acc[0], acc[1].
-     * exp's constants go into the registers left (8 vectors are the
-     * kernel's own, 9 on AVX2 with its mask): no loads in the loop, and
-     * register-only instructions replay on the cheapest path. On AVX-512
-     * the two chains of an iteration are interleaved (two scratch sets)
-     * and one recording serves both, the last vector and the tail. */
+     * exp's constants go into the registers left: no loads in the loop,
+     * and register-only instructions replay on the cheapest path. On
+     * AVX-512 the two chains of an iteration are interleaved (two scratch
+     * sets) and one recording serves both, the last vector and the tail. */
     const int lanes = avx512 ? 2 : 1;
-    const int nvec = avx512 ? 32 : 16, own = avx512 ? 8 : 9;
     /* alpha 1 (exp has none): the answer kept for it, not a dry run of
      * the emitter each time */
-    const int spare = nvec - own - lanes * kg_elt_vregs(fj_builder_isa(b), FJ_ELT_EXP, 1.0f);
+    const int spare =
+        kb_free_vregs(b) - lanes * kg_elt_vregs(fj_builder_isa(b), FJ_ELT_EXP, 1.0f);
     const kg_elt_cfg ecfg = {.const_regs = spare > 0 ? spare : 0, .lanes = lanes};
     kg_elt_state *e = kg_elt_prepare_cfg(b, FJ_ELT_EXP, 0, 0, &ecfg);
     if (!e) return;
