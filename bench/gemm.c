@@ -476,93 +476,113 @@ static void thread_first_call(const bench_ctx *c, fj_runtime *rt, shape s) {
 /* ---- frame-pointer tax (measurement builds only) ------------------------
  * With -Dfp_tax_probe=true, a runtime created with FRAMEJIT_FP_TAX_PROBE=1
  * builds its GEMM kernels with rbp as one more GPR and no frame pointer.
- * The two runtimes run each shape on one thread in pairs of short adjacent
- * blocks (~2 ms each, which one goes first alternates), timed by the
- * calling thread's CPU time. Each pair gives one ratio, fp time / nofp
- * time: both halves saw nearly the same machine, so the slow drifts of a
- * shared host (which move a whole-run median by a few %) cancel in it. The
- * tax is the median ratio - 1, with a distribution-free 95% interval for
- * that median from the order statistics of the ratios. */
+ * Three fresh one-thread runtimes run each shape in rounds of three short
+ * adjacent blocks (~2 ms each, the order rotating from round to round),
+ * timed by the calling thread's CPU time: two normal ones (fp, twin) and
+ * the probe (nofp). Each round gives a ratio, fp time / nofp time: its
+ * blocks saw nearly the same machine, so the slow drifts of a shared host
+ * (which move a whole-run median by a few %) cancel in it. The tax is the
+ * median ratio - 1, with a distribution-free 95% interval for that median
+ * from the order statistics of the ratios. The same figure for fp against
+ * twin, two runtimes with the same kernel, is the method's own error on
+ * this host (in one process, where the kernels, the code cache and the
+ * buffers happen to sit): a tax within it is not told apart from none. */
 #if FJ_FP_TAX_PROBE
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
 }
+
+/* Median - 1 of the sorted ratios r[0..n) as a row, with its interval. */
+static void tax_rows(const char *name, const char *what, double *r, int n) {
+    qsort(r, (size_t)n, sizeof r[0], cmp_double);
+    /* Ranks (1-based) lo..hi bracket the median with >= 95% confidence:
+     * n/2 -+ 1.96 sqrt(n)/2 (normal approximation of the binomial; n >=
+     * 11 here). */
+    double half = 0.98 * sqrt((double)n);
+    int lo = (int)floor(n / 2.0 - half), hi = (int)ceil(n / 2.0 + 1 + half);
+    if (lo < 1) lo = 1;
+    if (hi > n) hi = n;
+    double med = n & 1 ? r[n / 2] : 0.5 * (r[n / 2 - 1] + r[n / 2]);
+    char v[48];
+    bench_row("gemm", name, what, 100.0 * (med - 1.0), "%", med);
+    snprintf(v, sizeof v, "%s 95%% low", what);
+    bench_row("gemm", name, v, 100.0 * (r[lo - 1] - 1.0), "%", 0);
+    snprintf(v, sizeof v, "%s 95%% high", what);
+    bench_row("gemm", name, v, 100.0 * (r[hi - 1] - 1.0), "%", 0);
+}
 #endif
 
-static void fp_tax(const bench_ctx *c, fj_runtime *normal) {
+static void fp_tax(const bench_ctx *c) {
 #if FJ_FP_TAX_PROBE
+    enum { FP, TWIN, NOFP };
     fj_options o;
     fj_options_init(&o);
     o.threads = 1;
-    fj_runtime *probe = NULL;
-    setenv("FRAMEJIT_FP_TAX_PROBE", "1", 1);
-    fj_status st = fj_runtime_create(&o, &probe);
-    unsetenv("FRAMEJIT_FP_TAX_PROBE");
+    fj_runtime *rt[3] = {0};
+    fj_status st = FJ_OK;
+    for (int v = 0; v < 3 && st == FJ_OK; v++) {
+        if (v == NOFP) setenv("FRAMEJIT_FP_TAX_PROBE", "1", 1);
+        st = fj_runtime_create(&o, &rt[v]);
+        unsetenv("FRAMEJIT_FP_TAX_PROBE");
+    }
     if (st != FJ_OK) {
         fprintf(stderr, "bench gemm fp tax: %s\n", fj_last_error());
-        return;
+        goto out;
     }
     const char *only = getenv("FJ_BENCH_GEMM_SHAPES");
     printf("# gemm: frame-pointer tax, 1 thread: rbp frame vs rbp as a GPR (probe build), "
-           "pairs of adjacent ~2 ms blocks, thread CPU time; tax = median over pairs of "
-           "fp time / nofp time - 1, [95%% interval of that median]\n");
-    enum { MAX_PAIRS = 201 };
-    const double block_ns = 2e6, budget_ns = c->quick ? 3e8 : 1e9;
-    const int min_pairs = c->quick ? 11 : 41;
+           "rounds of three adjacent ~2 ms blocks (frame, frame again in a twin runtime, "
+           "no frame), thread CPU time; tax = median over rounds of fp time / nofp time - 1, "
+           "[95%% interval of that median]; \"A/A\" the same for the two runtimes with the "
+           "frame (the method's own error)\n");
+    enum { MAX_ROUNDS = 201 };
+    const double block_ns = 2e6, budget_ns = c->quick ? 4.5e8 : 1.5e9;
+    const int min_rounds = c->quick ? 11 : 41;
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         shape s = shapes[i];
         if (c->quick && (s.m > 1024 || s.m == 16)) continue;
         if (only && !shape_listed(only, s)) continue;
         gemm_bufs g = {s, rand_buf((size_t)s.m * s.k), rand_buf((size_t)s.k * s.n),
                        rand_buf((size_t)s.m * s.n)};
-        fj_runtime *rt[2] = {normal, probe};
-        static double t[2][MAX_PAIRS], ratio[MAX_PAIRS];
+        static double t[3][MAX_ROUNDS], tax[MAX_ROUNDS], aa[MAX_ROUNDS];
         long calls = 1;
-        int pairs = 0, ok = g.a && g.b && g.c;
-        for (int v = 0; v < 2 && ok; v++) ok = run_variant(V_FJ, rt[v], &g); /* generate */
+        int rounds = 0, ok = g.a && g.b && g.c;
+        for (int v = 0; v < 3 && ok; v++) ok = run_variant(V_FJ, rt[v], &g); /* generate */
         if (ok) {
             double t0 = bench_cpu_ns();
-            run_variant(V_FJ, normal, &g);
+            run_variant(V_FJ, rt[FP], &g);
             double one = bench_cpu_ns() - t0;
             if (one < 1) one = 1;
             calls = (long)(block_ns / one) + 1;
-            double per_pair = 2.0 * (double)calls * one;
-            pairs = (int)(budget_ns / per_pair);
+            rounds = (int)(budget_ns / (3.0 * (double)calls * one));
             /* The big shapes take one call a block (20-150 ms): at least
-             * min_pairs of them anyway, or their interval spans +-3%. */
-            pairs = pairs < min_pairs ? min_pairs : pairs > MAX_PAIRS ? MAX_PAIRS : pairs;
+             * min_rounds of them anyway, or their interval spans +-3%. */
+            rounds = rounds < min_rounds ? min_rounds : rounds > MAX_ROUNDS ? MAX_ROUNDS : rounds;
         }
-        for (int r = 0; r < pairs && ok; r++)
-            for (int j = 0; j < 2; j++) {
-                int v = (r + j) & 1;
+        for (int r = 0; r < rounds && ok; r++)
+            for (int j = 0; j < 3; j++) {
+                int v = (r + j) % 3;
                 double c0 = bench_cpu_ns();
                 for (long n = 0; n < calls; n++) run_variant(V_FJ, rt[v], &g);
                 t[v][r] = (bench_cpu_ns() - c0) / (double)calls;
             }
         if (ok) {
-            for (int r = 0; r < pairs; r++) ratio[r] = t[0][r] / t[1][r];
-            qsort(ratio, (size_t)pairs, sizeof ratio[0], cmp_double);
-            /* Ranks (1-based) lo..hi bracket the median with >= 95%
-             * confidence: n/2 -+ 1.96 sqrt(n)/2 (normal approximation of
-             * the binomial; n >= 11 here). */
-            double half = 0.98 * sqrt((double)pairs);
-            int lo = (int)floor(pairs / 2.0 - half), hi = (int)ceil(pairs / 2.0 + 1 + half);
-            if (lo < 1) lo = 1;
-            if (hi > pairs) hi = pairs;
-            double med = pairs & 1 ? ratio[pairs / 2]
-                                   : 0.5 * (ratio[pairs / 2 - 1] + ratio[pairs / 2]);
+            for (int r = 0; r < rounds; r++) {
+                tax[r] = t[FP][r] / t[NOFP][r];
+                aa[r] = t[FP][r] / t[TWIN][r];
+            }
             double flops = 2.0 * s.m * s.n * s.k;
-            double fp = bench_median(t[0], pairs), nofp = bench_median(t[1], pairs);
             char name[64];
             snprintf(name, sizeof name, "fp tax %dx%dx%d 1t", s.m, s.n, s.k);
-            bench_row("gemm", name, "framejit rbp frame", flops / fp, "GFLOP/s", 0);
-            bench_row("gemm", name, "framejit rbp as GPR", flops / nofp, "GFLOP/s", 0);
-            printf("# gemm: %s: %d pairs of %ld call%s\n", name, pairs, calls,
+            bench_row("gemm", name, "framejit rbp frame", flops / bench_median(t[FP], rounds),
+                      "GFLOP/s", 0);
+            bench_row("gemm", name, "framejit rbp as GPR",
+                      flops / bench_median(t[NOFP], rounds), "GFLOP/s", 0);
+            printf("# gemm: %s: %d rounds of %ld call%s a block\n", name, rounds, calls,
                    calls == 1 ? "" : "s");
-            bench_row("gemm", name, "tax", 100.0 * (med - 1.0), "%", med);
-            bench_row("gemm", name, "tax 95% low", 100.0 * (ratio[lo - 1] - 1.0), "%", 0);
-            bench_row("gemm", name, "tax 95% high", 100.0 * (ratio[hi - 1] - 1.0), "%", 0);
+            tax_rows(name, "tax", tax, rounds);
+            tax_rows(name, "A/A", aa, rounds);
         } else {
             fprintf(stderr, "bench gemm fp tax: %dx%dx%d failed: %s\n", s.m, s.n, s.k,
                     fj_last_error());
@@ -571,10 +591,10 @@ static void fp_tax(const bench_ctx *c, fj_runtime *normal) {
         free(g.b);
         free(g.c);
     }
-    fj_runtime_destroy(probe);
+out:
+    for (int v = 0; v < 3; v++) fj_runtime_destroy(rt[v]);
 #else
     (void)c;
-    (void)normal;
     printf("# gemm: frame-pointer tax rows need a build configured with -Dfp_tax_probe=true\n");
     bench_row("gemm", "fp tax", "option off", 0, "%", 0);
 #endif
@@ -651,7 +671,7 @@ void bench_gemm(const bench_ctx *c) {
                     DA(dnnl_eltwise_gelu_erf));
 #undef DA
     thread_first_call(c, rt[1], (shape){1024, 1024, 1024});
-    fp_tax(c, rt[1]);
+    fp_tax(c);
 out:
 #ifdef FJ_BENCH_OPENBLAS
     if (ob.table) *ob.table = ob.loaded;
