@@ -235,7 +235,9 @@ void bench_eltwise(const bench_ctx *c) {
             run_case(c, rt, &cases[k], sizes[s]);
         }
     }
-    for (size_t k = 0; k < 5; k++) gen_time(c, &cases[k]);
+    /* Generation of every case (the first five in a quick run). */
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+        if (!c->quick || k < 5) gen_time(c, &cases[k]);
     fj_runtime_destroy(rt);
 #ifdef FJ_BENCH_DNNL
     if (omp_set_num_threads && omp_threads > 0) omp_set_num_threads(omp_threads);

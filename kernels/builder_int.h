@@ -93,6 +93,11 @@ enum {
                           sh[1] 1 when m's base is a register handle (not the frame) */
     KB_TF_GPR,         /* x64_encode_gpr: bits, regs r0 | r1 << 8 (r1 as int8: -1 an imm,
                           X64_GPR_UNARY none) */
+    /* The constant-pool forms (kb_trace_end; pool the constant's offset),
+     * last: a replay tells them by one compare. */
+    KB_TF_VMK,         /* as KB_TF_VM with a mask register as operand 0 (vcmpps k,
+                          zmm, [pool], imm8): w made from the encoder's bytes */
+    KB_TF_VMP,         /* KB_TF_VM on the constant pool */
 };
 typedef struct kb_tinsn {
     uint16_t op;
@@ -113,6 +118,7 @@ typedef struct kb_tinsn {
      * head on (disp8 scaled by 1 << nsh); shift 1 when it can move. */
     uint8_t enc[16];
     uint8_t enc_len, head, nsh, shift;
+    uint32_t pool;         /* KB_TF_VMK, KB_TF_VMP: the constant's pool offset */
 } kb_tinsn;
 typedef struct kb_trace {
     kb_tinsn in[KB_TRACE_MAX];

@@ -69,6 +69,35 @@ static uint64_t vm_form(const fj_builder *b, const kb_tinsn *e, const fj_opnd *o
     return f;
 }
 
+/* The form word of a mask-destination compare with a constant-pool
+ * operand (KB_TF_VMK: operand 0 a mask register in ModRM.reg, operand 1
+ * the zmm in vvvv, the pool in ModRM.rm), read off the encoder's bytes for
+ * the recorded registers; the memory forms' table has no such pattern.
+ * Kept only when filling it in gives those bytes back; 0 otherwise (the
+ * general path then). */
+static __attribute__((noinline)) uint64_t vmk_form(const fj_builder *b, const kb_tinsn *e) {
+    const int nv = e->nops - e->has_imm;
+    if (nv != 3 || e->sh[0] != 2 || !e->has_imm) return 0;
+    x64_opnd x[4] = {k_op((int)(e->regs & 7)), vec_op((int)(e->regs >> 8 & 31), 512),
+                     mem_op(X64_RIP, 0, e->m.bits), {0}};
+    x[2].bcst = e->m.bcst;
+    x[3].kind = X64_K_IMM;
+    x[3].imm = e->imm;
+    uint8_t want[X64_MAX_LEN + 8], got[X64_MAX_LEN + 8];
+    x64_enc_info info;
+    const int n = x64_encode((x64_op)e->op, x, 4, want, &info);
+    if (n != 11 || want[0] != 0x62 || (want[5] & 0xc7) != 5 || (info.features & ~b->features))
+        return 0;
+    const uint64_t f = 1ull << 21 | (uint64_t)(want[1] & 3) << 22 | (uint64_t)(want[2] & 3) << 24 |
+                       (uint64_t)(want[2] >> 7) << 26 | (uint64_t)want[4] << 27 |
+                       (uint64_t)0 << 35 | (uint64_t)1 << 38 | /* ModRM.reg: operand 0, vvvv: 1 */
+                       (uint64_t)(info.features & 0x1ff) << 47 | 1ull << 56;
+    uint32_t feat;
+    if (x64_vm_fill(f, e->regs, &e->m, 0, 0, e->imm, 1, got, &feat) != n || memcmp(got, want, 11))
+        return 0;
+    return f;
+}
+
 int kb_trace_end(fj_builder *b) {
     kb_trace *t = b ? b->trace : NULL;
     if (!t) return 0;
@@ -99,7 +128,15 @@ int kb_trace_end(fj_builder *b) {
                 e->form = KB_TF_VK;
             }
         } else if (form == KB_TF_VM) {
-            if ((e->w = vm_form(b, e, t->gen[e->gi]))) e->form = KB_TF_VM;
+            if ((e->w = vm_form(b, e, t->gen[e->gi]))) {
+                e->form = e->m.base == X64_RIP ? KB_TF_VMP : KB_TF_VM;
+                e->pool = (uint32_t)t->gen[e->gi][e->sh[0]].val;
+            }
+        } else if (form == KB_TF_VMK) {
+            if ((e->w = vmk_form(b, e))) {
+                e->form = KB_TF_VMK;
+                e->pool = (uint32_t)t->gen[e->gi][e->sh[0]].val;
+            }
         } else {
             e->form = form;   /* the GPR forms: nothing to look up */
         }
@@ -124,16 +161,17 @@ static void take_operands(const fj_builder *b, kb_tinsn *e, const fj_opnd *ops, 
     int bits, reg, store, r1;
     if (nops >= 2 && kb_zmm_operands(b, ops, nops, &z)) {
         if (z.mem < 0 && !z.kops && !z.k) return;
-        if (z.mem >= 0 && z.kops) return;
+        const int vmk = z.mem >= 0 && z.kops == 1 && !z.k && z.m.base == X64_RIP;
+        if (z.mem >= 0 && z.kops && !vmk) return;
         e->bits = 512;
         e->nv = (uint8_t)(nops - has_imm);
         e->regs = z.regs;
         e->sh[0] = (uint8_t)(z.mem < 0 ? z.kops : (unsigned)z.mem);
         e->sh[1] = (uint8_t)z.k;
         e->sh[2] = (uint8_t)z.zero;
-        e->form = z.mem < 0 ? KB_TF_EVEX : KB_TF_VM;   /* the form at kb_trace_end */
-        if (z.mem >= 0) {
-            e->m = z.m;
+        e->form = z.mem < 0 ? KB_TF_EVEX : vmk ? KB_TF_VMK : KB_TF_VM; /* the form at kb_trace_end */
+        if (z.mem >= 0) e->m = z.m;
+        if (z.mem >= 0 && !vmk) {
             __builtin_prefetch(&x64_vmforms[x64_vm_slot(x64_vm_key(
                 (x64_op)e->op, nops, z.mem, &z.m, z.k, (int)z.zero, has_imm))]);
         }
@@ -258,6 +296,7 @@ static int encode_entry(const fj_builder *b, const kb_tinsn *e, const uint8_t *v
                         out, &feat);
         break;
     case KB_TF_VM:
+    case KB_TF_VMP:
         for (int i = 0; i < e->nv; i++)   /* the memory operand's byte is unused */
             regs |= (uint32_t)vm[e->regs >> 8 * i & 31] << 8 * i;
         if (!shifted(&m, d)) return 0;
@@ -289,7 +328,7 @@ static const uint8_t same[32] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11,
 static void keep_bytes(const fj_builder *b, kb_tinsn *e) {
     e->enc_len = e->shift = 0;
     /* A constant-pool operand needs its fixup: the template path adds it. */
-    if (e->gen && e->form == KB_TF_VM && e->m.base == X64_RIP) return;
+    if (e->form >= KB_TF_VMK) return;
     uint8_t buf[X64_MAX_LEN + 8];
     const int n = encode_entry(b, e, same, same, NULL, buf);
     if (n <= 0 || n > (int)sizeof e->enc) return;
@@ -338,9 +377,8 @@ static void replay_entry(fj_builder *b, const kb_trace *t, const kb_tinsn *e, co
             b->len += (size_t)n;
             /* A constant-pool operand: its disp32 (before an imm8) is
              * resolved at assembly, as fj_emitv's template path does. */
-            if (e->form == KB_TF_VM && e->m.base == X64_RIP)
-                kb_add_fixup(b, (uint32_t)(b->len - 4 - e->has_imm), (uint32_t)b->len,
-                             (uint32_t)t->gen[e->gi][e->sh[0]].val, 1);
+            if (e->form == KB_TF_VMP)
+                kb_add_fixup(b, (uint32_t)(b->len - 4 - e->has_imm), (uint32_t)b->len, e->pool, 1);
             return;
         }
     }
@@ -367,6 +405,29 @@ static void replay_entry(fj_builder *b, const kb_trace *t, const kb_tinsn *e, co
     fj_emitv(b, (fj_op)e->op, o, e->nops);
 }
 
+/* A zmm instruction with a constant-pool operand (the rest of a math
+ * op's chain when its constants outnumber the free registers): inline
+ * too, its form (features and imm8 checked at kb_trace_end) filled in and
+ * its rel32 fixup added, as replay_entry would; through replay_entry
+ * these were ~300 host instructions each, a quarter of making a swish
+ * kernel. 0: nothing emitted (replay_entry then). */
+static inline int pool_fill(fj_builder *b, const kb_tinsn *e, const uint8_t *vm,
+                            const uint8_t *km) {
+    if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1) ||
+        !kb_grow(b, (void **)&b->fix, &b->fix_cap, b->nfix + 1, sizeof(fixup)))
+        return 1;   /* out of memory: sticky */
+    uint32_t regs = 0, feat;
+    for (int i = 0; i < e->nv; i++)   /* the memory operand's byte is unused */
+        regs |= (uint32_t)(i == 0 && e->form == KB_TF_VMK ? km[e->regs & 7]
+                                                           : vm[e->regs >> 8 * i & 31]) << 8 * i;
+    const int n = x64_vm_fill(e->w, regs, &e->m, e->sh[1] ? km[e->sh[1]] : 0u, e->sh[2], e->imm,
+                              e->has_imm, b->code + b->len, &feat);
+    if (n <= 0) return 0;
+    b->len += (size_t)n;
+    b->fix[b->nfix++] = (fixup){(uint32_t)(b->len - 4 - e->has_imm), (uint32_t)b->len, e->pool, 1};
+    return 1;
+}
+
 /* Emits copies of t, copy c with vector registers renamed by vmap[c] and
  * masks by kmap[c]. */
 static void replay(fj_builder *b, const kb_trace *t, int copies, uint8_t (*vmap)[32],
@@ -382,6 +443,7 @@ static void replay(fj_builder *b, const kb_trace *t, int copies, uint8_t (*vmap)
                 b->len += (size_t)evex_fill(e, vmap[c], b->code + b->len);
                 continue;
             }
+            if (e->form >= KB_TF_VMK && fast && pool_fill(b, e, vmap[c], kmap[c])) continue;
             replay_entry(b, t, e, vmap[c], kmap[c], NULL, fast);
             if (b->err) return;
         }
