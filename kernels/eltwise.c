@@ -504,16 +504,23 @@ void kg_elt_apply_n(kg_elt_state *s, const fj_reg *x, int n) {
     }
 }
 
-void kg_elt_finish(kg_elt_state *s) {
-    if (!s) return;
+/* The state's slot back to the pool; its registers too unless the
+ * kernel ends here (release 0: a standalone kernel's builder is assembled
+ * next, and the releases were 4% of making a gelu_erf kernel). */
+static void finish(kg_elt_state *s, int release) {
     if (s->rec && s->rec->owner == s) s->rec->owner = NULL;   /* the slot's next state is another op */
+    pool_used[s->slot] = 0;
+    if (!release) return;
     for (int l = 0; l < s->lanes; l++) {
         for (int i = 0; i < s->nt; i++) fj_release(s->b, s->t[l][i]);
         for (int i = 0; i < s->nk; i++) fj_release(s->b, s->k[l][i]);
     }
     for (int i = 0; i < s->nc; i++)
         if (s->c[i].r.id) fj_release(s->b, s->c[i].r);
-    pool_used[s->slot] = 0;
+}
+
+void kg_elt_finish(kg_elt_state *s) {
+    if (s) finish(s, 1);
 }
 
 /* ---- standalone kernels -------------------------------------------------------- */
@@ -723,6 +730,6 @@ void kg_eltwise(fj_builder *b, kg_elt v) {
     /* Streaming stores are weakly ordered: fenced before the caller (or
      * a thread it hands the array to) reads them. */
     if (stream) fj_emit(b, FJ_SFENCE);
-    kg_elt_finish(s);
+    finish(s, 0);
     fj_return(b, fj_none());
 }
