@@ -188,7 +188,7 @@ fj_status kb_assemble(fj_builder *b, kb_code *out) {
     if (!out->bytes) goto nomem;
     /* Padding between code and constants is int3: never executed, and a
      * decoder reading past the end sees a trap, not a random instruction. */
-    memset(out->bytes, 0xcc, total);
+    memset(out->bytes + code_len, 0xcc, const_at - code_len);
     memcpy(out->bytes, pro, np);
     if (body_len) memcpy(out->bytes + np, b->code, body_len); /* b->code is NULL if empty */
     memcpy(out->bytes + epi_at, epi, ne);
