@@ -509,11 +509,6 @@ void fj_label_bind(fj_builder *b, fj_label l) {
     b->labels[i] = (int32_t)b->len;
 }
 
-void kb_add_fixup(fj_builder *b, uint32_t pos, uint32_t end, uint32_t target, int is_const) {
-    if (!kb_grow(b, (void **)&b->fix, &b->fix_cap, b->nfix + 1, sizeof(fixup))) return;
-    b->fix[b->nfix++] = (fixup){pos, end, target, (uint8_t)is_const};
-}
-
 /* jmp/jcc: rel8 when the target, bound at body offset at (or -1), is
  * near and backward, else rel32 with a fixup to target (a label index, or
  * EPILOGUE for fj_return) resolved when the label is bound or at
@@ -779,10 +774,8 @@ void kb_bcst_consts(fj_builder *b, const fj_reg *dst, const uint32_t *vals, int 
         /* The first through fj_emitv, which makes the form if it is new. */
         fj_emit(b, FJ_VBROADCASTSS, fj_reg_opnd_(dst[0], vbits), base_mem(32, H_CONST, off));
         const uint64_t f = x64_vm_lookup(x64_vm_key(X64_VBROADCASTSS, 2, 1, &m, 0, 0, 0));
-        /* Room for all of them at once, code and fixups. */
-        if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + (size_t)n * X64_MAX_LEN, 1) ||
-            !kb_grow(b, (void **)&b->fix, &b->fix_cap, b->nfix + (size_t)n, sizeof(fixup)))
-            return;
+        /* Room for all of their code at once. */
+        if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + (size_t)n * X64_MAX_LEN, 1)) return;
         for (i = 1; i < n && f && (f >> 21 & 1) && !b->err; i++) {
             const int p = live_phys(b, dst[i], RC_VEC);
             if (p < 0) break;
@@ -790,8 +783,7 @@ void kb_bcst_consts(fj_builder *b, const fj_reg *dst, const uint32_t *vals, int 
             const int len = x64_vm_fill(f, (uint32_t)p, &m, 0, 0, 0, 0, b->code + b->len, &feat);
             if (len <= 0 || (feat & ~b->features)) break;
             b->len += (size_t)len;
-            b->fix[b->nfix++] =
-                (fixup){(uint32_t)(b->len - 4), (uint32_t)b->len, off + 4u * (uint32_t)i, 1};
+            kb_add_fixup(b, (uint32_t)(b->len - 4), (uint32_t)b->len, off + 4u * (uint32_t)i, 1);
         }
     }
     /* The rest (AVX2, a first use that failed, a bad handle: the general

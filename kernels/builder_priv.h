@@ -253,11 +253,6 @@ static inline int kb_gpr_operands(const fj_builder *b, const fj_opnd *ops, int n
 FJ_INTERNAL int kb_vm_encode(x64_op op, const fj_opnd *ops, int nops, const kb_zops *z,
                              uint8_t *out, uint32_t *features);
 
-/* A rel32 at [pos, end) of the body to resolve at assembly: to constant
- * pool offset target (is_const), else to label index target. */
-FJ_INTERNAL void kb_add_fixup(fj_builder *b, uint32_t pos, uint32_t end, uint32_t target,
-                              int is_const);
-
 /* Records one instruction into the builder's trace (builder_trace.c). */
 FJ_INTERNAL void kb_trace_add(fj_builder *b, fj_op op, const fj_opnd *ops, int nops);
 
@@ -272,6 +267,15 @@ FJ_INTERNAL __attribute__((noinline)) int kb_grow_slow(fj_builder *b, void **p, 
                                                        size_t need, size_t elem);
 static inline int kb_grow(fj_builder *b, void **p, size_t *cap, size_t need, size_t elem) {
     return need <= *cap || kb_grow_slow(b, p, cap, need, elem);
+}
+
+/* A rel32 at [pos, end) of the body to resolve at assembly: to constant
+ * pool offset target (is_const), else to label index target. Inline: the
+ * template paths add one per constant-pool operand. */
+static inline void kb_add_fixup(fj_builder *b, uint32_t pos, uint32_t end, uint32_t target,
+                                int is_const) {
+    if (!kb_grow(b, (void **)&b->fix, &b->fix_cap, b->nfix + 1, sizeof(fixup))) return;
+    b->fix[b->nfix++] = (fixup){pos, end, target, (uint8_t)is_const};
 }
 
 /* 0 when a test has turned the template and direct paths off. */

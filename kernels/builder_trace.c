@@ -413,8 +413,7 @@ static void replay_entry(fj_builder *b, const kb_trace *t, const kb_tinsn *e, co
  * kernel. 0: nothing emitted (replay_entry then). */
 static inline int pool_fill(fj_builder *b, const kb_tinsn *e, const uint8_t *vm,
                             const uint8_t *km) {
-    if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1) ||
-        !kb_grow(b, (void **)&b->fix, &b->fix_cap, b->nfix + 1, sizeof(fixup)))
+    if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1))
         return 1;   /* out of memory: sticky */
     uint32_t regs = 0, feat;
     for (int i = 0; i < e->nv; i++)   /* the memory operand's byte is unused */
@@ -424,7 +423,7 @@ static inline int pool_fill(fj_builder *b, const kb_tinsn *e, const uint8_t *vm,
                               e->has_imm, b->code + b->len, &feat);
     if (n <= 0) return 0;
     b->len += (size_t)n;
-    b->fix[b->nfix++] = (fixup){(uint32_t)(b->len - 4 - e->has_imm), (uint32_t)b->len, e->pool, 1};
+    kb_add_fixup(b, (uint32_t)(b->len - 4 - e->has_imm), (uint32_t)b->len, e->pool, 1);
     return 1;
 }
 
