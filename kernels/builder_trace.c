@@ -73,11 +73,8 @@ static uint64_t vm_form(const fj_builder *b, const kb_tinsn *e, const fj_opnd *o
  * operand (KB_TF_VMK: operand 0 a mask register in ModRM.reg, operand 1
  * the zmm in vvvv, the pool in ModRM.rm), read off the encoder's bytes for
  * the recorded registers; the memory forms' table has no such pattern.
- * Kept only when filling it in gives those bytes back; 0 otherwise (the
- * general path then). */
-static __attribute__((noinline)) uint64_t vmk_form(const fj_builder *b, const kb_tinsn *e) {
-    const int nv = e->nops - e->has_imm;
-    if (nv != 3 || e->sh[0] != 2 || !e->has_imm) return 0;
+ * Kept only when filling it in gives those bytes back; 0 otherwise. */
+static __attribute__((noinline)) uint64_t vmk_make(const kb_tinsn *e) {
     x64_opnd x[4] = {k_op((int)(e->regs & 7)), vec_op((int)(e->regs >> 8 & 31), 512),
                      mem_op(X64_RIP, 0, e->m.bits), {0}};
     x[2].bcst = e->m.bcst;
@@ -86,8 +83,7 @@ static __attribute__((noinline)) uint64_t vmk_form(const fj_builder *b, const kb
     uint8_t want[X64_MAX_LEN + 8], got[X64_MAX_LEN + 8];
     x64_enc_info info;
     const int n = x64_encode((x64_op)e->op, x, 4, want, &info);
-    if (n != 11 || want[0] != 0x62 || (want[5] & 0xc7) != 5 || (info.features & ~b->features))
-        return 0;
+    if (n != 11 || want[0] != 0x62 || (want[5] & 0xc7) != 5) return 0;
     const uint64_t f = 1ull << 21 | (uint64_t)(want[1] & 3) << 22 | (uint64_t)(want[2] & 3) << 24 |
                        (uint64_t)(want[2] >> 7) << 26 | (uint64_t)want[4] << 27 |
                        (uint64_t)0 << 35 | (uint64_t)1 << 38 | /* ModRM.reg: operand 0, vvvv: 1 */
@@ -96,6 +92,25 @@ static __attribute__((noinline)) uint64_t vmk_form(const fj_builder *b, const kb
     if (x64_vm_fill(f, e->regs, &e->m, 0, 0, e->imm, 1, got, &feat) != n || memcmp(got, want, 11))
         return 0;
     return f;
+}
+
+/* Made forms by mnemonic, for a broadcast dword and for a whole zmm: like
+ * the other forms, the word does not depend on the registers, and making
+ * it (the encoder's search, its tables mostly out of cache by the next
+ * kernel) cost ~0.2 us of each sigmoid or swish kernel. */
+static _Atomic uint64_t vmk_forms[X64_OP_COUNT][2];
+
+/* The KB_TF_VMK form of e for b's target, or 0 (the general path then). */
+static uint64_t vmk_form(const fj_builder *b, const kb_tinsn *e) {
+    const int nv = e->nops - e->has_imm;
+    if (nv != 3 || e->sh[0] != 2 || !e->has_imm) return 0;
+    const int bc = e->m.bcst != 0, kept = e->m.bits == (bc ? 32 : 512);
+    uint64_t f = kept ? atomic_load_explicit(&vmk_forms[e->op][bc], memory_order_relaxed) : 0;
+    if (!f) {
+        if (!(f = vmk_make(e))) return 0;
+        if (kept) atomic_store_explicit(&vmk_forms[e->op][bc], f, memory_order_relaxed);
+    }
+    return (uint32_t)(f >> 47 & 0x1ff) & ~b->features ? 0 : f;
 }
 
 int kb_trace_end(fj_builder *b) {
