@@ -31,10 +31,10 @@
 
 struct rt_kslot {
     uint64_t hash;
-    uint8_t *key;
     size_t key_len;
     fj_kernel *k;        /* NULL while generating */
     rt_kslot *next;
+    uint8_t key[];       /* one allocation with the slot */
 };
 
 static uint64_t hash_key(const void *key, size_t n) {
@@ -103,16 +103,13 @@ fj_status rt_kernel_acquire(fj_runtime *rt, const rt_kdesc *d, fj_kernel **out) 
          * (it may have failed and removed the slot). */
         pthread_cond_wait(&rt->kc_cond, &rt->kc_lock);
     }
-    rt_kslot *s = fj_calloc(1, sizeof *s);
-    uint8_t *key = fj_malloc(d->key_len ? d->key_len : 1);
-    if (!s || !key) {
-        fj_free(s);
-        fj_free(key);
+    rt_kslot *s = fj_malloc(sizeof *s + d->key_len);
+    if (!s) {
         pthread_mutex_unlock(&rt->kc_lock);
         return fj_fail(FJ_ERR_NO_MEMORY, "kernel cache: out of memory");
     }
-    memcpy(key, d->key, d->key_len);
-    *s = (rt_kslot){h, key, d->key_len, NULL, NULL};
+    *s = (rt_kslot){h, d->key_len, NULL, NULL};
+    if (d->key_len) memcpy(s->key, d->key, d->key_len);
     rt_kslot **pp = find(rt, h, d->key, d->key_len);
     *pp = s;
     rt->kc_count++;
@@ -139,7 +136,6 @@ fj_status rt_kernel_acquire(fj_runtime *rt, const rt_kdesc *d, fj_kernel **out) 
     } else {
         *pp = s->next;
         rt->kc_count--;
-        fj_free(s->key);
         fj_free(s);
     }
     pthread_cond_broadcast(&rt->kc_cond);
@@ -199,7 +195,6 @@ static void kc_evict_free(void *ctx, void *detached) {
     for (rt_kslot *s = detached, *next; s; s = next) {
         next = s->next;
         rt_kernel_unref(s->k); /* the table's reference, the last one */
-        fj_free(s->key);
         fj_free(s);
         n++;
     }
@@ -266,7 +261,6 @@ void rt_kcache_fork_child(fj_runtime *rt) {
             }
             *pp = s->next;
             rt->kc_count--;
-            fj_free(s->key);
             fj_free(s);
         }
 }
@@ -307,7 +301,6 @@ void rt_kcache_clear(fj_runtime *rt) {
         for (rt_kslot *s = rt->kc_buckets[i], *next; s; s = next) {
             next = s->next;
             if (s->k) rt_kernel_unref(s->k);
-            fj_free(s->key);
             fj_free(s);
         }
     fj_free(rt->kc_buckets);
