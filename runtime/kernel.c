@@ -96,8 +96,11 @@ fj_status rt_finish(fj_runtime *rt, fj_builder *b, fj_kernel **out) {
     pthread_mutex_lock(&rt->place_lock);
     s = cc_place(rt->cache, code.bytes, code.len, kb_name(b), &k->entry);
     uw_func f = {0};
+    uint8_t prog[256];
     if (s == FJ_OK) {
-        f = (uw_func){k->entry->name, k->entry->start, code.code_len, code.recs, code.nrecs};
+        f = (uw_func){.name = k->entry->name, .start = k->entry->start, .size = code.code_len,
+                      .recs = code.recs, .nrecs = code.nrecs};
+        uw_func_prog(&f, prog, sizeof prog);
         /* Registered before the entry is returned (invariant 4). */
         s = arena_register(rt, k->entry, &f);
     }

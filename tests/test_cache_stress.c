@@ -308,8 +308,8 @@ static uint8_t *make_stub(void *addr, int variant, uw_object **reg) {
     ck_assert_int_eq(mprotect(p, (size_t)pg, PROT_READ | PROT_EXEC), 0);
     uw_rec ra[] = {{1, UW_PUSH_FP, 0, 0}, {4, UW_SET_FP, 0, 0}, {7, UW_POP_FP, 0, 0}};
     uw_rec rb[] = {{1, UW_PUSH_FP, 0, 0}, {7, UW_POP_FP, 0, 0}};
-    uw_func f = {variant ? "stub_b" : "stub_a", (uintptr_t)p, 8, variant ? rb : ra,
-                 variant ? 2 : 3};
+    uw_func f = {.name = variant ? "stub_b" : "stub_a", .start = (uintptr_t)p, .size = 8,
+                 .recs = variant ? rb : ra, .nrecs = variant ? 2 : 3};
     ck_assert_int_eq(uw_register(&f, 1, UW_LIBUNWIND, reg), FJ_OK);
     return p;
 }

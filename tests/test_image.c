@@ -665,7 +665,8 @@ START_TEST(image_writer_out_of_order) {
         int k = order[i];
         char name[32];
         snprintf(name, sizeof name, "unit_k%d", k);
-        uw_func f = {name, lo + (uintptr_t)k * STEP, 10 + k % 50, unit_recs, 3};
+        uw_func f = {.name = name, .start = lo + (uintptr_t)k * STEP, .size = 10 + k % 50,
+                     .recs = unit_recs, .nrecs = 3};
         ck_assert_int_eq(uw_image_add(im, &f, NULL, (const void *)(uintptr_t)k, NULL), FJ_OK);
         if (i == N / 2) ck_assert_int_eq(uw_image_compact(im, unit_live, NULL), FJ_OK);
     }

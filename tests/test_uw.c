@@ -344,6 +344,29 @@ START_TEST(test_eh_frame_bytes) {
         0x41, 0x11, 0x0c, 0x7f,                    /* r12 at cfa+8: offset_extended_sf */
     };
     ck_assert_mem_eq(eh + fde[2] + 25, far_cfa, sizeof far_cfa);
+
+    /* The same with each program made once beforehand (uw_func_prog, as
+     * the runtime does for its back-ends): the same bytes. */
+    uint8_t progs[3][64], *eh2;
+    size_t len2;
+    for (int i = 0; i < 3; i++) {
+        uw_func_prog(&fns[i], progs[i], sizeof progs[i]);
+        ck_assert_ptr_eq(fns[i].prog, progs[i]);
+    }
+    ck_assert_int_eq(fns[0].prog_clean, 1);   /* ends at its pop rbp */
+    ck_assert_int_eq(fns[2].prog_clean, 0);   /* ends inside its frame */
+    ck_assert_int_eq(uw_eh_frame_build(fns, 3, &eh2, &len2, NULL), FJ_OK);
+    ck_assert_uint_eq(len2, len);
+    ck_assert_mem_eq(eh2, eh, len);
+    fj_free(eh2);
+    /* Not made: a program longer than the buffer, a bad record. */
+    uw_func g = fns[1];
+    uw_func_prog(&g, progs[0], 4);
+    ck_assert_ptr_null(g.prog);
+    static const uw_rec bad[] = {{.off = 1, .kind = UW_SET_FP}};
+    g = (uw_func){.name = "bad", .start = 0x100000, .size = 8, .recs = bad, .nrecs = 1};
+    uw_func_prog(&g, progs[0], sizeof progs[0]);
+    ck_assert_ptr_null(g.prog);
     fj_free(eh);
 }
 END_TEST

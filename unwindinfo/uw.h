@@ -21,7 +21,19 @@ typedef struct uw_func {
     size_t size;      /* bytes of code, the constant pool excluded */
     const uw_rec *recs;
     size_t nrecs;     /* sorted by off */
+    /* The records' CFA program, made once by uw_func_prog for all the
+     * back-ends (NULL: each makes it from the records), and whether it
+     * ends with the CIE's rules in force. */
+    const uint8_t *prog;
+    size_t prog_len;
+    int prog_clean;
 } uw_func;
+
+/* Makes f's CFA program into buf (cap bytes) for the back-ends to copy:
+ * a kernel is registered with up to four of them, each of which made it
+ * anew. Leaves f as it was when the program does not fit or a record is
+ * bad (the back-ends then report that). */
+FJ_INTERNAL void uw_func_prog(uw_func *f, uint8_t *buf, size_t cap);
 
 enum {
     UW_LIBGCC = 1u << 0,

@@ -322,6 +322,15 @@ size_t uw_cie_put(uw_buf *b, int pad) {
 /* f's records as CFA instructions, advancing from code offset 0 (f->start). */
 static fj_status put_records(uw_buf *b, const uw_func *f, uint32_t *loc_out,
                              cfa_state *end_out) {
+    if (f->prog) {
+        uw_put(b, f->prog, f->prog_len);
+        if (loc_out) *loc_out = f->nrecs ? f->recs[f->nrecs - 1].off : 0;
+        if (end_out) {
+            /* What uw_cfa_append reads of it. */
+            *end_out = (cfa_state){.reg = f->prog_clean ? DW_RSP : -1, .off = 8};
+        }
+        return FJ_OK;
+    }
     cfa_state s = {.reg = DW_RSP, .off = 8};
     uint32_t loc = 0;
     for (size_t i = 0; i < f->nrecs; i++) {
@@ -337,6 +346,19 @@ static fj_status put_records(uw_buf *b, const uw_func *f, uint32_t *loc_out,
 }
 
 fj_status uw_cfa_records(uw_buf *b, const uw_func *f) { return put_records(b, f, NULL, NULL); }
+
+void uw_func_prog(uw_func *f, uint8_t *buf, size_t cap) {
+    uw_buf b = {buf, 0, cap, 0, 1};
+    uint32_t loc;
+    cfa_state end;
+    f->prog = NULL;
+    const fj_status st = put_records(&b, f, &loc, &end);
+    if (!b.ext) fj_free(b.p);   /* grown out of buf */
+    if (st != FJ_OK || !b.ext || b.oom) return;
+    f->prog = buf;
+    f->prog_len = b.len;
+    f->prog_clean = end.reg == DW_RSP && end.off == 8 && end.live == 0;
+}
 
 fj_status uw_fde_put(uw_buf *b, const uw_func *f, uintptr_t bias, ptrdiff_t cie_at) {
     size_t at = len_begin(b);

@@ -131,7 +131,7 @@ static fj_status cfa_program(const uw_func *f, uint8_t *stack, size_t stack_cap,
      * a few dozen bytes): one heap allocation less per kernel. Free *out
      * with prog_free. */
     uw_buf b = {stack, 0, stack_cap, 0, 1};
-    uw_reserve(&b, 16 + 4 * f->nrecs);
+    uw_reserve(&b, f->prog ? f->prog_len : 16 + 4 * f->nrecs);
     fj_status st = uw_cfa_records(&b, f);
     if (st == FJ_OK && b.oom) st = fj_fail(FJ_ERR_NO_MEMORY, "arena image: out of memory");
     if (st != FJ_OK) {

@@ -87,6 +87,7 @@ static fj_status object_new(const uw_func *fns, size_t n, uw_object **out) {
         *f = fns[i];
         f->name = NULL;
         f->recs = NULL;
+        f->prog = NULL;   /* the caller's: made again from the copied records */
         f->name = fj_strdup(fns[i].name);
         if (!f->name) goto oom;
         if (fns[i].nrecs) {
