@@ -211,27 +211,21 @@ fj_status uw_gcc_table_prepare(struct uw_gcc_table *t, const uw_func *f) {
     size_t at = append ? t->used : (t->used + 7) & ~(size_t)7;
     uintptr_t loc = append ? t->loc : f->start;
     unsigned touched = append ? t->touched : 0;
-    uw_buf b = {0};
+    /* Made on the stack (a kernel's are a few dozen bytes), then copied in. */
+    uint8_t stack[256];
+    uw_buf b = {stack, 0, sizeof stack, 0, 1};
     if (!append) uw_cie_put(&b, 0);
     fj_status st = uw_cfa_append(&b, f, &touched, &loc);
-    uint8_t *bytes = NULL;
-    size_t len = 0;
-    if (st != FJ_OK) {
-        fj_free(b.p);
-        return st;
-    }
-    if ((st = uw_buf_take(&b, &bytes, &len)) != FJ_OK) return st;
-    if (at + len > t->cie_cap)
+    const size_t len = b.len;
+    if (st == FJ_OK && b.oom) st = fj_fail(FJ_ERR_NO_MEMORY, "libgcc: out of memory");
+    if (st == FJ_OK && at + len > t->cie_cap)
         st = fj_fail(FJ_ERR_NO_MEMORY, "libgcc: CFI area of arena %#lx is full",
                      (unsigned long)t->lo);
     if (st == FJ_OK) st = uw_region_commit(&t->mem, at + len);
-    if (st != FJ_OK) {
-        fj_free(bytes);
-        return st;
-    }
     /* Past the end of every CIE: no reader looks here yet. */
-    memcpy(t->mem.p + at, bytes, len);
-    fj_free(bytes);
+    if (st == FJ_OK) memcpy(t->mem.p + at, b.p, len);
+    if (!b.ext) fj_free(b.p);
+    if (st != FJ_OK) return st;
     t->pend = append ? 1 : 2;
     t->pend_slot = w;
     t->pend_cie = append ? t->cur_cie : at;

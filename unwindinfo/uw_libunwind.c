@@ -216,25 +216,19 @@ fj_status uw_unw_table_prepare(struct uw_unw_table *t, const uw_func *f) {
         return fj_fail(FJ_ERR_NO_MEMORY, "libunwind: table of arena %s is full (%zu kernels)",
                        t->name, t->n);
     const size_t at = (t->used + 7) & ~(size_t)7;
-    uw_buf b = {0};
-    uint8_t *fde = NULL;
-    size_t len = 0;
+    /* Made on the stack (a kernel's FDE is a few dozen bytes), then copied in. */
+    uint8_t stack[256];
+    uw_buf b = {stack, 0, sizeof stack, 0, 1};
     /* The CIE sits at fde_at, before this FDE's bytes. */
     fj_status st = uw_fde_put(&b, f, 0, -(ptrdiff_t)(at - t->fde_at));
-    if (st != FJ_OK) {
-        fj_free(b.p);
-        return st;
-    }
-    if ((st = uw_buf_take(&b, &fde, &len)) != FJ_OK) return st;
-    if (at + len > t->mem.len)
+    const size_t len = b.len;
+    if (st == FJ_OK && b.oom) st = fj_fail(FJ_ERR_NO_MEMORY, "libunwind: out of memory");
+    if (st == FJ_OK && at + len > t->mem.len)
         st = fj_fail(FJ_ERR_NO_MEMORY, "libunwind: CFI area of arena %s is full", t->name);
     if (st == FJ_OK) st = uw_region_commit(&t->mem, at + len);
-    if (st != FJ_OK) {
-        fj_free(fde);
-        return st;
-    }
-    memcpy(t->mem.p + at, fde, len);
-    fj_free(fde);
+    if (st == FJ_OK) memcpy(t->mem.p + at, b.p, len);
+    if (!b.ext) fj_free(b.p);
+    if (st != FJ_OK) return st;
     /* The table's pages come first in the region, below the CFI: they are
      * committed already whenever the CFI is. */
     table_entry *e = (table_entry *)t->mem.p + t->n;
