@@ -214,6 +214,17 @@ static void check_image(const char *path, uintptr_t bias, const kdesc *ks, int n
     uint32_t count;
     memcpy(&count, h + 8, 4);
     ck_assert_uint_eq(count, (uint32_t)(n + others));
+    /* Its size, as the section and the segment give it: the table and no
+     * more (an unwinder reads up to the end it is told). */
+    ck_assert_uint_eq(hdr->sh_size, 12 + 8 * (uint64_t)count);
+    ck_assert_uint_eq(ehp->p_filesz, hdr->sh_size);
+    ck_assert_uint_eq(ehp->p_memsz, hdr->sh_size);
+    /* The metadata segment loads .eh_frame_hdr through the end of .eh_frame. */
+    const Elf64_Phdr *meta = phdr(&e, PT_LOAD, 2);
+    ck_assert_ptr_nonnull(meta);
+    ck_assert_uint_eq(meta->p_offset, hdr->sh_offset);
+    ck_assert_uint_eq(meta->p_filesz, eh->sh_offset + eh->sh_size - hdr->sh_offset);
+    ck_assert_uint_eq(meta->p_memsz, meta->p_filesz);
     int64_t prev = -1;
     int covered = 0;
     for (uint32_t i = 0; i < count; i++) {

@@ -50,6 +50,7 @@
 #include "unwindinfo/uw_int.h"
 
 #include <elf.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -380,6 +381,34 @@ static void write_header(uw_image *im) {
     }
 }
 
+/* What a kernel added without a rewrite changes in the header page: the
+ * sizes that grow with the kernels and the build-id; the rest is the
+ * layout's, written by write_header at the rewrite that made it (all of
+ * it, each kernel, was ~800 host instructions). */
+static void write_sizes(uw_image *im) {
+    const uw_image_map *m = &im->m;
+    const img_layout *l = &im->l;
+    const uint64_t n = im->n;
+    const uint64_t hdr_v = m->meta_off + l->hdr, eh_v = m->meta_off + l->eh;
+    const uint64_t hdr_len = 12 + 8 * n, load_len = eh_v + im->eh_len - hdr_v;
+    uint8_t *h = m->hdr;
+    const struct {
+        size_t at;
+        uint64_t v;
+    } f[] = {
+        {SH_OFF + S_EH_HDR * sizeof(Elf64_Shdr) + offsetof(Elf64_Shdr, sh_size), hdr_len},
+        {SH_OFF + S_EH * sizeof(Elf64_Shdr) + offsetof(Elf64_Shdr, sh_size), im->eh_len},
+        {SH_OFF + S_SYMTAB * sizeof(Elf64_Shdr) + offsetof(Elf64_Shdr, sh_size), SYM * (n + 1)},
+        {SH_OFF + S_STRTAB * sizeof(Elf64_Shdr) + offsetof(Elf64_Shdr, sh_size), im->str_len},
+        {PH_OFF + P_META * sizeof(Elf64_Phdr) + offsetof(Elf64_Phdr, p_filesz), load_len},
+        {PH_OFF + P_META * sizeof(Elf64_Phdr) + offsetof(Elf64_Phdr, p_memsz), load_len},
+        {PH_OFF + P_EH * sizeof(Elf64_Phdr) + offsetof(Elf64_Phdr, p_filesz), hdr_len},
+        {PH_OFF + P_EH * sizeof(Elf64_Phdr) + offsetof(Elf64_Phdr, p_memsz), hdr_len},
+    };
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) memcpy(h + f[i].at, &f[i].v, 8);
+    memcpy(h + NOTE_OFF + 16, im->build_id, BUILD_ID_LEN);
+}
+
 /* ---- Rewriting the whole metadata -------------------------------------------- */
 
 /* Writes an FDE of len bytes at .eh_frame offset pos: the bytes of src
@@ -612,7 +641,7 @@ fj_status uw_image_add(uw_image *im, const uw_func *f, const uint8_t *code, cons
     hash_final(&im->h, im->build_id);
     im->versions++;
     prog_free(prog, pstack);
-    write_header(im); /* last: the new sizes and build-id */
+    write_sizes(im); /* last: the new sizes and build-id */
     return FJ_OK;
 }
 
