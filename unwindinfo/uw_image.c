@@ -311,12 +311,27 @@ size_t uw_image_count(const uw_image *im) { return im ? im->n : 0; }
 
 /* ---- The header page ------------------------------------------------------- */
 
+/* Where the current version's .eh_frame_hdr and .eh_frame are (ELF
+ * addresses), the header table's length and the metadata segment's. */
+typedef struct hdr_geom {
+    uint64_t hdr_v, eh_v, hdr_len, load_len;
+} hdr_geom;
+
+static hdr_geom geom_of(const uw_image *im) {
+    hdr_geom g;
+    g.hdr_v = im->m.meta_off + im->l.hdr;
+    g.eh_v = im->m.meta_off + im->l.eh;
+    g.hdr_len = 12 + 8 * (uint64_t)im->n;
+    g.load_len = g.eh_v + im->eh_len - g.hdr_v;
+    return g;
+}
+
 static void write_header(uw_image *im) {
     const uw_image_map *m = &im->m;
     const img_layout *l = &im->l;
     const uint64_t n = im->n;
-    const uint64_t hdr_v = m->meta_off + l->hdr, eh_v = m->meta_off + l->eh;
-    const uint64_t hdr_len = 12 + 8 * n, load_len = eh_v + im->eh_len - hdr_v;
+    const hdr_geom g = geom_of(im);
+    const uint64_t hdr_v = g.hdr_v, eh_v = g.eh_v, hdr_len = g.hdr_len, load_len = g.load_len;
     uint8_t *h = m->hdr;
 
     uint32_t shname[S__N], nm = 0;
@@ -386,12 +401,10 @@ static void write_header(uw_image *im) {
  * layout's, written by write_header at the rewrite that made it (all of
  * it, each kernel, was ~800 host instructions). */
 static void write_sizes(uw_image *im) {
-    const uw_image_map *m = &im->m;
-    const img_layout *l = &im->l;
     const uint64_t n = im->n;
-    const uint64_t hdr_v = m->meta_off + l->hdr, eh_v = m->meta_off + l->eh;
-    const uint64_t hdr_len = 12 + 8 * n, load_len = eh_v + im->eh_len - hdr_v;
-    uint8_t *h = m->hdr;
+    const hdr_geom g = geom_of(im);
+    const uint64_t hdr_len = g.hdr_len, load_len = g.load_len;
+    uint8_t *h = im->m.hdr;
     const struct {
         size_t at;
         uint64_t v;
