@@ -28,12 +28,22 @@ double bench_median(double *v, int n);
 static inline int bench_gen_reps(const bench_ctx *c) { return c->quick ? c->reps : 31; }
 /* Kernel generation as the generation rows measure it: in each of
  * bench_gen_reps fresh one-thread runtimes (its own first-use costs paid
- * by an abs call first), the first call(rt, ctx) minus a second one;
+ * by an abs call first), the first call(rt, ctx) minus a warm one (the
+ * median of BENCH_WARM_CALLS calls that follow, see bench_warm_ns);
  * medians by wall clock and by the thread's CPU time (the host's
  * preemptions left out: generation is all on the calling thread), in us.
  * Returns how many runtimes were measured (0: none, outputs untouched). */
 int bench_gen_fresh(const bench_ctx *c, void (*call)(fj_runtime *rt, void *ctx), void *ctx,
                     double *wall_us, double *cpu_us);
+/* A warm call's wall and CPU time in ns: the medians of BENCH_WARM_CALLS
+ * calls of call(rt, ctx) in a row. One call alone is a poor reference:
+ * a 256^3 GEMM's single calls run ~150 us or ~30 us longer (a fifth of
+ * them, slow phases of the host), so first-minus-one-warm-call moved by
+ * +-30 us from runtime to runtime and its median leaned on how many slow
+ * warm calls it met. */
+enum { BENCH_WARM_CALLS = 5 };
+void bench_warm_ns(void (*call)(fj_runtime *rt, void *ctx), fj_runtime *rt, void *ctx,
+                   double *wall_ns, double *cpu_ns);
 
 /* One result row: section, case, variant ("framejit", "onednn", "c" ...),
  * the measured value and its unit ("ns", "GB/s", "GFLOP/s", "us", "%"),

@@ -31,6 +31,19 @@ double bench_median(double *v, int n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+void bench_warm_ns(void (*call)(fj_runtime *rt, void *ctx), fj_runtime *rt, void *ctx,
+                   double *wall_ns, double *cpu_ns) {
+    double w[BENCH_WARM_CALLS], c[BENCH_WARM_CALLS];
+    for (int i = 0; i < BENCH_WARM_CALLS; i++) {
+        double t0 = bench_now_ns(), c0 = bench_cpu_ns();
+        call(rt, ctx);
+        w[i] = bench_now_ns() - t0;
+        c[i] = bench_cpu_ns() - c0;
+    }
+    *wall_ns = bench_median(w, BENCH_WARM_CALLS);
+    *cpu_ns = bench_median(c, BENCH_WARM_CALLS);
+}
+
 int bench_gen_fresh(const bench_ctx *c, void (*call)(fj_runtime *rt, void *ctx), void *ctx,
                     double *wall_us, double *cpu_us) {
     static float src[1024], dst[1024];
@@ -46,11 +59,10 @@ int bench_gen_fresh(const bench_ctx *c, void (*call)(fj_runtime *rt, void *ctx),
         fj_eltwise_f32(rt, FJ_ELT_ABS, 0, 0, src, dst, 1024); /* the runtime's own first use */
         double t0 = bench_now_ns(), c0 = bench_cpu_ns();
         call(rt, ctx);
-        double t1 = bench_now_ns(), c1 = bench_cpu_ns();
-        call(rt, ctx);
-        double t2 = bench_now_ns(), c2 = bench_cpu_ns();
-        v[n] = ((t1 - t0) - (t2 - t1)) / 1e3;
-        vc[n++] = ((c1 - c0) - (c2 - c1)) / 1e3;
+        double t1 = bench_now_ns(), c1 = bench_cpu_ns(), ww, wc;
+        bench_warm_ns(call, rt, ctx, &ww, &wc);
+        v[n] = ((t1 - t0) - ww) / 1e3;
+        vc[n++] = ((c1 - c0) - wc) / 1e3;
         fj_runtime_destroy(rt);
     }
     if (n) {

@@ -329,9 +329,12 @@ static double dnn_matmul_gen_us(shape s, int reps, int act) {
 }
 #endif
 
+static void call_fj(fj_runtime *rt, void *g) { run_variant(V_FJ, rt, g); }
+
 /* Kernel generation for a new shape: the first call in a fresh runtime
- * minus a warm call of the same shape (median over fresh runtimes), by wall
- * clock and by the thread's CPU time (one thread: all of it). With
+ * minus a warm call of the same shape (bench_warm_ns), median over fresh
+ * runtimes, by wall clock and by the thread's CPU time (one thread: all
+ * of it). With
  * `used`, the runtime has run another shape first (a 16^3 GEMM, whose
  * kernel is another one): the new shape's cost without the runtime's own
  * first-use costs. Without, the runtime's creation is reported too: it
@@ -354,11 +357,10 @@ static void gen_time(const bench_ctx *c, shape s, int used) {
         if (used) run_variant(V_FJ, rt, &w);
         double t0 = bench_now_ns(), c0 = bench_cpu_ns();
         run_variant(V_FJ, rt, &g);
-        double t1 = bench_now_ns(), c1 = bench_cpu_ns();
-        run_variant(V_FJ, rt, &g);
-        double t2 = bench_now_ns(), c2 = bench_cpu_ns();
-        vc[n] = ((c1 - c0) - (c2 - c1)) / 1e3;
-        v[n++] = ((t1 - t0) - (t2 - t1)) / 1e3;
+        double t1 = bench_now_ns(), c1 = bench_cpu_ns(), ww, wc;
+        bench_warm_ns(call_fj, rt, &g, &ww, &wc);
+        vc[n] = ((c1 - c0) - wc) / 1e3;
+        v[n++] = ((t1 - t0) - ww) / 1e3;
         fj_runtime_destroy(rt);
     }
     if (n) {
