@@ -77,6 +77,7 @@ static void tune_parse(const char *e) {
         else if (!strcmp(key, "rpt")) tune.rpt = v > 0 ? (int)v : 1;
         else if (!strcmp(key, "splitn")) tune.split_n = (int)v;
         else if (!strcmp(key, "ways")) tune.l1_ways = v > 0 && v < 64 ? (int)v : 8;
+        else if (!strcmp(key, "l2")) tune.l2 = v >= 4096 ? v : tune.l2;
         e += used;
         if (*e == ',') e++;
     }

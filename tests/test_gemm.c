@@ -221,6 +221,51 @@ START_TEST(wide_blocks) {
 }
 END_TEST
 
+/* A read in place and at least four L2s large: column blocks of up to
+ * 1024 columns (an L2 of 64 KiB makes test-sized problems large; n past
+ * 1024 gives two blocks), other problems and the nc knob as before.
+ * n = 1100 takes 48-wide panels (fewer idle lanes than 32-wide ones). */
+START_TEST(wide_a_blocks) {
+    fj_runtime *rt1 = fjt_runtime(FJ_ISA_AUTO, 1), *rt2 = fjt_runtime(FJ_ISA_AUTO, 2);
+    const int avx512 = fj_runtime_isa(rt1) == FJ_ISA_AVX512;
+    seed(9);
+    static const struct {
+        const char *tune;
+        int m, n, k;
+        int64_t nc;   /* expected on AVX-512, 0: not checked */
+    } v[] = {{"l2=65536,ways=12", 280, 1100, 600, 576},
+             {"l2=65536,ways=12,mt=1", 301, 1041, 530, 544},
+             {"l2=65536,ways=12", 290, 700, 520, 704},
+             {"l2=65536,ways=12,nc=256", 280, 1100, 600, 240},
+             {"l2=65536,ways=12", 300, 1100, 200, 0}};
+    for (int c = 0; c < (int)(sizeof v / sizeof v[0]); c++) {
+        gcase t = {.m = v[c].m, .n = v[c].n, .k = v[c].k, .alpha = c & 1 ? 1.0f : 0.5f,
+                   .beta = c & 2 ? 1.0f : 0.0f, .tune = v[c].tune};
+        t.lda = t.k + 3;
+        t.ldb = t.n;
+        t.ldc = t.n + 1;
+        gemm_test_tune(t.tune);
+        gemm_plan p;
+        ck_assert_int_eq(gemm_plan_init(rt1, &p, 0, 0, t.m, t.n, t.k, t.lda, t.ldb, t.ldc,
+                                        t.alpha, t.beta, 0, 0, 0, 0),
+                         FJ_OK);
+        if (avx512 && v[c].nc) {
+            ck_assert_msg(p.direct_a, "case %d: A packed", c);
+            ck_assert_msg(p.nc == v[c].nc, "case %d: nc %lld, want %lld", c, (long long)p.nc,
+                          (long long)v[c].nc);
+        }
+        if (!v[c].nc)
+            ck_assert_msg(p.nc <= 256, "case %d: k = %lld: nc %lld", c, (long long)t.k,
+                          (long long)p.nc);
+        gemm_plan_release(&p);
+        gemm_test_tune(NULL);
+        run_case(rt1, c & 1 ? rt2 : NULL, &t);
+    }
+    fj_runtime_destroy(rt1);
+    fj_runtime_destroy(rt2);
+}
+END_TEST
+
 /* ---- handles with a fused epilogue --------------------------------------- */
 
 /* The fused epilogue on the default blocking of large row-major problems:
@@ -417,6 +462,7 @@ static Suite *suite(void) {
     tcase_add_loop_test(tc, beta_zero_and_k_zero, 0, 2);
     tcase_add_test(tc, threads_bitwise);
     tcase_add_test(tc, wide_blocks);
+    tcase_add_test(tc, wide_a_blocks);
     tcase_add_loop_test(tc, epilogue, 0, 2);
     tcase_add_test(tc, wide_epilogue);
     tcase_add_loop_test(tc, trace_unwind, 0, 2);
