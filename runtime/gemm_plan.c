@@ -470,9 +470,10 @@ static fj_status plan_make(fj_runtime *rt, gemm_plan *p, int ta, int tb, int64_t
      * alias in L1: each tile streams the panel from L2 as fast as from a
      * packed copy in L1, and the packing (the first tile's stores) and the
      * blocked driver are saved (AVX-512, one thread, in place against
-     * packed, alternated in one process: 128^3 +1.5%, 160^3 to 256^3
-     * +1.0-2.5%, 96x256x256 +3.3%, 256x128x256 +2.1%, 256x256x512 +2.0%,
-     * 256x384x256 +0.8%, 250^3 -0.3%; past these sizes it lost:
+     * packed, alternated in one process, in quiet phases of the host:
+     * 160^3 to 256^3 +1.0-2.5%, 96x256x256 +3.3%, 256x128x256 +2.1%,
+     * 256x256x512 +2.0%, 256x384x256 +0.8%, 128^3 -1.0-+1.5%, 250^3
+     * -0.3%; in noisy phases 256^3 -1.7-+2.4%. Past these sizes it lost:
      * 256x512x256 -1.5%, 256x256x1024 -2.5%). */
     const int one_thread = !(rt_threads(rt) > 1 &&
                              2.0 * (double)m * (double)n * (double)k >= (double)tune.mt_flops);
