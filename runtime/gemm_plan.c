@@ -441,17 +441,13 @@ static fj_status plan_make(fj_runtime *rt, gemm_plan *p, int ta, int tb, int64_t
      * k = 64-256). */
     int64_t mc = tune.mc ? tune.mc : 4 * p->mr;
     p->mc = max64(p->mr, mc / p->mr * p->mr);
-    /* nc: the B block (kc x nc) in half of L2, in balanced column
-     * blocks. Every row block sweeps the whole block again; from L3 that
-     * is more than the prefetchers hide (2 MiB L2, against all of n:
-     * 1024^3 +9%, 2048^3 +13%, 2048x1024x2048 +8%, 1536^3 within 1%).
-     * At least 256 columns: A is packed again for each column block
-     * (a 1 MiB L2 gives 256 at kc = 512, within 2% of all of n at
-     * 1024^3 when measured). */
-    int64_t nc = max64(256, (tune.l2 / 2) / (p->kc * 4)) / p->nr * p->nr;
-    int64_t nnb = max64(1, cdiv(n, nc));
-    p->nc = tune.nc ? max64(p->nr, tune.nc / p->nr * p->nr) : cdiv(cdiv(n, nnb), p->nr) * p->nr;
-    if (p->nc > 8192) p->nc = 8192;
+
+    double flops = 2.0 * (double)m * (double)n * (double)k;
+    /* Two threads pay from ~1 MFLOP on (2 cores, workers spinning between
+     * calls: 128^3 0.56x -> 1.03-1.18x oneDNN's two threads, 64x64x1024
+     * 0.90x -> 1.02-1.15x; 64^3 neither gains nor loses). A one-thread
+     * runtime keeps the plan that calls the kernel directly. */
+    p->threads = rt_threads(rt) > 1 && flops >= (double)tune.mt_flops ? 64 : 1;
 
     /* Packing costs about one copy of the operand: relative to the product
      * that is ~2/n for A and ~2/m for B. Read in place when that matters
@@ -475,25 +471,31 @@ static fj_status plan_make(fj_runtime *rt, gemm_plan *p, int ta, int tb, int64_t
      * 256x256x512 +2.0%, 256x384x256 +0.8%, 128^3 -1.0-+1.5%, 250^3
      * -0.3%; in noisy phases 256^3 -1.7-+2.4%. Past these sizes it lost:
      * 256x512x256 -1.5%, 256x256x1024 -2.5%). */
-    const int one_thread = !(rt_threads(rt) > 1 &&
-                             2.0 * (double)m * (double)n * (double)k >= (double)tune.mt_flops);
-    if (!tb && avx512 && one_thread && m <= 256 && n <= 384 && k <= 512) db = 1;
+    if (!tb && avx512 && p->threads == 1 && m <= 256 && n <= 384 && k <= 512) db = 1;
     if (small_mn || six) da = db = 1;
     if (six) db = 0;
     if (tune.direct >= 0) da = db = tune.direct;
     p->direct_a = tune.da >= 0 ? tune.da : da;
     p->direct_b = (tune.db >= 0 ? tune.db : db) && !tb;
-    /* A read in place is read again, from memory, for every column block:
-     * once it is several L2s, wider blocks pay, the B block sweeping from
-     * L3 instead (one thread, 1024 columns against 256, alternated in one
-     * process: 2048^3 +1.6-2.4% in four runs, 2048x1024x2048 +1.7%,
-     * 1024x2048x1024 +1.0%, 1024^3 and 1536^3 +0.6-1.0%; with A at 1-2
-     * MiB, 512^3 and 768^3, -0.6-0.8%). */
-    if (avx512 && !tune.nc && p->direct_a && k >= 512 &&
-        (double)m * (double)k * 4.0 >= 4.0 * (double)tune.l2 && p->nc < 1024) {
-        nnb = max64(1, cdiv(n, 1024 / p->nr * p->nr));
-        p->nc = cdiv(cdiv(n, nnb), p->nr) * p->nr;
-    }
+    /* nc: the B block (kc x nc) in half of L2, in balanced column
+     * blocks. Every row block sweeps the whole block again; from L3 that
+     * is more than the prefetchers hide (2 MiB L2, against all of n:
+     * 1024^3 +9%, 2048^3 +13%, 2048x1024x2048 +8%, 1536^3 within 1%).
+     * At least 256 columns: A is packed again for each column block
+     * (a 1 MiB L2 gives 256 at kc = 512, within 2% of all of n at
+     * 1024^3 when measured). At least 1024 for an A read in place that is
+     * four L2s or more: it is read again, from memory, for every column
+     * block, and wider blocks pay, the B block sweeping from L3 instead
+     * (one thread, 1024 columns against 256, alternated in one process:
+     * 2048^3 +1.6-2.4% in four runs, 2048x1024x2048 +1.7%, 1024x2048x1024
+     * +1.0%, 1024^3 and 1536^3 +0.6-1.0%; with A at 1-2 MiB, 512^3 and
+     * 768^3, -0.6-0.8%). */
+    const int wide = avx512 && p->direct_a && k >= 512 &&
+                     (double)m * (double)k * 4.0 >= 4.0 * (double)tune.l2;
+    int64_t nc = max64(wide ? 1024 : 256, (tune.l2 / 2) / (p->kc * 4)) / p->nr * p->nr;
+    int64_t nnb = max64(1, cdiv(n, nc));
+    p->nc = tune.nc ? max64(p->nr, tune.nc / p->nr * p->nr) : cdiv(cdiv(n, nnb), p->nr) * p->nr;
+    if (p->nc > 8192) p->nc = 8192;
 
     size_t kcf = (size_t)p->kc;
     if (p->direct_a) p->scratch = (size_t)p->mr * kcf;
@@ -502,12 +504,6 @@ static fj_status plan_make(fj_runtime *rt, gemm_plan *p, int ta, int tb, int64_t
     else p->scratch += (size_t)p->nc * kcf;
     p->scratch += 64 + 2 * GEMM_PACK_SLACK; /* realignment and the packers' slack */
 
-    double flops = 2.0 * (double)m * (double)n * (double)k;
-    /* Two threads pay from ~1 MFLOP on (2 cores, workers spinning between
-     * calls: 128^3 0.56x -> 1.03-1.18x oneDNN's two threads, 64x64x1024
-     * 0.90x -> 1.02-1.15x; 64^3 neither gains nor loses). A one-thread
-     * runtime keeps the plan that calls the kernel directly. */
-    p->threads = rt_threads(rt) > 1 && flops >= (double)tune.mt_flops ? 64 : 1;
     /* Threads that split the rows share one packed B for short k and for
      * very large problems (per-chunk packing packs, and reads from memory,
      * all of B once per chunk). Otherwise each thread packs B into its own
