@@ -769,14 +769,19 @@ void kb_bcst_consts(fj_builder *b, const fj_reg *dst, const uint32_t *vals, int 
     const uint32_t off = add_const(b, vals, 4u * (uint32_t)n, 4);
     const uint16_t vbits = (uint16_t)b->vbits;
     int i = 0;
-    if (vbits == 512 && kb_fast_paths()) {
+    if (vbits == 512 && kb_fast_paths() && !b->trace) {
         const x64_vm_mem m = {X64_RIP, X64_NOREG, 1, 0, 32, 0};
-        /* The first through fj_emitv, which makes the form if it is new. */
-        fj_emit(b, FJ_VBROADCASTSS, fj_reg_opnd_(dst[0], vbits), base_mem(32, H_CONST, off));
-        const uint64_t f = x64_vm_lookup(x64_vm_key(X64_VBROADCASTSS, 2, 1, &m, 0, 0, 0));
+        const uint64_t key = x64_vm_key(X64_VBROADCASTSS, 2, 1, &m, 0, 0, 0);
+        uint64_t f = x64_vm_lookup(key);
+        if (!f) {
+            /* The first through fj_emitv, which makes the form. */
+            fj_emit(b, FJ_VBROADCASTSS, fj_reg_opnd_(dst[0], vbits), base_mem(32, H_CONST, off));
+            f = x64_vm_lookup(key);
+            i = 1;
+        }
         /* Room for all of their code at once. */
         if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + (size_t)n * X64_MAX_LEN, 1)) return;
-        for (i = 1; i < n && f && (f >> 21 & 1) && !b->err; i++) {
+        for (; i < n && f && (f >> 21 & 1) && !b->err; i++) {
             const int p = live_phys(b, dst[i], RC_VEC);
             if (p < 0) break;
             uint32_t feat = 0;

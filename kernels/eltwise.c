@@ -152,11 +152,20 @@ static void flush_run(kg_elt_state *s, bcst_run *q) {
     q->n = 0;
 }
 
+static int is_param(const elt_const *c) {
+    return c->key == ELT_KEY_ALPHA || c->key == ELT_KEY_BETA;
+}
+
+/* A constant bound for a register that a broadcast from the pool fills. */
+static int literal_reg(const elt_const *c, int in_reg) {
+    return in_reg && !is_param(c) && c->key != 0;
+}
+
 /* Puts constant c in a register (r) or in the constant pool (m). */
 static void place_const(kg_elt_state *s, elt_const *c, fj_reg params, int in_reg, bcst_run *q) {
     fj_builder *b = s->b;
-    int param = c->key == ELT_KEY_ALPHA || c->key == ELT_KEY_BETA;
-    if (in_reg && !param && c->key != 0) {
+    int param = is_param(c);
+    if (literal_reg(c, in_reg)) {
         c->r = fj_vreg(b);
         q->r[q->n] = c->r;
         q->v[q->n++] = c->key;
@@ -388,19 +397,21 @@ kg_elt_state *kg_elt_prepare_cfg(fj_builder *b, fj_eltwise_op op, float alpha, f
         for (int i = 0; i < s->nt; i++) ok &= (s->t[l][i] = fj_vreg(b)).id != 0;
         for (int i = 0; i < s->nk; i++) ok &= (s->k[l][i] = fj_kreg(b)).id != 0;
     }
+    /* Registers for the required constants, then for optional ones in
+     * first-use order while the budget lasts. */
     int budget = cfg ? cfg->const_regs : 0;
+    uint8_t in_reg[ELT_MAXC];
+    for (int i = 0; i < s->nc; i++) in_reg[i] = s->c[i].must_reg || budget-- > 0;
     bcst_run q;
     q.n = 0;
-    /* Required registers first, then optional ones in first-use order. */
-    for (int i = 0; i < s->nc && ok; i++)
-        if (s->c[i].must_reg) {
-            place_const(s, &s->c[i], params, 1, &q);
-            ok &= s->c[i].r.id != 0;
-        }
-    for (int i = 0; i < s->nc && ok; i++)
-        if (!s->c[i].must_reg) {
-            place_const(s, &s->c[i], params, budget-- > 0, &q);
-            ok &= s->c[i].r.id != 0 || s->c[i].m.kind == FJ_OPND_MEM;
+    /* The literal ones bound for registers first, all in one run; then
+     * the parameters, zero (vxorps) and the pool's. */
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < s->nc && ok; i++) {
+            elt_const *c = &s->c[i];
+            if (literal_reg(c, in_reg[i]) != !pass) continue;
+            place_const(s, c, params, in_reg[i], &q);
+            ok &= c->r.id != 0 || (!in_reg[i] && c->m.kind == FJ_OPND_MEM);
         }
     if (ok) flush_run(s, &q);
     if (!ok) {
