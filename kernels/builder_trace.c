@@ -17,9 +17,15 @@
 
 #include <string.h>
 
+/* A copy's renaming in one table: vector register p at [p], mask register
+ * p at [RM_K + p], and 0 at [RM_NONE], for a template's field that names
+ * no register; the fields then index it as they are. */
+enum { RM_K = 32, RM_NONE = 40, RM_N = 48 };
+
 /* The EVEX form of a register-only zmm instruction, once for all its
- * replays: x64_vregs uses one form for any registers at 512 bits. 0 when
- * it is not such a form: the replay then takes x64_vregs. */
+ * replays: x64_vregs uses one form for any registers at 512 bits; sh the
+ * registers of ModRM.reg, ModRM.rm and vvvv (RM_NONE: none). 0 when it is
+ * not such a form: the replay then takes x64_vregs. */
 static int evex_recipe(const fj_builder *b, kb_tinsn *e) {
     if (e->bits != 512 || e->nv + e->has_imm > 4) return 0;
     x64_vform *vf = &x64_vforms[2][1][e->op][e->nv - 2][e->has_imm];
@@ -31,9 +37,9 @@ static int evex_recipe(const fj_builder *b, kb_tinsn *e) {
         return 0;
     if (e->has_imm && !x64_imm8_fits(f >> 48 & 1, e->imm)) return 0;
     unsigned gop = f >> 18 & 7, hop = f >> 23 & 7;
-    e->sh[0] = (uint8_t)(gop == X64_VF_NONE ? 32 : 8 * gop);
-    e->sh[1] = (uint8_t)(8 * (f >> 21 & 3));
-    e->sh[2] = (uint8_t)(hop == X64_VF_NONE ? 32 : 8 * hop);
+    e->sh[0] = (uint8_t)(gop == X64_VF_NONE ? RM_NONE : e->regs >> 8 * gop & 31);
+    e->sh[1] = (uint8_t)(e->regs >> 8 * (f >> 21 & 3) & 31);
+    e->sh[2] = (uint8_t)(hop == X64_VF_NONE ? RM_NONE : e->regs >> 8 * hop & 31);
     e->w = w;
     return 1;
 }
@@ -113,6 +119,34 @@ static uint64_t vmk_form(const fj_builder *b, const kb_tinsn *e) {
     return (uint32_t)(f >> 47 & 0x1ff) & ~b->features ? 0 : f;
 }
 
+/* e's template (kb_tinsn.tpl) from its form word: the mask-register
+ * forms and the constant-pool ones are filled in once here, and each copy
+ * only puts its registers in (tpl_fill), where x64_vk_fill and
+ * x64_vm_fill, field by field, were ~120 host instructions a copy (a
+ * swish kernel has 45 of them). Left without one (tlen 0) when the form
+ * does not give bytes. */
+static void tpl_make(kb_tinsn *e) {
+    uint8_t buf[X64_MAX_LEN + 16] = {0};
+    uint32_t feat;
+    const int vk = e->form == KB_TF_VK;
+    const int n = vk ? x64_vk_fill(e->w, 0, 0, e->sh[2], e->imm, e->has_imm, buf, &feat)
+                     : x64_vm_fill(e->w, 0, &e->m, 0, e->sh[2], e->imm, e->has_imm, buf, &feat);
+    e->tlen = 0;
+    if (n <= 0 || n > (int)sizeof e->tpl) return;
+    memcpy(e->tpl, buf, sizeof e->tpl);
+    const unsigned gop = e->w >> 35 & 7, hop = e->w >> 38 & 7;
+    const unsigned kops = vk ? e->sh[0] : e->form == KB_TF_VMK;   /* the mask operands */
+    /* Operand i's register as the rename table has it. */
+#define RM_AT(i) \
+    ((uint8_t)(kops >> (i) & 1 ? RM_K + (e->regs >> 8 * (i) & 7) : e->regs >> 8 * (i) & 31))
+    e->tg = gop == X64_VF_NONE ? RM_NONE : RM_AT(gop);   /* none: an opcode extension, kept */
+    e->th = hop == X64_VF_NONE ? RM_NONE : RM_AT(hop);
+    e->te = vk ? RM_AT(e->w >> 44 & 3) : RM_NONE;         /* memory: rm is the operand's */
+#undef RM_AT
+    e->tm = (uint8_t)(e->sh[1] ? RM_K + e->sh[1] : RM_NONE);
+    e->tlen = (uint8_t)n;
+}
+
 int kb_trace_end(fj_builder *b) {
     kb_trace *t = b ? b->trace : NULL;
     if (!t) return 0;
@@ -127,6 +161,7 @@ int kb_trace_end(fj_builder *b) {
     const int fast = kb_fast_paths();
     for (int k = 0; k < t->n; k++) {
         kb_tinsn *e = &t->in[k];
+        e->tlen = 0;
         if (!e->gen) {
             e->form = (uint8_t)(fast && evex_recipe(b, e) ? KB_TF_EVEX : KB_TF_GENERAL);
             continue;
@@ -141,16 +176,19 @@ int kb_trace_end(fj_builder *b) {
                 (!e->has_imm || x64_imm8_fits(f >> 56 & 1, e->imm))) {
                 e->w = f;
                 e->form = KB_TF_VK;
+                tpl_make(e);
             }
         } else if (form == KB_TF_VM) {
             if ((e->w = vm_form(b, e, t->gen[e->gi]))) {
                 e->form = e->m.base == X64_RIP ? KB_TF_VMP : KB_TF_VM;
                 e->pool = (uint32_t)t->gen[e->gi][e->sh[0]].val;
+                if (e->form == KB_TF_VMP) tpl_make(e);
             }
         } else if (form == KB_TF_VMK) {
             if ((e->w = vmk_form(b, e))) {
                 e->form = KB_TF_VMK;
                 e->pool = (uint32_t)t->gen[e->gi][e->sh[0]].val;
+                tpl_make(e);
             }
         } else {
             e->form = form;   /* the GPR forms: nothing to look up */
@@ -240,13 +278,13 @@ void kb_trace_add(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
     t->n++;
 }
 
-/* Handle id with its register renamed through vm (vector registers) or
- * km (masks), as the handle live on the new register; ids that are not a
+/* Handle id with its register renamed through rm (a vector or mask
+ * register), as the handle live on the new register; ids that are not a
  * live register's are kept (fj_emitv then says what is wrong with them). */
-static uint32_t renamed(const fj_builder *b, uint32_t id, const uint8_t *vm, const uint8_t *km) {
+static uint32_t renamed(const fj_builder *b, uint32_t id, const uint8_t *rm) {
     const unsigned cls = H_CLASS(id), p = H_PHYS(id);
     if ((cls != RC_VEC && cls != RC_K) || !H_TAG(id) || b->tag[cls][p] != H_TAG(id)) return id;
-    const unsigned q = cls == RC_VEC ? vm[p] : km[p & 7];
+    const unsigned q = cls == RC_VEC ? rm[p] : rm[RM_K + (p & 7)];
     return q == p ? id : (uint32_t)cls << 30 | q << 25 | b->tag[cls][q];
 }
 
@@ -273,11 +311,9 @@ static inline __attribute__((always_inline)) uint32_t vregs_renamed(const kb_tin
 
 /* A KB_TF_EVEX entry into out: its bytes word with the registers put in.
  * Returns the length. */
-static inline __attribute__((always_inline)) int evex_fill(const kb_tinsn *e, const uint8_t *vm,
+static inline __attribute__((always_inline)) int evex_fill(const kb_tinsn *e, const uint8_t *rm,
                                                          uint8_t *out) {
-    const uint64_t r64 = vregs_renamed(e, vm);
-    uint64_t w = x64_evex_regs(e->w, r64 >> e->sh[0] & 0xff, r64 >> e->sh[1] & 0xff,
-                               r64 >> e->sh[2] & 0xff);
+    uint64_t w = x64_evex_regs(e->w, rm[e->sh[0]], rm[e->sh[1]], rm[e->sh[2]]);
     int n = (int)(w >> 56);
     w &= ~(0xffull << 56);
     memcpy(out, &w, 8);
@@ -289,33 +325,33 @@ static inline __attribute__((always_inline)) int evex_fill(const kb_tinsn *e, co
  * KB_TF_GENERAL, and register-only entries on the fast paths) into out
  * (X64_MAX_LEN bytes and more): its length, or 0 to take the general
  * path. */
-static int encode_entry(const fj_builder *b, const kb_tinsn *e, const uint8_t *vm,
-                        const uint8_t *km, const int32_t *d, uint8_t *out) {
+static int encode_entry(const fj_builder *b, const kb_tinsn *e, const uint8_t *rm,
+                        const int32_t *d, uint8_t *out) {
     uint32_t feat = 0, regs = 0;
     x64_vm_mem m = e->m;
     int n = 0;
     if (!e->gen && e->form == KB_TF_GENERAL) {
-        n = x64_vregs((x64_op)e->op, e->bits, vregs_renamed(e, vm), e->nv, e->imm, e->has_imm, out,
+        n = x64_vregs((x64_op)e->op, e->bits, vregs_renamed(e, rm), e->nv, e->imm, e->has_imm, out,
                       &feat);
     } else switch (e->form) {
     case KB_TF_EVEX:
-        n = evex_fill(e, vm, out);
+        n = evex_fill(e, rm, out);
         break;
     case KB_TF_VK:
         /* Registers renamed by class. */
         for (int i = 0; i < e->nv; i++) {
             const unsigned r = e->regs >> 8 * i & 0xff;
-            regs |= (uint32_t)(e->sh[0] >> i & 1 ? km[r & 7] : vm[r & 31]) << 8 * i;
+            regs |= (uint32_t)(e->sh[0] >> i & 1 ? rm[RM_K + (r & 7)] : rm[r & 31]) << 8 * i;
         }
-        n = x64_vk_fill(e->w, regs, e->sh[1] ? km[e->sh[1]] : 0u, e->sh[2], e->imm, e->has_imm,
+        n = x64_vk_fill(e->w, regs, e->sh[1] ? rm[RM_K + e->sh[1]] : 0u, e->sh[2], e->imm, e->has_imm,
                         out, &feat);
         break;
     case KB_TF_VM:
     case KB_TF_VMP:
         for (int i = 0; i < e->nv; i++)   /* the memory operand's byte is unused */
-            regs |= (uint32_t)vm[e->regs >> 8 * i & 31] << 8 * i;
+            regs |= (uint32_t)rm[e->regs >> 8 * i & 31] << 8 * i;
         if (!shifted(&m, d)) return 0;
-        n = x64_vm_fill(e->w, regs, &m, e->sh[1] ? km[e->sh[1]] : 0u, e->sh[2], e->imm,
+        n = x64_vm_fill(e->w, regs, &m, e->sh[1] ? rm[RM_K + e->sh[1]] : 0u, e->sh[2], e->imm,
                         e->has_imm, out, &feat);
         break;
     case KB_TF_GPR_MEM:
@@ -333,9 +369,11 @@ static int encode_entry(const fj_builder *b, const kb_tinsn *e, const uint8_t *v
     return n > 0 && !(feat & ~b->features) ? n : 0;
 }
 
-/* Vector and mask registers by physical number: the templates take them so. */
-static const uint8_t same[32] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15,
-                                 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31};
+/* The renaming that keeps every register (the templates take them by
+ * physical number). */
+static const uint8_t same[RM_N] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15,
+                                   16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31,
+                                   0,  1,  2,  3,  4,  5,  6,  7};
 
 /* The entry's bytes as recorded, for replays that rename nothing: where
  * a memory operand's ModRM starts (its last bytes are ModRM, SIB and
@@ -345,7 +383,7 @@ static void keep_bytes(const fj_builder *b, kb_tinsn *e) {
     /* A constant-pool operand needs its fixup: the template path adds it. */
     if (e->form >= KB_TF_VMK) return;
     uint8_t buf[X64_MAX_LEN + 8];
-    const int n = encode_entry(b, e, same, same, NULL, buf);
+    const int n = encode_entry(b, e, same, NULL, buf);
     if (n <= 0 || n > (int)sizeof e->enc) return;
     memcpy(e->enc, buf, sizeof e->enc);
     e->enc_len = (uint8_t)n;
@@ -380,14 +418,14 @@ static int copy_entry(fj_builder *b, const kb_tinsn *e, const int32_t *d) {
     return 1;
 }
 
-/* One entry of a copy with registers renamed by vm and km and memory
- * operands moved by d (per GPR, or NULL), through its template, else the
- * general path (which also explains any error). */
-static void replay_entry(fj_builder *b, const kb_trace *t, const kb_tinsn *e, const uint8_t *vm,
-                         const uint8_t *km, const int32_t *d, int fast) {
+/* One entry of a copy with registers renamed by rm and memory operands
+ * moved by d (per GPR, or NULL), through its template, else the general
+ * path (which also explains any error). */
+static void replay_entry(fj_builder *b, const kb_trace *t, const kb_tinsn *e, const uint8_t *rm,
+                         const int32_t *d, int fast) {
     if (fast && (!e->gen || e->form != KB_TF_GENERAL)) {
         if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return;
-        const int n = encode_entry(b, e, vm, km, d, b->code + b->len);
+        const int n = encode_entry(b, e, rm, d, b->code + b->len);
         if (n > 0) {
             b->len += (size_t)n;
             /* A constant-pool operand: its disp32 (before an imm8) is
@@ -400,7 +438,7 @@ static void replay_entry(fj_builder *b, const kb_trace *t, const kb_tinsn *e, co
     /* The operands again, as the handles live on the registers. */
     fj_opnd o[4];
     if (!e->gen) {
-        const uint32_t regs = vregs_renamed(e, vm);
+        const uint32_t regs = vregs_renamed(e, rm);
         for (int i = 0; i < e->nv; i++) {
             const unsigned p = regs >> 8 * i & 0xff;
             o[i] = fj_reg_opnd_((fj_reg){(uint32_t)RC_VEC << 30 | p << 25 | b->tag[RC_VEC][p]},
@@ -410,9 +448,9 @@ static void replay_entry(fj_builder *b, const kb_trace *t, const kb_tinsn *e, co
     } else {
         memcpy(o, t->gen[e->gi], (size_t)e->nops * sizeof *o);
         for (int i = 0; i < e->nops; i++) {
-            o[i].reg.id = renamed(b, o[i].reg.id, vm, km);
-            o[i].index.id = renamed(b, o[i].index.id, vm, km);   /* gathers */
-            o[i].mask.id = renamed(b, o[i].mask.id, vm, km);
+            o[i].reg.id = renamed(b, o[i].reg.id, rm);
+            o[i].index.id = renamed(b, o[i].index.id, rm);   /* gathers */
+            o[i].mask.id = renamed(b, o[i].mask.id, rm);
             const int p = o[i].kind == FJ_OPND_MEM ? live_phys(b, o[i].reg, RC_GPR) : -1;
             if (d && p >= 0) o[i].val += d[p];
         }
@@ -420,32 +458,20 @@ static void replay_entry(fj_builder *b, const kb_trace *t, const kb_tinsn *e, co
     fj_emitv(b, (fj_op)e->op, o, e->nops);
 }
 
-/* A zmm instruction with a constant-pool operand (the rest of a math
- * op's chain when its constants outnumber the free registers): inline
- * too, its form (features and imm8 checked at kb_trace_end) filled in and
- * its rel32 fixup added, as replay_entry would; through replay_entry
- * these were ~300 host instructions each, a quarter of making a swish
- * kernel. 0: nothing emitted (replay_entry then). */
-static inline int pool_fill(fj_builder *b, const kb_tinsn *e, const uint8_t *vm,
-                            const uint8_t *km) {
-    if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1))
-        return 1;   /* out of memory: sticky */
-    uint32_t regs = 0, feat;
-    for (int i = 0; i < e->nv; i++)   /* the memory operand's byte is unused */
-        regs |= (uint32_t)(i == 0 && e->form == KB_TF_VMK ? km[e->regs & 7]
-                                                           : vm[e->regs >> 8 * i & 31]) << 8 * i;
-    const int n = x64_vm_fill(e->w, regs, &e->m, e->sh[1] ? km[e->sh[1]] : 0u, e->sh[2], e->imm,
-                              e->has_imm, b->code + b->len, &feat);
-    if (n <= 0) return 0;
-    b->len += (size_t)n;
-    kb_add_fixup(b, (uint32_t)(b->len - 4 - e->has_imm), (uint32_t)b->len, e->pool, 1);
-    return 1;
+/* An entry with a template (tpl_make) into out (16 bytes of room): its
+ * copy's registers and write mask put in. Returns the length. */
+static inline __attribute__((always_inline)) int tpl_fill(const kb_tinsn *e, const uint8_t *rm,
+                                                        uint8_t *out) {
+    uint64_t w;
+    memcpy(&w, e->tpl, 8);
+    w = x64_evex_regs(w, rm[e->tg], rm[e->te], rm[e->th]) | (uint64_t)rm[e->tm] << 24; /* aaa */
+    memcpy(out, &w, 8);
+    memcpy(out + 8, e->tpl + 8, 8);
+    return e->tlen;
 }
 
-/* Emits copies of t, copy c with vector registers renamed by vmap[c] and
- * masks by kmap[c]. */
-static void replay(fj_builder *b, const kb_trace *t, int copies, uint8_t (*vmap)[32],
-                   uint8_t (*kmap)[8]) {
+/* Emits copies of t, copy c with its registers renamed by map[c]. */
+static void replay(fj_builder *b, const kb_trace *t, int copies, uint8_t (*map)[RM_N]) {
     const int fast = kb_fast_paths();
     for (int k = 0; k < t->n; k++) {
         const kb_tinsn *e = &t->in[k];
@@ -454,11 +480,23 @@ static void replay(fj_builder *b, const kb_trace *t, int copies, uint8_t (*vmap)
                 /* Most of a math op's chain: inline, the bytes word with
                  * the copy's registers put in. */
                 if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return;
-                b->len += (size_t)evex_fill(e, vmap[c], b->code + b->len);
+                b->len += (size_t)evex_fill(e, map[c], b->code + b->len);
                 continue;
             }
-            if (e->form >= KB_TF_VMK && fast && pool_fill(b, e, vmap[c], kmap[c])) continue;
-            replay_entry(b, t, e, vmap[c], kmap[c], NULL, fast);
+            if (e->tlen && fast) {
+                /* The masked and mask-writing ones and those on the
+                 * constant pool (the rest of a chain when its constants
+                 * outnumber the free registers): inline too, a constant's
+                 * rel32 resolved at assembly as fj_emitv's template path
+                 * does. */
+                if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + sizeof e->tpl, 1)) return;
+                b->len += (size_t)tpl_fill(e, map[c], b->code + b->len);
+                if (e->form >= KB_TF_VMK)
+                    kb_add_fixup(b, (uint32_t)(b->len - 4 - e->has_imm), (uint32_t)b->len, e->pool,
+                                 1);
+                continue;
+            }
+            replay_entry(b, t, e, map[c], NULL, fast);
             if (b->err) return;
         }
     }
@@ -472,10 +510,9 @@ void kb_replay(fj_builder *b, const kb_trace *t, int copies, const fj_reg *from,
         kb_fail(b, "internal: replay of an unusable trace");
         return;
     }
-    uint8_t vmap[KB_REPLAY_MAX][32], kmap[KB_REPLAY_MAX][8];
+    uint8_t map[KB_REPLAY_MAX][RM_N];
     for (int c = 0; c < copies; c++) {
-        memcpy(vmap[c], same, 32);
-        memcpy(kmap[c], same, 8);
+        memcpy(map[c], same, RM_N);
         for (int i = 0; i < nmap; i++) {
             const int cls = (int)H_CLASS(from[i].id);
             const int pf = cls == RC_VEC || cls == RC_K ? live_phys(b, from[i], cls) : -1;
@@ -485,11 +522,10 @@ void kb_replay(fj_builder *b, const kb_trace *t, int copies, const fj_reg *from,
                         "(vector or mask)", from[i].id, to[c * nmap + i].id);
                 return;
             }
-            if (cls == RC_VEC) vmap[c][pf] = (uint8_t)pt;
-            else kmap[c][pf] = (uint8_t)pt;
+            map[c][cls == RC_VEC ? pf : RM_K + pf] = (uint8_t)pt;
         }
     }
-    replay(b, t, copies, vmap, kmap);
+    replay(b, t, copies, map);
 }
 
 void kb_replay_shift(fj_builder *b, kb_trace *t, const fj_reg *base, const int32_t *delta,
@@ -519,7 +555,7 @@ void kb_replay_shift(fj_builder *b, kb_trace *t, const fj_reg *base, const int32
     for (int k = 0; k < t->n; k++) {
         const kb_tinsn *e = &t->in[k];
         if (e->enc_len && copy_entry(b, e, d)) continue;
-        replay_entry(b, t, e, same, same, d, fast);
+        replay_entry(b, t, e, same, d, fast);
         if (b->err) return;
     }
 }

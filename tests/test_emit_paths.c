@@ -201,7 +201,8 @@ END_TEST
  * with renamed registers gives the bytes of the same instructions emitted
  * by hand, interleaved: register-only forms (signed and unsigned imm8, an
  * is4 register on AVX2), masked and mask-writing instructions,
- * constant-pool (a compare into a mask among them) and GPR-based memory
+ * constant-pool (a compare into a mask and masked ones among them), one
+ * whose ModRM.reg is an opcode extension, and GPR-based memory
  * operands (their fixups where the copies put them), a register all
  * copies share; the copies after the first on zmm16 and up. What cannot be
  * replayed is refused. */
@@ -226,6 +227,8 @@ static void rp_insn(fj_builder *b, int k, fj_reg src, fj_reg x, fj_reg t, fj_reg
     case 8: fj_emit(b, FJ_VXORPS, T, T, T); break;
     case 10: fj_emit(b, FJ_VCMPPS, fj_k(m), X, cs, fj_imm(0x11)); break; /* a mask from the pool */
     case 11: fj_emit(b, FJ_VADDPS, fj_masked(T, m, 1), X, cs); break;
+    case 12: fj_emit(b, FJ_VPSRLD, fj_masked(T, m, 1), X, fj_imm(3)); break; /* ModRM.reg: /2 */
+    case 13: fj_emit(b, FJ_VFMADD213PS, fj_masked(X, m, 0), T, cs); break;
     default: fj_emit(b, FJ_VBLENDVPS, X, T, X, S); break;
     }
 }
@@ -234,10 +237,10 @@ static void rp_gen(fj_builder *b, const void *p) {
     rp_ctx *c = (rp_ctx *)p;
     const int avx512 = fj_builder_isa(b) == FJ_ISA_AVX512;
     enum { COPIES = 3 };
-    static const int seq512[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 11, 1},
+    static const int seq512[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 11, 12, 13, 1},
                      seq2[] = {0, 1, 2, 4, 7, 9, 8, 1};
     const int *seq = avx512 ? seq512 : seq2;
-    const int n = avx512 ? 12 : 8;
+    const int n = avx512 ? 14 : 8;
     fj_reg src = fj_arg(b, 0), sh = fj_vreg(b), x[COPIES], t[COPIES], m[COPIES] = {{0}};
     const float h[8] = {1.5f, 1.5f, 1.5f, 1.5f, 1.5f, 1.5f, 1.5f, 1.5f};
     fj_opnd cs = avx512 ? fj_bcst(fj_const_f32(b, 1.5f)) : fj_const_data(b, h, 32, 32, 0);
