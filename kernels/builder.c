@@ -762,6 +762,51 @@ void fj_emitv(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
     }
 }
 
+void kb_vmov_run(fj_builder *b, fj_op op, int store, const fj_reg *v, int n, fj_reg base,
+                 int32_t disp, int32_t step) {
+    if (!b || b->err || n <= 0) return;
+    if (!v) { kb_fail(b, "internal: kb_vmov_run without registers"); return; }
+    const uint16_t vbits = (uint16_t)b->vbits;
+    const int64_t last = (int64_t)disp + (int64_t)step * (n - 1);
+    if (last < INT32_MIN || last > INT32_MAX) {
+        kb_fail(b, "internal: kb_vmov_run's displacement %lld is out of int32", (long long)last);
+        return;
+    }
+    const int pb = live_phys(b, base, RC_GPR);
+    int i = 0;
+    if (vbits == 512 && kb_fast_paths() && !b->trace && pb >= 0 && pb < 16 &&
+        (op == FJ_VMOVUPS || op == FJ_VMOVNTPS) && (store || op == FJ_VMOVUPS)) {
+        const fj_opnd mo = fj_mem(0, base, disp);
+        x64_vm_mem m = kb_flat_mem(&mo, pb, X64_NOREG, 0, disp);
+        const uint64_t key = x64_vm_key((x64_op)op, 2, !store, &m, 0, 0, 0);
+        uint64_t f = x64_vm_lookup(key);
+        if (!f) {
+            /* The first through fj_emitv, which makes the form. */
+            fj_emit(b, op, store ? mo : fj_reg_opnd_(v[0], vbits),
+                    store ? fj_reg_opnd_(v[0], vbits) : mo);
+            f = x64_vm_lookup(key);
+            i = 1;
+        }
+        if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + (size_t)n * X64_MAX_LEN, 1)) return;
+        for (; i < n && f && (f >> 21 & 1) && !b->err; i++) {
+            const int p = live_phys(b, v[i], RC_VEC);
+            if (p < 0) break;
+            m.disp = disp + step * i;
+            uint32_t feat = 0;
+            const int len = x64_vm_fill(f, (uint32_t)p << (store ? 8 : 0), &m, 0, 0, 0, 0,
+                                        b->code + b->len, &feat);
+            if (len <= 0 || (feat & ~b->features)) break;
+            b->len += (size_t)len;
+        }
+    }
+    /* The rest (AVX2, a first use that failed, a bad handle: the general
+     * path explains) one by one. */
+    for (; i < n && !b->err; i++) {
+        const fj_opnd mo = fj_mem(0, base, disp + step * i);
+        fj_emit(b, op, store ? mo : fj_reg_opnd_(v[i], vbits), store ? fj_reg_opnd_(v[i], vbits) : mo);
+    }
+}
+
 void kb_bcst_consts(fj_builder *b, const fj_reg *dst, const uint32_t *vals, int n) {
     if (!b || b->err || n <= 0) return;
     if (!dst || !vals) { kb_fail(b, "internal: kb_bcst_consts without registers or values"); return; }

@@ -157,6 +157,14 @@ FJ_INTERNAL void kb_replay_shift(fj_builder *b, kb_trace *t, const fj_reg *base,
  * vbroadcastss of each would emit, the form looked up once. */
 FJ_INTERNAL void kb_bcst_consts(fj_builder *b, const fj_reg *dst, const uint32_t *vals, int n);
 
+/* v[i] := [base + disp + i*step] (load) or [base + disp + i*step] := v[i]
+ * (store), i < n: what fj_emit of op (vmovups; vmovntps stores) with
+ * fj_vec(v[i]) and fj_mem(0, base, ...) would emit, the form looked up
+ * once (each through emit_fast was ~450 host instructions, 8 of them in
+ * every element-wise kernel). */
+FJ_INTERNAL void kb_vmov_run(fj_builder *b, fj_op op, int store, const fj_reg *v, int n,
+                             fj_reg base, int32_t disp, int32_t step);
+
 /* Sets the builder's sticky error (if none yet), for generators that find
  * a problem of their own (unknown op, unsupported parameter...). */
 FJ_INTERNAL void kb_fail(fj_builder *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

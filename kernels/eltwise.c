@@ -660,8 +660,7 @@ void kg_eltwise(fj_builder *b, kg_elt v) {
     if (fold) {
         for (int i = 0; i < U; i++) emit_op_mem(s, x[i], fj_mem(0, src, i * vbytes), 0);
     } else {
-        for (int i = 0; i < U; i++)
-            fj_emit(b, FJ_VMOVUPS, elt_v(s, x[i]), fj_mem(0, src, i * vbytes));
+        kb_vmov_run(b, FJ_VMOVUPS, 0, x, U, src, 0, vbytes);
         if (mtail) fj_label_bind(b, l_body);
         kg_elt_apply_n(s, x, U);
         if (mtail) {
@@ -669,8 +668,7 @@ void kg_eltwise(fj_builder *b, kg_elt v) {
             fj_emit(b, FJ_JS, fj_lbl(l_tail_store));
         }
     }
-    for (int i = 0; i < U; i++)
-        fj_emit(b, stream ? FJ_VMOVNTPS : FJ_VMOVUPS, fj_mem(0, dst, i * vbytes), elt_v(s, x[i]));
+    kb_vmov_run(b, stream ? FJ_VMOVNTPS : FJ_VMOVUPS, 1, x, U, dst, 0, vbytes);
     fj_emit(b, FJ_ADD, fj_r64(src), fj_imm(U * vbytes));
     fj_emit(b, FJ_ADD, fj_r64(dst), fj_imm(U * vbytes));
     fj_emit(b, FJ_SUB, fj_r64(n), fj_imm(U * lanes));

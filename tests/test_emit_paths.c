@@ -52,6 +52,14 @@ static fj_status assemble(fj_isa isa, int nargs, gen_fn gen, const void *ctx, in
 
 static const char *const ways[3] = {"", "without the template paths", "without replays"};
 
+/* 1 when a and c hold the same bytes; *at: where they first differ. */
+static int same_bytes(const kb_code *a, const kb_code *c, size_t *at) {
+    size_t i = 0;
+    while (i < a->len && i < c->len && a->bytes[i] == c->bytes[i]) i++;
+    *at = i;
+    return a->len == c->len && i == a->len;
+}
+
 /* Returns 1 if the kernel was made (every way) and compared, 0 if the
  * generator refuses the configuration (every way, with the same message). */
 static int same(fj_isa isa, int nargs, gen_fn gen, const void *ctx, const char *what) {
@@ -67,9 +75,8 @@ static int same(fj_isa isa, int nargs, gen_fn gen, const void *ctx, const char *
             ck_assert_str_eq(why, fj_last_error());
             continue;
         }
-        size_t at = 0;
-        while (at < a.len && at < c.len && a.bytes[at] == c.bytes[at]) at++;
-        ck_assert_msg(a.len == c.len && at == a.len,
+        size_t at;
+        ck_assert_msg(same_bytes(&a, &c, &at),
                       "%s (%s): %zu vs %zu bytes %s, first difference at byte %zu", what,
                       isa == FJ_ISA_AVX512 ? "avx512" : "avx2", a.len, c.len, ways[way], at);
         ck_assert_msg(a.code_len == c.code_len && a.nrecs == c.nrecs &&
@@ -290,9 +297,8 @@ START_TEST(replay) {
             ck_assert_msg(assemble(i, 1, rp_gen, &r, way, &a) == FJ_OK, "%s", fj_last_error());
             ck_assert_int_eq(r.ended, 1);
             ck_assert_int_eq(assemble(i, 1, rp_gen, &h, way, &c), FJ_OK);
-            size_t at = 0;
-            while (at < a.len && at < c.len && a.bytes[at] == c.bytes[at]) at++;
-            ck_assert_msg(a.len == c.len && at == a.len,
+            size_t at;
+            ck_assert_msg(same_bytes(&a, &c, &at),
                           "replayed copies differ from the instructions emitted by hand (%s, %zu / "
                           "%zu bytes, first difference at %zu)", isa ? "avx512" : "avx2", a.len,
                           c.len, at);
@@ -407,9 +413,8 @@ START_TEST(replay_shift) {
                 ck_assert_msg(assemble(i, 1, sh_gen, &r, way, &a) == FJ_OK, "%s", fj_last_error());
                 ck_assert_int_eq(r.ended, 2);
                 ck_assert_msg(assemble(i, 1, sh_gen, &h, way, &c) == FJ_OK, "%s", fj_last_error());
-                size_t at = 0;
-                while (at < a.len && at < c.len && a.bytes[at] == c.bytes[at]) at++;
-                ck_assert_msg(a.len == c.len && at == a.len,
+                size_t at;
+                ck_assert_msg(same_bytes(&a, &c, &at),
                               "moved replay differs from the instructions emitted by hand (%s, "
                               "delta %d, %s, %zu / %zu bytes, first difference at %zu)",
                               isa ? "avx512" : "avx2", deltas[j], ways[way], a.len, c.len, at);
@@ -427,6 +432,82 @@ START_TEST(replay_shift) {
 }
 END_TEST
 
+/* kb_vmov_run: a run of vmovups loads and vmovups / vmovntps stores gives
+ * the bytes of the same instructions emitted one by one, whatever form
+ * each displacement takes (none, disp8 scaled by EVEX's N, disp32), on
+ * bases that need a SIB byte or a displacement (r12, r13), with zmm16 and
+ * up, on both ISAs; a released register is the error fj_emit reports,
+ * and a run past int32 an error of its own. */
+typedef struct vr_ctx {
+    int by_hand;
+    int32_t disp, step;
+    int bad;   /* 1: a register of the runs released first */
+} vr_ctx;
+
+static void vr_gen(fj_builder *b, const void *p) {
+    const vr_ctx *c = (const vr_ctx *)p;
+    const int avx512 = fj_builder_isa(b) == FJ_ISA_AVX512;
+    fj_reg all[13], v[8];
+    for (int i = 0; i < 13; i++) all[i] = fj_gpr(b);   /* every one: r12 and r13 among them */
+    for (int i = 0; i < 8; i++) {
+        v[i] = fj_vreg(b);
+        for (int j = 0; avx512 && i == 3 && j < 16; j++) (void)fj_vreg(b);   /* v[4..]: zmm20.. */
+    }
+    if (c->bad) fj_release(b, v[5]);
+    for (int g = 0; g < 13; g++) {
+        const int n = 1 + g % 8;
+        for (int kind = 0; kind < 3; kind++) {
+            const fj_op op = kind == 2 ? FJ_VMOVNTPS : FJ_VMOVUPS;
+            const int store = kind != 0;
+            if (!c->by_hand) {
+                kb_vmov_run(b, op, store, v, n, all[g], c->disp, c->step);
+                continue;
+            }
+            for (int i = 0; i < n; i++) {
+                const fj_opnd mo = fj_mem(0, all[g], c->disp + c->step * i), V = fj_vec(b, v[i]);
+                fj_emit(b, op, store ? mo : V, store ? V : mo);
+            }
+        }
+    }
+    fj_return(b, fj_none());
+}
+
+START_TEST(vmov_run) {
+    static const int32_t runs[][2] = {{0, 64},     {0, -64},  {120 * 64, 64}, {-8192, 64},
+                                      {4, 64},     {0, 32},   {-128, 4},      {0x7fff0000, 64},
+                                      {8128, 0}};
+    for (int isa = 0; isa < 2; isa++) {
+        const fj_isa i = isa ? FJ_ISA_AVX512 : FJ_ISA_AVX2;
+        for (size_t j = 0; j < sizeof runs / sizeof runs[0]; j++)
+            for (int way = 0; way < 2; way++) {   /* the template paths on and off */
+                kb_code a, c;
+                vr_ctx r = {0, runs[j][0], runs[j][1], 0}, h = {1, runs[j][0], runs[j][1], 0};
+                ck_assert_msg(assemble(i, 1, vr_gen, &r, way, &a) == FJ_OK, "%s", fj_last_error());
+                ck_assert_msg(assemble(i, 1, vr_gen, &h, way, &c) == FJ_OK, "%s", fj_last_error());
+                size_t at;
+                ck_assert_msg(same_bytes(&a, &c, &at),
+                              "run differs from the moves emitted one by one (%s, disp %d step %d, "
+                              "%s, %zu / %zu bytes, first difference at %zu)",
+                              isa ? "avx512" : "avx2", runs[j][0], runs[j][1], ways[way], a.len,
+                              c.len, at);
+                kb_code_free(&a);
+                kb_code_free(&c);
+            }
+        kb_code a;
+        for (int by_hand = 0; by_hand < 2; by_hand++) {   /* the same error either way */
+            vr_ctx r = {by_hand, 0, 64, 1};
+            ck_assert_int_ne(assemble(i, 1, vr_gen, &r, 0, &a), FJ_OK);
+            ck_assert_msg(strstr(fj_last_error(), "is not live in this builder"), "%s",
+                          fj_last_error());
+        }
+        vr_ctx r;
+        r = (vr_ctx){0, INT32_MAX - 64, 64, 0};   /* the third move's past int32 */
+        ck_assert_int_ne(assemble(i, 1, vr_gen, &r, 0, &a), FJ_OK);
+        ck_assert_msg(strstr(fj_last_error(), "out of int32"), "%s", fj_last_error());
+    }
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("emit_paths");
     TCase *tc = tcase_create("same_bytes");
@@ -436,6 +517,7 @@ int main(void) {
     tcase_add_test(tc, interleave);
     tcase_add_test(tc, replay);
     tcase_add_test(tc, replay_shift);
+    tcase_add_test(tc, vmov_run);
     suite_add_tcase(s, tc);
     return fjt_run_suite(s);
 }
