@@ -782,8 +782,8 @@ void kb_vmov_run(fj_builder *b, fj_op op, int store, const fj_reg *v, int n, fj_
         uint64_t f = x64_vm_lookup(key);
         if (!f) {
             /* The first through fj_emitv, which makes the form. */
-            fj_emit(b, op, store ? mo : fj_reg_opnd_(v[0], vbits),
-                    store ? fj_reg_opnd_(v[0], vbits) : mo);
+            const fj_opnd vo = fj_reg_opnd_(v[0], vbits);
+            fj_emit(b, op, store ? mo : vo, store ? vo : mo);
             f = x64_vm_lookup(key);
             i = 1;
         }
@@ -802,8 +802,8 @@ void kb_vmov_run(fj_builder *b, fj_op op, int store, const fj_reg *v, int n, fj_
     /* The rest (AVX2, a first use that failed, a bad handle: the general
      * path explains) one by one. */
     for (; i < n && !b->err; i++) {
-        const fj_opnd mo = fj_mem(0, base, disp + step * i);
-        fj_emit(b, op, store ? mo : fj_reg_opnd_(v[i], vbits), store ? fj_reg_opnd_(v[i], vbits) : mo);
+        const fj_opnd mo = fj_mem(0, base, disp + step * i), vo = fj_reg_opnd_(v[i], vbits);
+        fj_emit(b, op, store ? mo : vo, store ? vo : mo);
     }
 }
 

@@ -343,8 +343,8 @@ static int encode_entry(const fj_builder *b, const kb_tinsn *e, const uint8_t *r
             const unsigned r = e->regs >> 8 * i & 0xff;
             regs |= (uint32_t)(e->sh[0] >> i & 1 ? rm[RM_K + (r & 7)] : rm[r & 31]) << 8 * i;
         }
-        n = x64_vk_fill(e->w, regs, e->sh[1] ? rm[RM_K + e->sh[1]] : 0u, e->sh[2], e->imm, e->has_imm,
-                        out, &feat);
+        n = x64_vk_fill(e->w, regs, e->sh[1] ? rm[RM_K + e->sh[1]] : 0u, e->sh[2], e->imm,
+                        e->has_imm, out, &feat);
         break;
     case KB_TF_VM:
     case KB_TF_VMP:
