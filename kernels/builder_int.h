@@ -80,8 +80,7 @@ enum { KB_TRACE_MAX = 48, KB_REPLAY_MAX = 8 };
 /* How an entry replays (kb_tinsn.form). */
 enum {
     KB_TF_GENERAL = 0, /* gen 0: x64_vregs; gen 1: fj_emitv with the operands in gen[gi] */
-    KB_TF_EVEX,        /* gen 0: w is the EVEX form's bytes word, sh the registers of
-                          ModRM.reg, ModRM.rm and vvvv (40: none);
+    KB_TF_EVEX,        /* gen 0: tpl the EVEX form's bytes with every register 0;
                           gen 1 while recording: mask-register operands taken
                           (KB_TF_VK once kb_trace_end has the form) */
     KB_TF_VK,          /* mask-register form (x64_vk_fill): w the form word, regs
@@ -119,8 +118,8 @@ typedef struct kb_tinsn {
     uint8_t enc[16];
     uint8_t enc_len, head, nsh, shift;
     uint32_t pool;         /* KB_TF_VMK, KB_TF_VMP: the constant's pool offset */
-    /* KB_TF_VK and the constant-pool forms (tlen > 0: made at
-     * kb_trace_end): the bytes with every register 0 and no write mask,
+    /* KB_TF_EVEX, KB_TF_VK and the constant-pool forms (tlen > 0: made
+     * at kb_trace_end): the bytes with every register 0 and no write mask,
      * which a copy's registers are put into (x64_evex_regs); tg, te, th,
      * tm: the registers of ModRM.reg, ModRM.rm, vvvv and the write mask,
      * as a replay's rename table indexes them (builder_trace.c). */

@@ -23,9 +23,9 @@
 enum { RM_K = 32, RM_NONE = 40, RM_N = 48 };
 
 /* The EVEX form of a register-only zmm instruction, once for all its
- * replays: x64_vregs uses one form for any registers at 512 bits; sh the
- * registers of ModRM.reg, ModRM.rm and vvvv (RM_NONE: none). 0 when it is
- * not such a form: the replay then takes x64_vregs. */
+ * replays (x64_vregs uses one form for any registers at 512 bits): its
+ * bytes word, with every register 0, is the entry's template (tpl_fill).
+ * 0 when it is not such a form: the replay then takes x64_vregs. */
 static int evex_recipe(const fj_builder *b, kb_tinsn *e) {
     if (e->bits != 512 || e->nv + e->has_imm > 4) return 0;
     x64_vform *vf = &x64_vforms[2][1][e->op][e->nv - 2][e->has_imm];
@@ -37,10 +37,16 @@ static int evex_recipe(const fj_builder *b, kb_tinsn *e) {
         return 0;
     if (e->has_imm && !x64_imm8_fits(f >> 48 & 1, e->imm)) return 0;
     unsigned gop = f >> 18 & 7, hop = f >> 23 & 7;
-    e->sh[0] = (uint8_t)(gop == X64_VF_NONE ? RM_NONE : e->regs >> 8 * gop & 31);
-    e->sh[1] = (uint8_t)(e->regs >> 8 * (f >> 21 & 3) & 31);
-    e->sh[2] = (uint8_t)(hop == X64_VF_NONE ? RM_NONE : e->regs >> 8 * hop & 31);
-    e->w = w;
+    e->tg = (uint8_t)(gop == X64_VF_NONE ? RM_NONE : e->regs >> 8 * gop & 31);
+    e->te = (uint8_t)(e->regs >> 8 * (f >> 21 & 3) & 31);
+    e->th = (uint8_t)(hop == X64_VF_NONE ? RM_NONE : e->regs >> 8 * hop & 31);
+    e->tm = RM_NONE;
+    const uint64_t bytes = w & ~(0xffull << 56);
+    int n = (int)(w >> 56);
+    memcpy(e->tpl, &bytes, 8);
+    memset(e->tpl + 8, 0, 8);
+    if (e->has_imm) e->tpl[n++] = (uint8_t)e->imm;
+    e->tlen = (uint8_t)n;
     return 1;
 }
 
@@ -123,15 +129,14 @@ static uint64_t vmk_form(const fj_builder *b, const kb_tinsn *e) {
  * forms and the constant-pool ones are filled in once here, and each copy
  * only puts its registers in (tpl_fill), where x64_vk_fill and
  * x64_vm_fill, field by field, were ~120 host instructions a copy (a
- * swish kernel has 45 of them). Left without one (tlen 0) when the form
- * does not give bytes. */
+ * swish kernel has 45 of them). Left without one (tlen 0, as
+ * kb_trace_end set it) when the form does not give bytes. */
 static void tpl_make(kb_tinsn *e) {
     uint8_t buf[X64_MAX_LEN + 16] = {0};
     uint32_t feat;
     const int vk = e->form == KB_TF_VK;
     const int n = vk ? x64_vk_fill(e->w, 0, 0, e->sh[2], e->imm, e->has_imm, buf, &feat)
                      : x64_vm_fill(e->w, 0, &e->m, 0, e->sh[2], e->imm, e->has_imm, buf, &feat);
-    e->tlen = 0;
     if (n <= 0 || n > (int)sizeof e->tpl) return;
     memcpy(e->tpl, buf, sizeof e->tpl);
     const unsigned gop = e->w >> 35 & 7, hop = e->w >> 38 & 7;
@@ -309,22 +314,22 @@ static inline __attribute__((always_inline)) uint32_t vregs_renamed(const kb_tin
     return regs;
 }
 
-/* A KB_TF_EVEX entry into out: its bytes word with the registers put in.
- * Returns the length. */
-static inline __attribute__((always_inline)) int evex_fill(const kb_tinsn *e, const uint8_t *rm,
-                                                         uint8_t *out) {
-    uint64_t w = x64_evex_regs(e->w, rm[e->sh[0]], rm[e->sh[1]], rm[e->sh[2]]);
-    int n = (int)(w >> 56);
-    w &= ~(0xffull << 56);
+/* An entry with a template (evex_recipe, tpl_make) into out (16 bytes of
+ * room): its copy's registers and write mask put in. Returns the length. */
+static inline __attribute__((always_inline)) int tpl_fill(const kb_tinsn *e, const uint8_t *rm,
+                                                        uint8_t *out) {
+    uint64_t w;
+    memcpy(&w, e->tpl, 8);
+    w = x64_evex_regs(w, rm[e->tg], rm[e->te], rm[e->th]) | (uint64_t)rm[e->tm] << 24; /* aaa */
     memcpy(out, &w, 8);
-    if (e->has_imm) out[n++] = (uint8_t)e->imm;
-    return n;
+    memcpy(out + 8, e->tpl + 8, 8);
+    return e->tlen;
 }
 
 /* One entry of a copy through its template (forms other than
  * KB_TF_GENERAL, and register-only entries on the fast paths) into out
- * (X64_MAX_LEN bytes and more): its length, or 0 to take the general
- * path. */
+ * (X64_MAX_LEN + 8 bytes of room: a template writes 16): its length, or
+ * 0 to take the general path. */
 static int encode_entry(const fj_builder *b, const kb_tinsn *e, const uint8_t *rm,
                         const int32_t *d, uint8_t *out) {
     uint32_t feat = 0, regs = 0;
@@ -335,7 +340,7 @@ static int encode_entry(const fj_builder *b, const kb_tinsn *e, const uint8_t *r
                       &feat);
     } else switch (e->form) {
     case KB_TF_EVEX:
-        n = evex_fill(e, rm, out);
+        n = tpl_fill(e, rm, out);
         break;
     case KB_TF_VK:
         /* Registers renamed by class. */
@@ -424,7 +429,7 @@ static int copy_entry(fj_builder *b, const kb_tinsn *e, const int32_t *d) {
 static void replay_entry(fj_builder *b, const kb_trace *t, const kb_tinsn *e, const uint8_t *rm,
                          const int32_t *d, int fast) {
     if (fast && (!e->gen || e->form != KB_TF_GENERAL)) {
-        if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return;
+        if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN + 8, 1)) return;
         const int n = encode_entry(b, e, rm, d, b->code + b->len);
         if (n > 0) {
             b->len += (size_t)n;
@@ -458,37 +463,19 @@ static void replay_entry(fj_builder *b, const kb_trace *t, const kb_tinsn *e, co
     fj_emitv(b, (fj_op)e->op, o, e->nops);
 }
 
-/* An entry with a template (tpl_make) into out (16 bytes of room): its
- * copy's registers and write mask put in. Returns the length. */
-static inline __attribute__((always_inline)) int tpl_fill(const kb_tinsn *e, const uint8_t *rm,
-                                                        uint8_t *out) {
-    uint64_t w;
-    memcpy(&w, e->tpl, 8);
-    w = x64_evex_regs(w, rm[e->tg], rm[e->te], rm[e->th]) | (uint64_t)rm[e->tm] << 24; /* aaa */
-    memcpy(out, &w, 8);
-    memcpy(out + 8, e->tpl + 8, 8);
-    return e->tlen;
-}
-
 /* Emits copies of t, copy c with its registers renamed by map[c]. */
 static void replay(fj_builder *b, const kb_trace *t, int copies, uint8_t (*map)[RM_N]) {
     const int fast = kb_fast_paths();
     for (int k = 0; k < t->n; k++) {
         const kb_tinsn *e = &t->in[k];
         for (int c = 0; c < copies; c++) {
-            if (e->form == KB_TF_EVEX && !e->gen) {
-                /* Most of a math op's chain: inline, the bytes word with
-                 * the copy's registers put in. */
-                if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return;
-                b->len += (size_t)evex_fill(e, map[c], b->code + b->len);
-                continue;
-            }
             if (e->tlen && fast) {
-                /* The masked and mask-writing ones and those on the
-                 * constant pool (the rest of a chain when its constants
-                 * outnumber the free registers): inline too, a constant's
-                 * rel32 resolved at assembly as fj_emitv's template path
-                 * does. */
+                /* Most of a math op's chain (register-only, masked and
+                 * mask-writing instructions, and those on the constant
+                 * pool when its constants outnumber the free registers):
+                 * inline, the template with the copy's registers put in,
+                 * a constant's rel32 resolved at assembly as fj_emitv's
+                 * template path does. */
                 if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + sizeof e->tpl, 1)) return;
                 b->len += (size_t)tpl_fill(e, map[c], b->code + b->len);
                 if (e->form >= KB_TF_VMK)
