@@ -762,6 +762,21 @@ void fj_emitv(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
     }
 }
 
+/* A run's form (kb_vmov_run, kb_bcst_consts): the table's, or made by
+ * sending the run's first instruction (o0, o1) through fj_emitv, which
+ * *done then counts. */
+static inline __attribute__((always_inline)) uint64_t run_form(fj_builder *b, uint64_t key,
+                                                               fj_op op, fj_opnd o0, fj_opnd o1,
+                                                               int *done) {
+    uint64_t f = x64_vm_lookup(key);
+    if (!f) {
+        fj_emit(b, op, o0, o1);
+        f = x64_vm_lookup(key);
+        *done = 1;
+    }
+    return f;
+}
+
 void kb_vmov_run(fj_builder *b, fj_op op, int store, const fj_reg *v, int n, fj_reg base,
                  int32_t disp, int32_t step) {
     if (!b || b->err || n <= 0) return;
@@ -778,15 +793,9 @@ void kb_vmov_run(fj_builder *b, fj_op op, int store, const fj_reg *v, int n, fj_
         (op == FJ_VMOVUPS || op == FJ_VMOVNTPS) && (store || op == FJ_VMOVUPS)) {
         const fj_opnd mo = fj_mem(0, base, disp);
         x64_vm_mem m = kb_flat_mem(&mo, pb, X64_NOREG, 0, disp);
-        const uint64_t key = x64_vm_key((x64_op)op, 2, !store, &m, 0, 0, 0);
-        uint64_t f = x64_vm_lookup(key);
-        if (!f) {
-            /* The first through fj_emitv, which makes the form. */
-            const fj_opnd vo = fj_reg_opnd_(v[0], vbits);
-            fj_emit(b, op, store ? mo : vo, store ? vo : mo);
-            f = x64_vm_lookup(key);
-            i = 1;
-        }
+        const fj_opnd vo = fj_reg_opnd_(v[0], vbits);
+        const uint64_t f = run_form(b, x64_vm_key((x64_op)op, 2, !store, &m, 0, 0, 0), op,
+                                    store ? mo : vo, store ? vo : mo, &i);
         if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + (size_t)n * X64_MAX_LEN, 1)) return;
         for (; i < n && f && (f >> 21 & 1) && !b->err; i++) {
             const int p = live_phys(b, v[i], RC_VEC);
@@ -816,14 +825,9 @@ void kb_bcst_consts(fj_builder *b, const fj_reg *dst, const uint32_t *vals, int 
     int i = 0;
     if (vbits == 512 && kb_fast_paths() && !b->trace) {
         const x64_vm_mem m = {X64_RIP, X64_NOREG, 1, 0, 32, 0};
-        const uint64_t key = x64_vm_key(X64_VBROADCASTSS, 2, 1, &m, 0, 0, 0);
-        uint64_t f = x64_vm_lookup(key);
-        if (!f) {
-            /* The first through fj_emitv, which makes the form. */
-            fj_emit(b, FJ_VBROADCASTSS, fj_reg_opnd_(dst[0], vbits), base_mem(32, H_CONST, off));
-            f = x64_vm_lookup(key);
-            i = 1;
-        }
+        const uint64_t f = run_form(b, x64_vm_key(X64_VBROADCASTSS, 2, 1, &m, 0, 0, 0),
+                                    FJ_VBROADCASTSS, fj_reg_opnd_(dst[0], vbits),
+                                    base_mem(32, H_CONST, off), &i);
         /* Room for all of their code at once. */
         if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + (size_t)n * X64_MAX_LEN, 1)) return;
         for (; i < n && f && (f >> 21 & 1) && !b->err; i++) {
