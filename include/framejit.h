@@ -116,7 +116,10 @@ FJ_API fj_status fj_eltwise_f32(fj_runtime *rt, fj_eltwise_op op, float alpha, f
  * semantics: transa/transb 'N'/'n' or 'T'/'t'; op(A) is m x k, op(B) is
  * k x n; lda >= (transa == 'N' ? k : m) (and >= 1), likewise ldb, ldc >= n.
  * beta == 0 never reads C (NaN in C does not propagate). m, n or k == 0 is
- * fine (k == 0 scales C by beta). */
+ * fine (k == 0 scales C by beta). C may share no memory with A or B (or,
+ * for a handle, the bias): an overlap is FJ_ERR_INVALID_ARG and C is left
+ * as it was; matrices whose rows interleave in one wider array without
+ * sharing an element are fine. */
 FJ_API fj_status fj_gemm_f32(fj_runtime *rt, char transa, char transb,
                              int64_t m, int64_t n, int64_t k, float alpha,
                              const float *a, int64_t lda, const float *b, int64_t ldb,

@@ -23,6 +23,7 @@
 #include "runtime/kcache.h"
 #include "runtime/pool.h"
 #include "runtime/rt.h"
+#include "runtime/span.h"
 
 /* ---- the driver ------------------------------------------------------- */
 
@@ -463,6 +464,42 @@ static fj_status check_ptrs(const char *fn, int64_t m, int64_t n, int64_t k, con
     return FJ_OK;
 }
 
+/* C is written while A, B and the bias are still being read (packed a
+ * block at a time, or in place), so C may share no memory with them: the
+ * result would depend on the blocking. Checked on every call before
+ * anything is written, A and B only when k > 0 (else they are not read).
+ * Exact: C and A (or B) as column ranges of one wider array, their rows
+ * interleaved, are fine. */
+static __attribute__((noinline, cold)) fj_status
+check_alias(const char *fn, const gemm_plan *p, const float *a, const float *b,
+            const float *bias, const float *c) {
+    const rt_mat cm = {(uintptr_t)c, p->m, p->n, p->ldc};
+    const char *what = NULL;
+    if (p->k) {
+        const rt_mat am = {(uintptr_t)a, p->ta ? p->k : p->m, p->ta ? p->m : p->k, p->lda};
+        const rt_mat bm = {(uintptr_t)b, p->tb ? p->n : p->k, p->tb ? p->k : p->n, p->ldb};
+        if (rt_mat_overlap(&cm, &am)) what = "a";
+        else if (rt_mat_overlap(&cm, &bm)) what = "b";
+    }
+    if (!what && bias) {
+        const rt_mat vm = {(uintptr_t)bias, 1, p->n, p->n};
+        if (rt_mat_overlap(&cm, &vm)) what = "bias";
+    }
+    if (!what) return FJ_OK;
+    return fj_fail(FJ_ERR_INVALID_ARG, "%s: c overlaps %s (C may share no memory with A, B or "
+                   "the bias)", fn, what);
+}
+
+/* Whether C's span meets A's, B's or the bias's: the every-call part of
+ * the check, from the spans the plan keeps (a 16^3 call takes ~70 ns). */
+static inline int spans_meet(const gemm_plan *p, const float *a, const float *b,
+                             const float *bias, const float *c) {
+    uintptr_t c0 = (uintptr_t)c, c1 = c0 + p->span_c;
+    return ((uintptr_t)a < c1 && c0 < (uintptr_t)a + p->span_a) |
+           ((uintptr_t)b < c1 && c0 < (uintptr_t)b + p->span_b) |
+           (bias && (uintptr_t)bias < c1 && c0 < (uintptr_t)(bias + p->n));
+}
+
 /* ---- public entry points ---------------------------------------------- */
 
 fj_status fj_gemm_f32(fj_runtime *rt, char transa, char transb, int64_t m, int64_t n, int64_t k,
@@ -485,6 +522,11 @@ fj_status fj_gemm_f32(fj_runtime *rt, char transa, char transb, int64_t m, int64
         s = gemm_plan_borrow(rt, &p, &lent, ta, tb, m, n, k, lda, ldb, ldc, alpha, beta, 0, 0, 0,
                              0);
         if (s != FJ_OK) return s;
+    }
+    if (__builtin_expect(spans_meet(p, a, b, NULL, c), 0) &&
+        (s = check_alias("fj_gemm_f32", p, a, b, NULL, c)) != FJ_OK) {
+        gemm_plan_unborrow(lent);
+        return s;
     }
     uint64_t t0 = rt_exec_begin();
     s = gemm_run(p, a, b, NULL, c);
@@ -534,6 +576,10 @@ fj_status fj_gemm_execute(const fj_gemm *g, const float *a, const float *b, cons
     if (g->has_bias && p->m && p->n && !bias)
         return fj_fail(FJ_ERR_INVALID_ARG, "fj_gemm_execute: bias is NULL but the descriptor "
                        "has has_bias");
+    if (!g->has_bias) bias = NULL;
+    if (p->m && p->n && spans_meet(p, a, b, bias, c) &&
+        (s = check_alias("fj_gemm_execute", p, a, b, bias, c)) != FJ_OK)
+        return s;
     uint64_t t0 = rt_exec_begin();
     s = gemm_run(p, a, b, g->has_bias ? bias : NULL, c);
     rt_exec_end(t0, "fj_gemm_execute", "m=%lld n=%lld k=%lld", (long long)p->m,

@@ -31,6 +31,9 @@ typedef struct gemm_plan {
     kg_gemm_args whole_args;     /* whole plans: the kernel's arguments but the
                                     pointers, for this alpha and beta
                                     (gemm_plan_set_ab) */
+    uintptr_t span_a, span_b, span_c; /* bytes from a, b and c to the end of
+                                    what a call reads (A, B: none if k is 0)
+                                    or writes, for the aliasing check */
 } gemm_plan;
 
 /* Fills p for the problem (dimensions already validated) and acquires its

@@ -9,6 +9,7 @@
 
 #include "kernels/reduce.h"
 #include "runtime/pool.h"
+#include "runtime/span.h"
 
 /* Work (elements) below which everything stays on the calling thread, and
  * the work per chunk above it. */
@@ -27,18 +28,6 @@ static void red_chunk(void *p, int64_t i) {
     int64_t r0 = i * c->per, n = c->rows - r0 < c->per ? c->rows - r0 : c->per;
     c->fn(c->src + r0 * c->ld, c->dst + r0, n, c->shape);
     __asm__ volatile("" ::: "memory");
-}
-
-/* Bytes spanned by rows x cols with leading dimension ld (0 if empty). */
-FJ_INTERNAL int rt_span(int64_t rows, int64_t cols, int64_t ld, uintptr_t *bytes);
-int rt_span(int64_t rows, int64_t cols, int64_t ld, uintptr_t *bytes) {
-    if (rows == 0 || cols == 0) { *bytes = 0; return 1; }
-    /* (rows - 1) * ld + cols floats, without overflow */
-    if ((uint64_t)(rows - 1) > (uint64_t)(INT64_MAX / 8) / (uint64_t)(ld ? ld : 1)) return 0;
-    uint64_t n = (uint64_t)(rows - 1) * (uint64_t)ld + (uint64_t)cols;
-    if (n > (uint64_t)(INTPTR_MAX / 8)) return 0;
-    *bytes = (uintptr_t)(n * sizeof(float));
-    return 1;
 }
 
 static int overlap(uintptr_t a, uintptr_t na, uintptr_t b, uintptr_t nb) {

@@ -6,10 +6,9 @@
 
 #include "kernels/softmax.h"
 #include "runtime/pool.h"
+#include "runtime/span.h"
 
 enum { SM_PAR_MIN = 1 << 15, SM_CHUNK = 1 << 14 };
-
-FJ_INTERNAL int rt_span(int64_t rows, int64_t cols, int64_t ld, uintptr_t *bytes);
 
 typedef struct sm_ctx {
     kg_softmax_fn fn;

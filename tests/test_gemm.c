@@ -22,6 +22,7 @@
 #include "framejit.h"
 #include "gemmcase.h"
 #include "runtime/gemm_int.h"
+#include "runtime/span.h"
 
 /* ---- random cases -------------------------------------------------------- */
 
@@ -384,6 +385,134 @@ START_TEST(bad_input) {
 }
 END_TEST
 
+/* ---- aliasing ------------------------------------------------------------- */
+
+/* rt_mat_overlap against a byte map, on random small matrices in one
+ * buffer: byte offsets that are not multiples of 4 too, 1-row matrices
+ * with any ld, rows that interleave. */
+START_TEST(overlap_exact) {
+    enum { SPACE = 600 };
+    seed(11);
+    int hits = 0, interleaved = 0;
+    for (int it = 0; it < 20000; it++) {
+        rt_mat m[2];
+        uintptr_t end[2];
+        static unsigned char mark[SPACE];
+        memset(mark, 0, sizeof mark);
+        int shared = 0;
+        for (int w = 0; w < 2; w++) {
+            int64_t rows = rnd_to(6), cols = rnd_to(7), ld = cols + rnd_to(9);
+            if (ld == 0) ld = 1;
+            int64_t span = rows && cols ? ((rows - 1) * ld + cols) * 4 : 0;
+            /* The second one often starts just past the first's start. */
+            int64_t off = w && rnd() % 2 ? (int64_t)m[0].p + rnd_to(40) : rnd_to(SPACE);
+            if (off > SPACE - span) off = SPACE - span;
+            m[w] = (rt_mat){(uintptr_t)off, rows, cols, ld};
+            end[w] = (uintptr_t)(off + span);
+            for (int64_t i = 0; i < rows; i++)
+                for (int64_t j = 0; j < cols * 4; j++) {
+                    int64_t at = off + i * ld * 4 + j;
+                    if (mark[at] && mark[at] != w + 1) shared = 1;
+                    mark[at] = (unsigned char)(w + 1);
+                }
+        }
+        /* Spans that meet without a shared byte: the row walk says no. */
+        int met = end[0] > m[0].p && end[1] > m[1].p && m[0].p < end[1] && m[1].p < end[0];
+        /* Addresses away from 0, as real pointers are. */
+        rt_mat a = m[0], b = m[1];
+        a.p += 4096;
+        b.p += 4096;
+        int got = rt_mat_overlap(&a, &b), got2 = rt_mat_overlap(&b, &a);
+        ck_assert_msg(got == shared && got2 == shared,
+                      "%lldx%lld ld %lld at %lu vs %lldx%lld ld %lld at %lu: got %d/%d, want %d",
+                      (long long)a.rows, (long long)a.cols, (long long)a.ld,
+                      (unsigned long)m[0].p, (long long)b.rows, (long long)b.cols,
+                      (long long)b.ld, (unsigned long)m[1].p, got, got2, shared);
+        hits += shared;
+        interleaved += met && !shared;
+    }
+    /* Both answers were exercised, and the row walk's "no" as well. */
+    ck_assert_int_gt(hits, 1000);
+    ck_assert_int_gt(interleaved, 200);
+}
+END_TEST
+
+/* C sharing memory with A, B or the bias: an error, C untouched. Column
+ * ranges of one array (rows interleaved, no element shared) are fine and
+ * computed right. */
+START_TEST(alias) {
+    fj_runtime *rt = fjt_runtime(FJ_ISA_AUTO, 1);
+    enum { M = 7, N = 9, K = 5, LD = K + N };
+    float x[M * LD + 64], keep[M * LD + 64];
+    seed(12);
+    for (size_t i = 0; i < sizeof x / sizeof x[0]; i++) x[i] = keep[i] = rnd_f();
+#define SAME() ck_assert_msg(!memcmp(x, keep, sizeof x), "memory changed by a failed call")
+    /* C is A, C is B, C inside B, C's last element on A's first. */
+    FJT_ASSERT_INVALID(fj_gemm_f32(rt, 'N', 'N', 8, 8, 8, 1, x, 8, x + 64, 8, 0, x, 8));
+    FJT_ASSERT_INVALID(fj_gemm_f32(rt, 'N', 'N', 8, 8, 8, 1, x + 64, 8, x, 8, 0.5f, x, 8));
+    FJT_ASSERT_INVALID(fj_gemm_f32(rt, 'N', 'T', 3, 3, 8, 1, x, 8, x + 30, 8, 0, x + 37, 3));
+    FJT_ASSERT_INVALID(fj_gemm_f32(rt, 'N', 'N', 2, 3, 2, 1, x + 5, 2, x + 20, 3, 0, x, 3));
+    /* Transposed A covers k x m: its last row reaches C (as m x k it
+     * would not). */
+    FJT_ASSERT_INVALID(fj_gemm_f32(rt, 'T', 'N', 2, 2, 3, 1, x, 4, x + 40, 2, 0, x + 9, 2));
+    /* Interleaved, but column k - 1 of A is column 0 of C. */
+    FJT_ASSERT_INVALID(fj_gemm_f32(rt, 'N', 'N', M, N, K, 1, x, LD, x + M * LD, N, 0,
+                                   x + K - 1, LD));
+    SAME();
+    /* The same shape twice (the thread's plan memo skips the size checks,
+     * never this one). */
+    FJT_ASSERT_INVALID(fj_gemm_f32(rt, 'N', 'N', 8, 8, 8, 1, x, 8, x + 64, 8, 0, x, 8));
+    SAME();
+    /* k = 0 reads neither A nor B: C may sit on them. */
+    ck_assert(fj_gemm_f32(rt, 'N', 'N', 2, 2, 0, 1, x, 1, x, 2, 0, x, 2) == FJ_OK);
+    ck_assert(x[0] == 0 && x[1] == 0 && x[2] == 0 && x[3] == 0);
+    memcpy(x, keep, sizeof x);
+    /* A and B may share memory (both are only read). */
+    float c[64];
+    ck_assert(fj_gemm_f32(rt, 'N', 'T', 4, 4, 6, 1, x, 6, x, 6, 0, c, 4) == FJ_OK);
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++) {
+            double d = 0;
+            for (int p = 0; p < 6; p++) d += (double)x[i * 6 + p] * x[j * 6 + p];
+            ck_assert_msg(fabs(c[i * 4 + j] - d) < 1e-5, "A = B: c[%d][%d]", i, j);
+        }
+    /* A in columns [0, K) and C in [K, K + N) of one M x LD array, B
+     * elsewhere; then B in columns [0, N) and C in [N, 2N) of one array. */
+    const float *b = x + M * LD;
+    for (int v = 0; v < 2; v++) {
+        memcpy(x, keep, sizeof x);
+        const int64_t ld = v ? 2 * N : LD, at = v ? N : K;
+        float a2[M * K], b2[K * N];
+        for (int i = 0; i < M; i++)
+            for (int p = 0; p < K; p++) a2[i * K + p] = x[i * LD + p];
+        for (int p = 0; p < K * N; p++) b2[p] = v ? x[(p / N) * ld + p % N] : b[p];
+        fj_status s = v ? fj_gemm_f32(rt, 'N', 'N', M, N, K, 1, a2, K, x, ld, 0, x + at, ld)
+                        : fj_gemm_f32(rt, 'N', 'N', M, N, K, 1, x, ld, b, N, 0, x + at, ld);
+        ck_assert_msg(s == FJ_OK, "%s", fj_last_error());
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) {
+                double d = 0;
+                for (int p = 0; p < K; p++) d += (double)a2[i * K + p] * b2[p * N + j];
+                float got = x[i * ld + at + j];
+                ck_assert_msg(fabs(got - d) < 1e-5, "interleaved %d: c[%d][%d] %g, want %g", v,
+                              i, j, got, d);
+            }
+    }
+    memcpy(x, keep, sizeof x);
+    /* A handle: the bias too. */
+    fj_gemm *h;
+    fj_gemm_desc d = {'N', 'N', 4, 4, 4, 4, 4, 4, 1, 0, 1, FJ_ELT_RELU, 0, 0};
+    ck_assert(fj_gemm_create(rt, &d, &h) == FJ_OK);
+    FJT_ASSERT_INVALID(fj_gemm_execute(h, x, x + 16, x + 35, x + 32));  /* bias in C */
+    FJT_ASSERT_INVALID(fj_gemm_execute(h, x + 40, x + 16, x + 60, x + 30)); /* C on A */
+    SAME();
+    ck_assert(fj_gemm_execute(h, x, x + 16, x + 48, x + 32) == FJ_OK);
+    fj_gemm_destroy(h);
+#undef SAME
+    fj_runtime_destroy(rt);
+}
+END_TEST
+
 /* ---- every-instruction unwinding ---------------------------------------- */
 
 typedef struct trace_arg {
@@ -458,6 +587,8 @@ static Suite *suite(void) {
     TCase *tc = tcase_create("gemm");
     tcase_set_timeout(tc, 240);
     tcase_add_test(tc, bad_input);
+    tcase_add_test(tc, overlap_exact);
+    tcase_add_test(tc, alias);
     tcase_add_loop_test(tc, edges, 0, 2);
     tcase_add_loop_test(tc, beta_zero_and_k_zero, 0, 2);
     tcase_add_test(tc, threads_bitwise);
