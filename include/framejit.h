@@ -106,7 +106,20 @@ typedef enum fj_eltwise_op {
 } fj_eltwise_op;
 
 /* dst[i] = op(src[i]) for i < n; src == dst (in place) is allowed, other
- * overlap is not. n == 0 is a no-op that still validates rt and op. */
+ * overlap is not. n == 0 is a no-op that still validates rt and op.
+ *
+ * Accuracy against double-precision libm, over the normal range (finite x,
+ * normal result), the same on AVX-512 and AVX2; tests/test_eltwise.c
+ * checks every 4093rd float bit pattern plus 2^20 values where each op is
+ * interesting, against these bounds (measured maxima in brackets):
+ *   relu, leaky_relu, clip, linear, abs, square, sqrt: correctly rounded
+ *   exp, log, tanh, sigmoid: <= 2 ulp     (0.93, 1.49, 1.89, 1.43)
+ *   swish <= 3 ulp (2.76); hardswish <= 2.5 ulp (2.41)
+ *   gelu_tanh, gelu_erf: <= 1e-6 absolute for x <= 12 (5.2e-7, 3.3e-7),
+ *   <= 3 ulp above (0.0)
+ * NaN in gives NaN out; infinities give the limits (exp(-inf) = 0,
+ * log(0) = -inf, tanh(+-inf) = +-1, sigmoid(-inf) = 0 ...); overflow and
+ * underflow round as libm does, denormal results included. */
 FJ_API fj_status fj_eltwise_f32(fj_runtime *rt, fj_eltwise_op op, float alpha, float beta,
                                 const float *src, float *dst, size_t n);
 
