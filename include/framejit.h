@@ -167,7 +167,12 @@ typedef enum fj_reduce_op {
 
 /* dst[r] = reduce(src[r * ld + 0 .. cols)) for r < rows; ld >= cols.
  * cols == 0: sum/L2 give 0, mean gives NaN, max gives -Inf, min +Inf. The
- * result does not depend on the thread count. */
+ * result does not depend on the thread count. max/min skip NaN (as
+ * fmaxf/fminf); sum, mean and L2 propagate it. Sums are float, in a fixed
+ * tree of partial sums. L2 is sqrt of the float sum of squares (no
+ * hypot-style scaling): +Inf once that sum passes FLT_MAX (elements from
+ * ~1.8e19), and squares below FLT_MIN round to denormals or 0 (elements
+ * under ~1e-19; an absolute error up to sqrt(cols * 2^-149)). */
 FJ_API fj_status fj_reduce_f32(fj_runtime *rt, fj_reduce_op op, int64_t rows, int64_t cols,
                                const float *src, int64_t ld, float *dst);
 

@@ -456,7 +456,7 @@ static int finish_time_error(const outcome *o) {
 
 START_TEST(fuzz_sequences) {
     uint64_t seed = env_u64("FRAMEJIT_TEST_SEED", 0x5eedf00dULL);
-    long iters = (long)env_u64("FRAMEJIT_TEST_ITERS", 12000);
+    long iters = fjt_iters("FRAMEJIT_TEST_ITERS", 12000);
     fj_isa isas[2] = {FJ_ISA_AVX2, FJ_ISA_AVX2};
     int nisa = 1;
     fj_runtime *probe;

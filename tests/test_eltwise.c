@@ -2,8 +2,8 @@
  * against double libm over dense sweeps (the measured maxima are printed),
  * special values, every size/tail/offset/in-place, threads, bad input, the
  * fused-epilogue emitter, and every kernel under the trap-flag unwinding
- * check. FRAMEJIT_FUZZ_ITERS (default 200) and FRAMEJIT_TEST_SEED make the
- * random part longer or different. */
+ * check. FRAMEJIT_FUZZ_ITERS (default 200), FRAMEJIT_FUZZ_SCALE (times
+ * 200) and FRAMEJIT_TEST_SEED make the random part longer or different. */
 
 #include <check.h>
 #include <float.h>
@@ -32,10 +32,7 @@ static uint32_t rnd(void) {
     return (uint32_t)(rng >> 16);
 }
 static float rndf(float lo, float hi) { return lo + (hi - lo) * (float)(rnd() & 0xffffff) / 16777216.0f; }
-static long fuzz_iters(void) {
-    const char *e = getenv("FRAMEJIT_FUZZ_ITERS");
-    return e && *e ? atol(e) : 200;
-}
+static long fuzz_iters(void) { return fjt_iters("FRAMEJIT_FUZZ_ITERS", 200); }
 static void seed(int salt) {
     const char *e = getenv("FRAMEJIT_TEST_SEED");
     rng = (e && *e ? strtoull(e, NULL, 0) : 0x9e3779b97f4a7c15ull) ^ (uint64_t)salt * 0x100000001b3ull;

@@ -5,8 +5,9 @@
  * and 2 threads, and fjt_trace_kernel on tiny shapes (plan memos, kernel
  * references and allocation failures: test_gemm_memo.c).
  *
- * FRAMEJIT_FUZZ_ITERS=N sets the random cases per ISA (default 1500) and
- * FRAMEJIT_TEST_SEED=S the seed (default fixed), for longer runs:
+ * FRAMEJIT_FUZZ_ITERS=N sets the random cases per ISA (default 1500, or
+ * FRAMEJIT_FUZZ_SCALE times that) and FRAMEJIT_TEST_SEED=S the seed
+ * (default fixed), for longer runs:
  *     FRAMEJIT_FUZZ_ITERS=100000 FRAMEJIT_TEST_SEED=$RANDOM meson test gemm */
 /* The build defines FJ_TEST for test programs, which would mangle the
  * builder's FJ_TEST enumerator (framejit/builder.h). */
@@ -98,7 +99,7 @@ static void fuzz(fj_isa isa, uint64_t salt) {
     fj_runtime *rt1 = fjt_runtime(isa, 1), *rt2 = fjt_runtime(isa, 2);
     if (!rt1) return; /* no AVX-512 here */
     seed(salt);
-    long iters = env_long("FRAMEJIT_FUZZ_ITERS", 1500);
+    long iters = fjt_iters("FRAMEJIT_FUZZ_ITERS", 1500);
     for (long it = 0; it < iters; it++) {
         gcase t;
         random_case(&t, isa == FJ_ISA_AVX512, it);

@@ -23,7 +23,7 @@ static void seed(int salt) {
     rng = (e && *e ? strtoull(e, NULL, 0) : 0x2545f4914f6cdd1dull) ^ (uint64_t)salt * 0x9e3779b97f4a7c15ull;
     if (!rng) rng = 1;
 }
-static long iters(void) { const char *e = getenv("FRAMEJIT_FUZZ_ITERS"); return e && *e ? atol(e) : 200; }
+static long iters(void) { return fjt_iters("FRAMEJIT_FUZZ_ITERS", 200); }
 static const char *names[] = {"?", "sum", "max", "min", "mean", "l2"};
 
 /* Reference in double; *tol: the allowed error (float summation of cols
@@ -43,8 +43,11 @@ static double ref(int op, const float *x, int64_t n, double *tol) {
     case FJ_REDUCE_MAX: case FJ_REDUCE_MIN: *tol = 0; return m;
     case FJ_REDUCE_SUM: *tol = eps * a; return nan ? NAN : s;
     case FJ_REDUCE_MEAN: *tol = eps * a / (double)n + fabs(s / (double)n) * 0x1p-22; return nan ? NAN : s / (double)n;
-    /* L2 sums squares in float (documented): past FLT_MAX it is inf */
-    default: *tol = 0.5 * eps * sqrt(a) + sqrt(s) * 0x1p-22; return nan ? NAN : s > FLT_MAX ? INFINITY : sqrt(s);
+    /* L2 sums squares in float (documented): past FLT_MAX it is inf, and
+     * each square is rounded to a multiple of 2^-149 at worst (tiny x). */
+    default:
+        *tol = 0.5 * eps * sqrt(a) + sqrt(s) * 0x1p-22 + sqrt((double)n * 0x1p-149);
+        return nan ? NAN : s > FLT_MAX ? INFINITY : sqrt(s);
     }
 }
 

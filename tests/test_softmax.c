@@ -22,7 +22,7 @@ static void seed(int salt) {
     rng = (e && *e ? strtoull(e, NULL, 0) : 0x853c49e6748fea9bull) ^ (uint64_t)salt * 0x9e3779b97f4a7c15ull;
     if (!rng) rng = 1;
 }
-static long iters(void) { const char *e = getenv("FRAMEJIT_FUZZ_ITERS"); return e && *e ? atol(e) : 200; }
+static long iters(void) { return fjt_iters("FRAMEJIT_FUZZ_ITERS", 200); }
 static double max_err;
 static double log_(double v) { return log(v); }
 

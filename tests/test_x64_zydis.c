@@ -365,7 +365,7 @@ static const char *compare(x64_op op, const x64_row *row, const x64_opnd *ops, i
 
 START_TEST(test_differential) {
     uint64_t seed = env_u64("FRAMEJIT_TEST_SEED", 0x5eed0f00d1234567ULL);
-    long iters = (long)env_u64("FRAMEJIT_TEST_ITERS", 120000);
+    long iters = fjt_iters("FRAMEJIT_TEST_ITERS", 120000);
     rng_state = seed ? seed : 1;
     fprintf(stderr, "x64_zydis: seed 0x%" PRIx64 ", %ld encodings over %d forms\n", seed, iters, x64_nrows);
     ZydisDecoder dec;

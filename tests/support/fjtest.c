@@ -549,6 +549,14 @@ int fjt_run_suite(Suite *s) {
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }
 
+long fjt_iters(const char *name, long dflt) {
+    const char *e = getenv(name);
+    if (e && *e) return atol(e);
+    e = getenv("FRAMEJIT_FUZZ_SCALE");
+    long scale = e && *e ? atol(e) : 1;
+    return dflt * (scale > 0 ? scale : 1);
+}
+
 int fjt_have_avx512(void) {
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");

@@ -26,6 +26,12 @@ int fjt_run_suite(struct Suite *s);
     } while (0)
 #define FJT_ASSERT_INVALID(expr) FJT_ASSERT_ERR(expr, FJ_ERR_INVALID_ARG)
 
+/* How many random cases a differential test runs: the value of the
+ * environment variable `name` if set (an absolute count), else dflt (the
+ * CI count) times FRAMEJIT_FUZZ_SCALE (default 1; `scripts/dev fuzz` sets
+ * it). */
+long fjt_iters(const char *name, long dflt);
+
 /* 1 if the CPU has what framejit's AVX-512 path needs (F, BW, DQ, VL). */
 int fjt_have_avx512(void);
 /* A runtime for isa with `threads` threads and the verifier on; creation
