@@ -581,7 +581,7 @@ fj_status fj_gemm_execute(const fj_gemm *g, const float *a, const float *b, cons
         (s = check_alias("fj_gemm_execute", p, a, b, bias, c)) != FJ_OK)
         return s;
     uint64_t t0 = rt_exec_begin();
-    s = gemm_run(p, a, b, g->has_bias ? bias : NULL, c);
+    s = gemm_run(p, a, b, bias, c);
     rt_exec_end(t0, "fj_gemm_execute", "m=%lld n=%lld k=%lld", (long long)p->m,
                 (long long)p->n, (long long)p->k);
     return s;

@@ -31,11 +31,15 @@ static int64_t first_after(const row_set *r, uintptr_t at) {
     return i < (uintptr_t)r->n ? (int64_t)i : r->n;
 }
 
-/* The spans meet: walk both row lists in address order from where the
- * other begins, like a merge; two rows overlap or one of them is passed.
- * Linear in the rows inside the common range, which the call reads or
- * writes anyway. */
-int rt_mat_overlap_rows(const rt_mat *x, const rt_mat *y) {
+/* Where the spans meet, both row lists are walked in address order from
+ * where the other begins, like a merge: two rows overlap or one of them is
+ * passed. Linear in the rows inside the common range, which the call
+ * reads or writes anyway. */
+int rt_mat_overlap(const rt_mat *x, const rt_mat *y) {
+    if (x->rows <= 0 || x->cols <= 0 || y->rows <= 0 || y->cols <= 0) return 0;
+    uintptr_t xe = x->p + (uintptr_t)((x->rows - 1) * x->ld + x->cols) * sizeof(float);
+    uintptr_t ye = y->p + (uintptr_t)((y->rows - 1) * y->ld + y->cols) * sizeof(float);
+    if (x->p >= ye || y->p >= xe) return 0;
     row_set a = rows_of(x), b = rows_of(y);
     int64_t i = first_after(&a, b.p), j = first_after(&b, a.p);
     while (i < a.n && j < b.n) {
