@@ -14,6 +14,7 @@
 #include "runtime/kcache.h"
 #include "runtime/pool.h"
 #include "runtime/rt.h"
+#include "runtime/span.h"
 
 /* ---- blocking --------------------------------------------------------- */
 
@@ -340,12 +341,6 @@ void gemm_plan_unborrow(fj_kernel *lent) {
     rt_kernel_unref(lent);
 }
 
-/* Bytes from a matrix's first element to the end of its last row; it fits
- * (the entry points validated the dimensions). */
-static uintptr_t span_bytes(int64_t rows, int64_t cols, int64_t ld) {
-    return rows && cols ? (uintptr_t)((rows - 1) * ld + cols) * sizeof(float) : 0;
-}
-
 /* The plan without alpha and beta (gemm_plan_borrow sets them per call). */
 static fj_status plan_make(fj_runtime *rt, gemm_plan *p, int ta, int tb, int64_t m, int64_t n,
                            int64_t k, int64_t lda, int64_t ldb, int64_t ldc, int has_bias,
@@ -353,9 +348,10 @@ static fj_status plan_make(fj_runtime *rt, gemm_plan *p, int ta, int tb, int64_t
     memset(p, 0, sizeof *p);
     *p = (gemm_plan){.rt = rt, .ta = ta, .tb = tb, .m = m, .n = n, .k = k, .lda = lda,
                      .ldb = ldb, .ldc = ldc, .has_post = has_bias || act};
-    p->span_a = span_bytes(ta ? k : m, ta ? m : k, lda);
-    p->span_b = span_bytes(tb ? n : k, tb ? k : n, ldb);
-    p->span_c = span_bytes(m, n, ldc);
+    /* (The entry points validated the dimensions: the spans fit.) */
+    p->span_a = rt_mat_bytes(ta ? k : m, ta ? m : k, lda);
+    p->span_b = rt_mat_bytes(tb ? n : k, tb ? k : n, ldb);
+    p->span_c = rt_mat_bytes(m, n, ldc);
     int avx512 = fj_runtime_isa(rt) == FJ_ISA_AVX512;
     p->lanes = avx512 ? 16 : 8;
     p->nv = avx512 ? tune.nv512 : tune.nv2;

@@ -37,8 +37,8 @@ static int64_t first_after(const row_set *r, uintptr_t at) {
  * reads or writes anyway. */
 int rt_mat_overlap(const rt_mat *x, const rt_mat *y) {
     if (x->rows <= 0 || x->cols <= 0 || y->rows <= 0 || y->cols <= 0) return 0;
-    uintptr_t xe = x->p + (uintptr_t)((x->rows - 1) * x->ld + x->cols) * sizeof(float);
-    uintptr_t ye = y->p + (uintptr_t)((y->rows - 1) * y->ld + y->cols) * sizeof(float);
+    uintptr_t xe = x->p + rt_mat_bytes(x->rows, x->cols, x->ld);
+    uintptr_t ye = y->p + rt_mat_bytes(y->rows, y->cols, y->ld);
     if (x->p >= ye || y->p >= xe) return 0;
     row_set a = rows_of(x), b = rows_of(y);
     int64_t i = first_after(&a, b.p), j = first_after(&b, a.p);

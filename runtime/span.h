@@ -18,6 +18,13 @@ typedef struct rt_mat {
     int64_t rows, cols, ld;
 } rt_mat;
 
+/* Bytes from a matrix's first element to the end of its last row (0 if
+ * empty), for dimensions already validated (no overflow check: rt_span
+ * is the checked form). */
+static inline uintptr_t rt_mat_bytes(int64_t rows, int64_t cols, int64_t ld) {
+    return rows > 0 && cols > 0 ? (uintptr_t)((rows - 1) * ld + cols) * sizeof(float) : 0;
+}
+
 /* Whether x and y share a byte. Exact: a matrix whose rows sit between
  * another's (two column ranges of one wider array) does not overlap it.
  * O(1) when the spans are apart, else a walk over the rows where they
