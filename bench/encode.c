@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "bench.h"
-#include "kernels/x64.h"
+#include "kernels/x64/x64.h"
 
 /* ---- raw encoder ------------------------------------------------------ */
 

@@ -27,7 +27,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "runtime/fj_base.h"
+#include "base/base.h"
 
 typedef struct cc_cache cc_cache;
 typedef struct cc_arena cc_arena;
@@ -162,7 +162,7 @@ typedef struct cc_stats {
 FJ_INTERNAL void cc_get_stats(cc_cache *c, cc_stats *out);
 
 /* ---- The arena file as an ELF image (cc_image.c) ---------------------------
- * For the self-describing arena files (runtime/image.c). Besides its code
+ * For the self-describing arena files (runtime/publish.c). Besides its code
  * (read+execute at lo), a /dev/shm arena maps the file's header page
  * read-only at lo - code_off and the metadata area that follows the code
  * span in the file (meta_room bytes from file offset code_off + (hi - lo))

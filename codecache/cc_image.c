@@ -1,5 +1,5 @@
 /* cc_image.c: access to an arena's backing file for the ELF image written
- * into it (unwindinfo/ lays the bytes out, runtime/image.c decides when):
+ * into it (unwindinfo/ lays the bytes out, runtime/publish.c decides when):
  * where the code sits in the file and in memory, writable views of the
  * header page and of the metadata area (never of the code pages), file
  * space for the metadata, and a slot for the writer's per-arena state. The

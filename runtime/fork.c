@@ -21,7 +21,7 @@
  * library. */
 #include "runtime/rt.h"
 
-#include "runtime/image.h"
+#include "runtime/publish.h"
 #include "runtime/kcache.h"
 #include "runtime/pool.h"
 

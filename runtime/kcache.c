@@ -26,7 +26,7 @@
 
 #include <string.h>
 
-#include "kernels/builder_int.h"
+#include "kernels/builder/builder_int.h"
 #include "runtime/rt.h"
 
 struct rt_kslot {

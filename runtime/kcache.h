@@ -7,7 +7,7 @@
 #define FJ_KCACHE_H
 
 #include <stddef.h>
-#include "runtime/fj_base.h"
+#include "base/base.h"
 
 /* Emits the kernel body for ctx into b (errors stay sticky in b). */
 typedef void (*rt_gen_fn)(fj_builder *b, const void *ctx);

@@ -5,7 +5,7 @@
 #define FJ_POOL_H
 
 #include <stdint.h>
-#include "runtime/fj_base.h"
+#include "base/base.h"
 
 /* Runs fn(ctx, i) for every i in [0, nchunks). Chunks are claimed
  * dynamically by the caller and up to nthreads - 1 workers; what a chunk

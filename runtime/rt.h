@@ -6,7 +6,7 @@
 #include <stdatomic.h>
 
 #include "codecache/cc.h"
-#include "kernels/eltwise.h"
+#include "kernels/gen/eltwise_gen.h"
 #include "unwindinfo/uw.h"
 
 struct fj_kernel {

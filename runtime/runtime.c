@@ -5,8 +5,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "kernels/builder_int.h"
-#include "kernels/cpu.h"
+#include "kernels/builder/builder_int.h"
+#include "kernels/x64/cpu.h"
 #include "runtime/kcache.h"
 #include "runtime/pool.h"
 
@@ -89,7 +89,7 @@ fj_status fj_runtime_create(const fj_options *opts, fj_runtime **out) {
     rt->opts.isa = rt->isa;
 #if FJ_FP_TAX_PROBE
     /* Measurement builds only: every kernel of this runtime without a
-     * frame pointer (kernels/builder_int.h, KB_NOFP). */
+     * frame pointer (kernels/builder/builder_int.h, KB_NOFP). */
     if (fj_env_flag("FRAMEJIT_FP_TAX_PROBE")) rt->features |= KB_NOFP;
 #endif
     rt->verify = o.verify || fj_env_flag("FRAMEJIT_VERIFY");

@@ -1,6 +1,6 @@
 /* verbose.c: FRAMEJIT_VERBOSE lines: one per generated kernel (level 1),
  * one per execution (level 2), with the arena the kernel lives in. */
-#include "runtime/image.h"
+#include "runtime/publish.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "fjtest.h"
-#include "kernels/builder_int.h"
+#include "kernels/builder/builder_int.h"
 
 static fj_runtime *rt;
 static fj_isa isas[2];

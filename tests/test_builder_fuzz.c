@@ -33,7 +33,7 @@
 #include <string.h>
 
 #include "fjtest.h"
-#include "kernels/x64_table.h"
+#include "kernels/x64/x64_table.h"
 
 /* ---- random numbers (xorshift64*) ------------------------------------ */
 

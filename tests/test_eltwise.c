@@ -15,8 +15,8 @@
 
 #include "fjtest.h"
 #include "framejit.h"
-#include "kernels/eltwise.h"
-#include "runtime/eltslot.h"
+#include "kernels/gen/eltwise_gen.h"
+#include "runtime/prims/eltslot.h"
 
 int main(void);
 

@@ -14,12 +14,12 @@
 #include <string.h>
 
 #include "fjtest.h"
-#include "kernels/builder_int.h"
-#include "kernels/eltwise.h"
-#include "kernels/gemm.h"
-#include "kernels/verify.h"
-#include "kernels/x64.h"
-#include "runtime/eltslot.h"
+#include "kernels/builder/builder_int.h"
+#include "kernels/gen/eltwise_gen.h"
+#include "kernels/gen/gemm_gen.h"
+#include "kernels/builder/verify.h"
+#include "kernels/x64/x64.h"
+#include "runtime/prims/eltslot.h"
 
 typedef void (*gen_fn)(fj_builder *b, const void *ctx);
 

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "fjtest.h"
-#include "kernels/x64.h"
+#include "kernels/x64/x64.h"
 
 static fj_runtime *probe_runtime(fj_isa isa) {
     setenv("FRAMEJIT_FP_TAX_PROBE", "1", 1);

@@ -22,8 +22,8 @@
 #include "fjtest.h"
 #include "framejit.h"
 #include "gemmcase.h"
-#include "runtime/gemm_int.h"
-#include "runtime/span.h"
+#include "runtime/prims/gemm_int.h"
+#include "runtime/prims/span.h"
 
 /* ---- random cases -------------------------------------------------------- */
 

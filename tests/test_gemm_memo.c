@@ -15,7 +15,7 @@
 #include "fjtest.h"
 #include "framejit.h"
 #include "gemmcase.h"
-#include "runtime/gemm_int.h"
+#include "runtime/prims/gemm_int.h"
 #include "runtime/rt.h"
 
 /* One fj_gemm_f32 call of t (NN) on rt, checked against the reference;

@@ -24,8 +24,8 @@
 #include "framejit.h"
 #include "fjtest.h"
 #include "framejit/builder.h"
-#include "runtime/fj_base.h"
-#include "runtime/image.h"
+#include "base/base.h"
+#include "runtime/publish.h"
 #include "unwindinfo/uw.h"
 
 /* ---- helpers ---------------------------------------------------------------- */

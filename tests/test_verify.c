@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/verify.h"
+#include "kernels/builder/verify.h"
 #include "fjtest.h"
 
 #define CODE(...) (const uint8_t[]){__VA_ARGS__}, sizeof((const uint8_t[]){__VA_ARGS__})
@@ -18,7 +18,7 @@
 #define RESTORE(o, r) {(o), UW_RESTORE_REG, (r), 0}
 #define POP(o) {(o), UW_POP_FP, 0, 0}
 
-/* register numbers as in uw_rec.h */
+/* register numbers as in base/frame_rec.h */
 enum { RBX = 3, RSP = 4, R12 = 12 };
 
 /* The prologue and the leaf epilogue, as bytes */

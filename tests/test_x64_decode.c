@@ -9,7 +9,7 @@
 
 #include <Zydis/Zydis.h>
 
-#include "kernels/x64.h"
+#include "kernels/x64/x64.h"
 #include "fjtest.h"
 
 #define RBP_BIT (1u << X64_RBP)

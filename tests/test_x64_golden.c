@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/x64.h"
-#include "kernels/x64_templ.h"
+#include "kernels/x64/x64.h"
+#include "kernels/x64/x64_templ.h"
 #include "fjtest.h"
 
 /* Operand initializers. Registers are physical numbers. */

@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/x64.h"
-#include "kernels/x64_table.h"
+#include "kernels/x64/x64.h"
+#include "kernels/x64/x64_table.h"
 #include "fjtest.h"
 
 /* ---- random numbers (xorshift64*) ---------------------------------- */

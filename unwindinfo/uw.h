@@ -10,9 +10,9 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "runtime/fj_base.h"
+#include "base/base.h"
 
-#include "unwindinfo/uw_rec.h"
+#include "base/frame_rec.h"
 
 /* One kernel as the unwinders see it. */
 typedef struct uw_func {
@@ -142,7 +142,7 @@ FJ_INTERNAL fj_status uw_elf_build(const uw_func *fns, size_t n, const uint8_t *
 FJ_INTERNAL fj_status uw_dump(const char *dir, const uw_func *f, const uint8_t *code, unsigned seq);
 
 /* ---- Profiling: self-describing arena files, perf map, jitdump ------------
- * (uw_image.c, uw_perfmap.c, uw_jitdump.c; runtime/image.c drives them.)
+ * (uw_image.c, uw_perfmap.c, uw_jitdump.c; runtime/publish.c drives them.)
  *
  * An arena's backing file as an ELF image perf reads on its own: the
  * header page (ELF header, program and section headers, build-id note) at

@@ -185,7 +185,7 @@ FJ_INTERNAL size_t uw_gdb_chunk_bytes(const struct uw_gdb_chunk *c);
 FJ_INTERNAL void uw_elf_header(void *dst, uint16_t type, uint64_t phoff, uint16_t phnum,
                                uint64_t shoff, uint16_t shnum, uint16_t shstrndx);
 
-/* The modules' locks around fork (FJ_FORK_* phases, see fj_base.h). */
+/* The modules' locks around fork (FJ_FORK_* phases, see base/base.h). */
 FJ_INTERNAL void uw_gdb_fork(int phase);
 FJ_INTERNAL void uw_jitdump_fork(int phase);
 FJ_INTERNAL void uw_perfmap_fork(int phase);

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/gemm_int.h"
+#include "runtime/prims/gemm_int.h"
 
 /* ---- random numbers ----------------------------------------------------- */
 

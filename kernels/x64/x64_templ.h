@@ -1,0 +1,265 @@
+/* x64_templ.h: the encoder's template paths for vector instructions (see
+ * x64_forms.c), inline: the builder emits most instructions of a compute
+ * loop through them, and out of line their argument checks and calls cost
+ * as much as the encoding. x64_encode_vregs and x64_encode_vmem are the
+ * same paths with the encoder's operands, for tests and other callers.
+ *
+ * ---- register-only forms ----
+ * One pair of words per form, indexed directly (nothing to hash or
+ * compare), written at most once with the same values by any thread. The
+ * form word:
+ *   bit 0 known, 1 present, 2 EVEX, 3-4 map, 5-6 pp, 7 W, 8-9 L'L,
+ *   10-17 opcode, 18-20 ModRM.reg operand (7: /ext), 21-22 ModRM.rm
+ *   operand, 23-25 vvvv operand (7: none), 26-28 ext, 29-31 is4 operand
+ *   (7: none), 32-47 features, 48 the imm8 is unsigned (0..255; else
+ *   -128..127).
+ * Beside it, the form's bytes with every register 0 (a little-endian
+ * word, the byte count in bits 56-59): an instruction is that word with
+ * each register's bits put in, the prefix's inverted fields by XOR and
+ * ModRM's by OR; no field is decoded. Written before the form word
+ * (release), so a reader that sees the form sees its bytes. Both words in
+ * one cache line: a kernel's first instruction of a form often finds the
+ * table cold. */
+#ifndef FJ_X64_TEMPL_H
+#define FJ_X64_TEMPL_H
+
+#include <stdatomic.h>
+#include <string.h>
+
+#include "kernels/x64/x64.h"
+
+enum { X64_VF_NONE = 7 };
+typedef struct x64_vform {
+    _Atomic uint64_t f;       /* the form word, 0 = not made yet */
+    _Atomic uint64_t bytes;   /* its bytes with registers 0 */
+} x64_vform;
+
+/* [width 128/256/512][any register >= 16][mnemonic][registers - 2][imm8]:
+ * the forms one kind of kernel uses together (zmm: one width, registers
+ * 16-31 as well) in 15 KiB rather than spread over 90 (in a new runtime
+ * the table is cold, its pages too). */
+FJ_INTERNAL extern x64_vform x64_vforms[3][2][X64_OP_COUNT][3][2];
+/* Makes vf's words with the full search; returns the form word. */
+FJ_INTERNAL uint64_t x64_vform_make(x64_vform *vf, x64_op op, int bits, int hi, int nregs,
+                                    int has_imm);
+/* The encoding from the form word's fields (a VEX2 form whose rm register
+ * is 8-15 takes VEX3, which its bytes word does not hold). */
+FJ_INTERNAL int x64_vform_fill(uint64_t f, uint32_t regs, int64_t imm, int has_imm,
+                               uint8_t *out);
+
+/* Whether imm fits a form's imm8: 0..255 when the form's imm8 is
+ * unsigned, -128..127 when it is signed. */
+static inline int x64_imm8_fits(int is_unsigned, int64_t imm) {
+    return is_unsigned ? imm >= 0 && imm <= 255 : imm >= -128 && imm <= 127;
+}
+
+/* An EVEX form's bytes word with registers g (ModRM.reg), e (ModRM.rm)
+ * and h (vvvv) put in: R X B R' in P0, vvvv in P1, V' in P2, then opcode,
+ * ModRM. */
+static inline uint64_t x64_evex_regs(uint64_t w, uint64_t g, uint64_t e, uint64_t h) {
+    w ^= (g & 8) << 12 | (g & 16) << 8 | (e & 24) << 10 | (h & 15) << 19 | (h & 16) << 23;
+    return w | (g & 7) << 43 | (e & 7) << 40;
+}
+
+/* See x64_encode_vregs (x64.h); the registers packed, operand i's in
+ * bits 8i..8i+7 (the others 0): shifted out rather than loaded back from
+ * an array just stored, which would put a store-forwarding wait on the
+ * path from the form word to the bytes. */
+static inline int x64_vregs(x64_op op, int bits, uint32_t regs, int nregs, int64_t imm,
+                            int has_imm, uint8_t *out, uint32_t *features) {
+    if ((unsigned)op - 1u >= X64_OP_COUNT - 1u || nregs < 2 || nregs + (has_imm != 0) > 4)
+        return 0;
+    int wi = bits == 512 ? 2 : bits == 256 ? 1 : bits == 128 ? 0 : -1;
+    unsigned any = (regs | regs >> 8 | regs >> 16 | regs >> 24) & 0xff;
+    if (wi < 0 || any >= 32) return 0;
+    /* zmm: only EVEX encodes it, whatever the registers, and EVEX rows do
+     * not differ in length, so one form serves registers 0-31 (one table
+     * line to touch, and the one replays use). */
+    int hi = (any >> 4 & 1) | (wi == 2), ii = has_imm != 0;
+    x64_vform *vf = &x64_vforms[wi][hi][op][nregs - 2][ii];
+    uint64_t f = atomic_load_explicit(&vf->f, memory_order_acquire);
+    if (__builtin_expect(!f, 0)) f = x64_vform_make(vf, op, bits, hi, nregs, ii);
+    if (!(f & 2) || (ii && !x64_imm8_fits(f >> 48 & 1, imm))) return 0;
+    *features = (uint32_t)(f >> 32 & 0xffff);
+    unsigned gop = f >> 18 & 7, hop = f >> 23 & 7, lop = f >> 29 & 7;
+    uint64_t g = gop == X64_VF_NONE ? 0 : regs >> 8 * gop & 0xff, e = regs >> (f >> 21 & 3) * 8 & 0xff;
+    uint64_t h = hop == X64_VF_NONE ? 0 : regs >> 8 * hop & 0xff;
+    uint64_t w = atomic_load_explicit(&vf->bytes, memory_order_relaxed);
+    int n = (int)(w >> 56);
+    switch ((uint8_t)w) {
+    case 0x62:
+        w = x64_evex_regs(w, g, e, h);
+        break;
+    case 0xC4:   /* VEX3: R X B, then W vvvv L pp, opcode, ModRM */
+        w ^= (g & 8) << 12 | (e & 8) << 10 | (h & 15) << 19;
+        w |= (g & 7) << 35 | (e & 7) << 32;
+        break;
+    default:     /* VEX2: R vvvv L pp, opcode, ModRM; an rm of 8-15 needs VEX3 */
+        if (e & 8) return x64_vform_fill(f, regs, imm, has_imm, out);
+        w ^= (g & 8) << 12 | (h & 15) << 11;
+        w |= (g & 7) << 27 | (e & 7) << 24;
+        break;
+    }
+    w &= ~(0xffull << 56);
+    memcpy(out, &w, 8);   /* out has X64_MAX_LEN bytes; those past n are rewritten or unused */
+    if (lop != X64_VF_NONE) out[n++] = (uint8_t)((regs >> 8 * lop & 0xff) << 4);
+    if (has_imm) out[n++] = (uint8_t)imm;
+    return n;
+}
+
+/* ---- 512-bit forms with one memory operand ----
+ * The row the search picks depends on the pattern alone (EVEX rows do not
+ * differ in length): mnemonic, operand count, where the memory operand
+ * is, its width, broadcast, index or not, masking, imm8. The patterns are
+ * too many to index directly: a 2-way hashed table of words holding the
+ * pattern and its form together (one atomic load, never torn), filled by
+ * x64_encode_vmem on a miss:
+ *   bits 0-20: the pattern (x64_vm_key), 21: present, 22-23 map, 24-25
+ *   pp, 26 W, 27-34 opcode, 35-37 ModRM.reg operand (7: /ext), 38-40 vvvv
+ *   operand (7: none), 41-43 ext, 44-46 log2 of the disp8 scale N, 47-55
+ *   features, 56 the imm8 is unsigned. */
+enum { X64_VM_BITS = 9, X64_VM_N = 1 << X64_VM_BITS, X64_VM_KEY = (1 << 21) - 1 };
+FJ_INTERNAL extern _Atomic uint64_t x64_vmforms[X64_VM_N];
+
+static inline uint64_t x64_vm_key(x64_op op, int nops, int mem, const x64_vm_mem *m, int masked,
+                                  int zero, int has_imm) {
+    unsigned mb = m->bits == 0 ? 0 : (unsigned)__builtin_ctz(m->bits) - 2;  /* 8..512: 1..7 */
+    return (uint64_t)op | (uint64_t)(nops - 1) << 8 | (uint64_t)mem << 10 |
+           (uint64_t)(mb & 7) << 12 | (uint64_t)(m->bcst != 0) << 15 | (uint64_t)(masked != 0) << 16 |
+           (uint64_t)(zero != 0) << 17 | (uint64_t)(has_imm != 0) << 18 |
+           (uint64_t)(m->index != X64_NOREG) << 19;
+}
+
+static inline unsigned x64_vm_slot(uint64_t key) {
+    return (unsigned)((key * 0x9e3779b97f4a7c15ull) >> (64 - X64_VM_BITS)) & ~1u;
+}
+
+/* The form word of a pattern, or 0 when it is not in the table yet. */
+static inline uint64_t x64_vm_lookup(uint64_t key) {
+    unsigned s = x64_vm_slot(key);
+    uint64_t f = atomic_load_explicit(&x64_vmforms[s], memory_order_relaxed);
+    if ((f & X64_VM_KEY) == key) return f;
+    f = atomic_load_explicit(&x64_vmforms[s ^ 1], memory_order_relaxed);
+    return (f & X64_VM_KEY) == key ? f : 0;
+}
+
+/* ModRM, SIB and displacement of a memory operand with ModRM.reg = reg:
+ * [rip + disp32], or mod 00 / disp8 (scaled down by 1 << sh, EVEX's N) /
+ * disp32, as the full encoder writes them (rbp and r13 as a base need a
+ * displacement; rsp and r12 as a base, and any index, a SIB byte). */
+static inline uint8_t *x64_modrm_mem(uint8_t *p, unsigned reg, const x64_vm_mem *m, unsigned sh) {
+    reg = (reg & 7) << 3;
+    int32_t d = m->disp;
+    if (m->base == X64_RIP) {
+        *p++ = (uint8_t)(reg | 5);
+        memcpy(p, &d, 4);
+        return p + 4;
+    }
+    unsigned b = m->base & 7, mod;
+    if (d == 0 && b != 5) mod = 0;
+    else if (!(d & ((1 << sh) - 1)) && (d >> sh) >= -128 && (d >> sh) <= 127) mod = 1;
+    else mod = 2;
+    if (m->index != X64_NOREG || b == 4) {
+        *p++ = (uint8_t)(mod << 6 | reg | 4);
+        *p++ = (uint8_t)((m->index == X64_NOREG ? 0u : (unsigned)__builtin_ctz(m->scale)) << 6 |
+                         (m->index == X64_NOREG ? 4u : m->index & 7u) << 3 | b);
+    } else {
+        *p++ = (uint8_t)(mod << 6 | reg | b);
+    }
+    if (mod == 1) {
+        *p++ = (uint8_t)(int8_t)(d >> sh);
+    } else if (mod == 2) {
+        memcpy(p, &d, 4);
+        p += 4;
+    }
+    return p;
+}
+
+/* Encodes with form word f (present): registers packed as for x64_vregs
+ * (the memory operand's byte unused), the memory operand, operand 0's
+ * write mask (0: none) and zeroing, the imm8. Returns the length, or 0
+ * when the imm8 is out of the form's range. */
+static inline __attribute__((always_inline)) int x64_vm_fill(uint64_t f, uint32_t regs, const x64_vm_mem *m, unsigned mask,
+                              unsigned zero, int64_t imm, int has_imm, uint8_t *out,
+                              uint32_t *features) {
+    if (has_imm && !x64_imm8_fits(f >> 56 & 1, imm)) return 0;
+    unsigned gop = f >> 35 & 7, hop = f >> 38 & 7;
+    unsigned g = gop == X64_VF_NONE ? (f >> 41 & 7) : regs >> 8 * gop & 0xff;
+    unsigned h = hop == X64_VF_NONE ? 0 : regs >> 8 * hop & 0xff;
+    unsigned b = m->base == X64_RIP ? 0 : m->base, x = m->index == X64_NOREG ? 0 : m->index;
+    uint8_t *p = out;
+    p[0] = 0x62;
+    p[1] = (uint8_t)((~g & 8) << 4 | (~x & 8) << 3 | (~b & 8) << 2 | (~g & 16) | (f >> 22 & 3));
+    p[2] = (uint8_t)((f >> 26 & 1) << 7 | (~h & 15) << 3 | 4 | (f >> 24 & 3));
+    p[3] = (uint8_t)(zero << 7 | 2 << 5 | (m->bcst != 0) << 4 | (~h & 16) >> 1 | mask);
+    p[4] = (uint8_t)(f >> 27);
+    p = x64_modrm_mem(p + 5, g, m, f >> 44 & 7);
+    if (has_imm) *p++ = (uint8_t)imm;
+    *features = (uint32_t)(f >> 47 & 0x1ff);
+    return (int)(p - out);
+}
+
+/* ---- 512-bit register-only forms with mask registers ----
+ * What x64_vregs leaves of register-only zmm instructions: mask-register
+ * operands (vcmpps k, zmm, zmm, imm8) and a write mask on operand 0
+ * (vsubps zmm{k}, zmm, zmm). The row depends on the pattern alone, as for
+ * the memory forms, and they share that table, their keys marked by bit
+ * 20: bits 0-7 mnemonic, 8-9 operands - 1, 12-15 which operands are mask
+ * registers, 16 masked, 17 zeroing, 18 imm8. The form word is laid out as
+ * the memory forms', with the ModRM.rm operand in bits 44-45. Made by
+ * x64_vk_form on a miss. */
+static inline uint64_t x64_vk_key(x64_op op, int nops, unsigned kops, int masked, int zero,
+                                  int has_imm) {
+    return (uint64_t)op | (uint64_t)(nops - 1) << 8 | (uint64_t)(kops & 15) << 12 |
+           (uint64_t)(masked != 0) << 16 | (uint64_t)(zero != 0) << 17 |
+           (uint64_t)(has_imm != 0) << 18 | 1ull << 20;
+}
+
+/* The form word of a pattern (x64_vk_key's arguments), made with the
+ * search on a miss and kept; absent (the present bit, 21, clear) when the
+ * pattern has no such form. */
+FJ_INTERNAL uint64_t x64_vk_form(x64_op op, int nops, unsigned kops, int masked, int zero,
+                                 int has_imm);
+
+/* Encodes with form word f (present): registers packed as for x64_vregs
+ * (a mask register's number for a mask operand), operand 0's write mask
+ * (0: none) and zeroing, the imm8. Returns the length, or 0 when the imm8
+ * is out of the form's range. */
+static inline __attribute__((always_inline)) int x64_vk_fill(uint64_t f, uint32_t regs,
+                                                             unsigned mask, unsigned zero,
+                                                             int64_t imm, int has_imm,
+                                                             uint8_t *out, uint32_t *features) {
+    if (has_imm && !x64_imm8_fits(f >> 56 & 1, imm)) return 0;
+    const unsigned gop = f >> 35 & 7, hop = f >> 38 & 7;
+    const unsigned g = gop == X64_VF_NONE ? (f >> 41 & 7) : regs >> 8 * gop & 0xff;
+    const unsigned h = hop == X64_VF_NONE ? 0 : regs >> 8 * hop & 0xff;
+    const unsigned e = regs >> 8 * (f >> 44 & 3) & 0xff;
+    out[0] = 0x62;   /* rm's bit 4 is EVEX.X in register form */
+    out[1] = (uint8_t)((~g & 8) << 4 | (~e & 16) << 2 | (~e & 8) << 2 | (~g & 16) | (f >> 22 & 3));
+    out[2] = (uint8_t)((f >> 26 & 1) << 7 | (~h & 15) << 3 | 4 | (f >> 24 & 3));
+    out[3] = (uint8_t)(zero << 7 | 2 << 5 | (~h & 16) >> 1 | mask);
+    out[4] = (uint8_t)(f >> 27);
+    out[5] = (uint8_t)(0xc0 | (g & 7) << 3 | (e & 7));
+    int n = 6;
+    if (has_imm) out[n++] = (uint8_t)imm;
+    *features = (uint32_t)(f >> 47 & 0x1ff);
+    return n;
+}
+
+/* Legacy forms with a memory operand every kernel has (x64_forms.c):
+ * prefetcht0/t1/nta [m]; mov r, [m] and mov [m], r (store); lea r, [m];
+ * add, sub, and, or, xor, cmp r, [m]; cmovcc r, [m]; 32- or 64-bit
+ * registers. Returns the length, 0 for anything else. */
+FJ_INTERNAL int x64_encode_gpr_mem(x64_op op, int bits, int reg, int store, const x64_vm_mem *m,
+                                   uint8_t *out);
+/* add, sub, and, or, xor, cmp [m], imm and mov [m], imm: 32- or 64-bit
+ * memory, an immediate in int32 range. A [rip + disp32] operand's disp32
+ * is written as given (the immediate follows it). Returns the length, 0
+ * for anything else. */
+FJ_INTERNAL int x64_encode_mem_imm(x64_op op, int bits, const x64_vm_mem *m, int64_t imm,
+                                   uint8_t *out);
+/* kmovw k, [m] and (store) kmovw [m], k. Returns the length, 0 for a mask
+ * register past k7. */
+FJ_INTERNAL int x64_encode_kmov_mem(int store, int k, const x64_vm_mem *m, uint8_t *out);
+
+#endif

@@ -1,0 +1,594 @@
+/* gemm.c: fj_gemm_f32 and fj_gemm handles: validation and the driver that
+ * runs a plan (gemm_plan.c) over blocks, kernels and threads.
+ *
+ * Loop nest of one chunk of C (rows [i0,i1) x columns [j0,j1)):
+ *
+ *   for jc (nc columns):                    B block kc x nc   (L2/L3)
+ *     for pc (kc of k):    pack B panels (or read B in place, or let the
+ *                          first row block's kernel calls pack them)
+ *       for ic (mc rows):  pack A tiles  (or read A in place)   A block in L2
+ *         for each nr-wide panel of B:     one kernel call: the kernel loops
+ *                                          over the row tiles of the A block
+ *                                          (a few) with the B panel in L1/L2
+ *
+ * Chunks are fixed blocks of C; every C element is computed by the same
+ * sequence of operations whatever the chunking, so results do not depend
+ * on the thread count. */
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "runtime/prims/gemm_int.h"
+#include "runtime/publish.h"
+#include "runtime/kcache.h"
+#include "runtime/pool.h"
+#include "runtime/rt.h"
+#include "runtime/prims/span.h"
+
+/* ---- the driver ------------------------------------------------------- */
+
+enum { MAX_CHUNKS = 256 };
+
+typedef struct run_ctx {
+    const gemm_plan *p;
+    const float *a, *b, *bias;
+    float *c;
+    int64_t cn;              /* chunks along n */
+    int64_t mstep, nstep;    /* chunk size */
+    _Atomic unsigned char failed[MAX_CHUNKS];
+} run_ctx;
+
+/* The lane masks of a panel `cols` wide (only the ISA's own kind). */
+static void set_masks(kg_gemm_args *g, int lanes, int nv, int64_t cols) {
+    for (int v = 0; v < nv; v++) {
+        int64_t w = cols - (int64_t)v * lanes;
+        w = w < 0 ? 0 : w > lanes ? lanes : w;
+        if (lanes == 16) {
+            g->kmask[v] = (uint32_t)((1u << w) - 1u);
+            /* AVX-512 kernels read C under these: none when beta = 0. */
+            g->kmask_c[v] = g->beta_zero ? 0 : g->kmask[v];
+        } else {
+            for (int l = 0; l < 8; l++) g->ymask[v][l] = l < w ? -1 : 0;
+        }
+    }
+}
+
+static float *align64(float *x) { return (float *)(((uintptr_t)x + 63) & ~(uintptr_t)63); }
+
+/* The kernel's C update for g's alpha, beta and post (the special cases
+ * give the same bits as the general alpha*acc + beta*C). */
+static int32_t store_kind(const kg_gemm_args *g) {
+    if (g->post || g->alpha != 1.0f) return KG_STORE_GENERAL;
+    if (g->beta_zero) return KG_STORE_SET;
+    return g->beta == 1.0f ? KG_STORE_ADD : KG_STORE_GENERAL;
+}
+
+/* g's fields for k block kb of nkb: its offset and size in k, alpha, beta
+ * and whether the post stage runs. */
+static void block_args(const gemm_plan *p, kg_gemm_args *g, int64_t kb, int64_t nkb,
+                       int64_t *pc, int64_t *kcur) {
+    *pc = kb * p->kc;
+    *kcur = min64(p->kc, p->k - *pc);
+    int first = kb == 0, last = kb == nkb - 1;
+    /* k == 0: the kernel runs with kc = 0 and alpha = 0 (C = beta*C,
+     * without alpha*0 turning an infinite alpha into NaN). */
+    g->kc = *kcur;
+    g->alpha = *kcur ? p->alpha : 0.0f;
+    g->beta = first ? p->beta : 1.0f;
+    g->beta_zero = first && p->beta == 0.0f;
+    g->post = last && p->has_post;
+    g->store = store_kind(g);
+    g->ldc = p->ldc * 4;
+    g->c_tile = p->mr * p->ldc * 4;
+}
+
+/* The C updates (KG_STORES bits) the driver asks of p's kernel for this
+ * alpha and beta: block_args' choice for the first, the middle and the
+ * last k block. The kernel has only those (smaller and quicker to make
+ * than one with all three). A plan whose only block has the post stage
+ * needs none; it gets one. */
+int gemm_plan_stores(const gemm_plan *p, float alpha, float beta) {
+    gemm_plan q = *p;
+    q.alpha = alpha;
+    q.beta = beta;
+    int64_t nkb = p->k ? cdiv(p->k, p->kc) : 1, kbs[3] = {0, 1, nkb - 1};
+    int st = 0;
+    for (int i = 0; i < 3; i++) {
+        if (kbs[i] >= nkb) continue;
+        kg_gemm_args g;
+        int64_t pc, kcur;
+        block_args(&q, &g, kbs[i], nkb, &pc, &kcur);
+        if (!g.post) st |= KG_STORES(g.store);
+    }
+    return st ? st : KG_STORES(KG_STORE_GENERAL);
+}
+
+/* Rows [i0, i1) of C's columns [jc, jc + ncur) for the k block at pc:
+ * packs (or reads in place) A, then one kernel call per B panel. bufb
+ * holds the packed B panels (or, with B in place, the padded tail panel);
+ * with copy, the first call per panel (first row block) packs it. */
+static void block_rows(const run_ctx *x, kg_gemm_args *gp, float *bufa, float *bufb,
+                       int64_t i0, int64_t i1, int64_t jc, int64_t ncur, int64_t pc,
+                       int64_t kcur, int copy) {
+    const gemm_plan *p = x->p;
+    kg_gemm_fn fn = (kg_gemm_fn)rt_kernel_fn(p->kern);
+    const int64_t mr = p->mr, nr = p->nr, npan = cdiv(ncur, nr);
+    const int x512 = p->cfg.isa == FJ_ISA_AVX512;
+    kg_gemm_args g = *gp;
+    int64_t mask_cols = -1; /* the width g's masks are for */
+    for (int64_t ic = i0; ic < i1; ic += p->mc) {
+        int64_t mcur = min64(p->mc, i1 - ic);
+        int64_t full = mcur / mr, rem = mcur % mr;
+        const float *a_ip = p->ta ? x->a + pc * p->lda + ic : x->a + ic * p->lda + pc;
+        if (!p->direct_a && kcur)
+            gemm_pack_a(bufa, a_ip, p->lda, p->ta, mcur, kcur, (int)mr, x512);
+        if (p->direct_a && kcur && rem) {
+            const float *t = p->ta ? a_ip + full * mr : a_ip + full * mr * p->lda;
+            if (p->ta) gemm_pack_a(bufa, t, p->lda, 1, rem, kcur, (int)mr, x512);
+            else gemm_copy_rows(bufa, t, p->lda, rem, kcur, (int)mr);
+        }
+        for (int64_t pn = 0; pn < npan; pn++) {
+            int64_t cols = min64(nr, ncur - pn * nr), j = jc + pn * nr;
+            if (cols != mask_cols) set_masks(&g, p->lanes, p->nv, mask_cols = cols);
+            g.c = x->c + ic * p->ldc + j;
+            g.bias = x->bias ? x->bias + j : NULL;
+            /* The kernel copies whole panels; the tail one is packed here. */
+            g.copy_b = copy && ic == i0 && cols == nr;
+            if (copy && ic == i0 && cols != nr && kcur)
+                gemm_pack_b(bufb + pn * nr * kcur, x->b + pc * p->ldb + j, p->ldb, 0, kcur,
+                            cols, (int)nr, 1);
+            if (g.copy_b) {
+                g.b_src = x->b + pc * p->ldb + j;
+                g.ldb = p->ldb * 4;
+                g.b_src_pf = p->b_src_pf;
+            }
+            if (!p->direct_b) {
+                g.b = bufb + pn * nr * kcur;
+            } else if (cols == nr) {
+                g.b = x->b + pc * p->ldb + j;
+                g.ldb = p->ldb * 4;
+            } else {
+                g.b = bufb;
+                g.ldb = nr * 4;
+            }
+            if (!p->direct_a) {
+                g.a = bufa;
+                g.ntiles = cdiv(mcur, mr);
+                g.last_rows = mcur - (g.ntiles - 1) * mr;
+                g.a_tile = mr * kcur * 4;
+                fn(&g);
+                continue;
+            }
+            if (full) {
+                g.a = a_ip;
+                g.ntiles = full;
+                g.last_rows = mr;
+                g.lda = p->lda * 4;
+                g.a_tile = p->ta ? mr * 4 : mr * p->lda * 4;
+                fn(&g);
+                g.copy_b = 0; /* packed now */
+            }
+            if (rem) {
+                /* The row tail reads the padded copy. */
+                g.a = bufa;
+                g.ntiles = 1;
+                g.last_rows = rem;
+                g.lda = p->ta ? mr * 4 : kcur * 4;
+                g.c = x->c + (ic + full * mr) * p->ldc + j;
+                fn(&g);
+            }
+        }
+    }
+    /* Keeps the kernel calls above from becoming tail calls. */
+    __asm__ volatile("" ::: "memory");
+}
+
+/* The packed-B part of a chunk's scratch. */
+static float *scratch_b(const gemm_plan *p, float *buf) {
+    return align64(buf + (p->direct_a ? p->mr * p->kc : p->mc * p->kc) + GEMM_PACK_SLACK);
+}
+
+/* Columns [jc, jc + ncur) of B for the k block at pc into panels. */
+static void pack_b_cols(const gemm_plan *p, const float *b, float *dst, int64_t jc,
+                        int64_t ncur, int64_t pc, int64_t kcur) {
+    gemm_pack_b(dst, p->tb ? b + jc * p->ldb + pc : b + pc * p->ldb + jc, p->ldb, p->tb, kcur,
+                ncur, p->nr, p->cfg.isa == FJ_ISA_AVX512);
+}
+
+static void run_chunk_buf(const run_ctx *x, int64_t idx, float *buf) {
+    const gemm_plan *p = x->p;
+    int64_t i0 = idx / x->cn * x->mstep, j0 = idx % x->cn * x->nstep;
+    int64_t i1 = min64(p->m, i0 + x->mstep), j1 = min64(p->n, j0 + x->nstep);
+    const int64_t nr = p->nr;
+    float *bufb = scratch_b(p, buf);
+    int64_t nkb = p->k ? cdiv(p->k, p->kc) : 1;
+    kg_gemm_args g;
+    memset(&g, 0, sizeof g);
+    for (int64_t jc = j0; jc < j1; jc += p->nc) {
+        int64_t ncur = min64(p->nc, j1 - jc);
+        for (int64_t kb = 0; kb < nkb; kb++) {
+            int64_t pc, kcur;
+            block_args(p, &g, kb, nkb, &pc, &kcur);
+            if (!p->direct_b && kcur && !p->cfg.b_copy)
+                pack_b_cols(p, x->b, bufb, jc, ncur, pc, kcur);
+            /* In-place B: the tail panel is copied into a padded buffer. */
+            if (p->direct_b && kcur && ncur % nr)
+                gemm_pack_b(bufb, x->b + pc * p->ldb + jc + ncur / nr * nr, p->ldb, 0, kcur,
+                            ncur % nr, (int)nr, p->cfg.isa == FJ_ISA_AVX512);
+            block_rows(x, &g, buf, bufb, i0, i1, jc, ncur, pc, kcur, p->cfg.b_copy);
+        }
+    }
+}
+
+/* ---- large problems on several threads: B packed once, shared ---------- */
+
+/* Per (jc, pc) block: the threads pack B's panels together into the
+ * caller's buffer, then each computes its rows against them. Splitting
+ * rows with per-chunk packing would pack (and read from memory) all of B
+ * once per thread. */
+typedef struct shared_ctx {
+    const run_ctx *x;
+    kg_gemm_args g;
+    float *bufb;
+    int64_t jc, ncur, pc, kcur;
+    int64_t pan_per, rows_per;
+    _Atomic unsigned char failed[MAX_CHUNKS];
+} shared_ctx;
+
+static void shared_pack(void *ctx, int64_t i) {
+    shared_ctx *s = ctx;
+    const gemm_plan *p = s->x->p;
+    int64_t c0 = i * s->pan_per * p->nr, cols = min64(s->ncur - c0, s->pan_per * p->nr);
+    if (cols > 0)
+        pack_b_cols(p, s->x->b, s->bufb + c0 * s->kcur, s->jc + c0, cols, s->pc, s->kcur);
+}
+
+static void shared_rows_buf(shared_ctx *s, int64_t i, float *buf) {
+    const gemm_plan *p = s->x->p;
+    int64_t i0 = i * s->rows_per, i1 = min64(p->m, i0 + s->rows_per);
+    /* buf's A part only: on the caller, its B part is the shared panels. */
+    block_rows(s->x, &s->g, buf, s->bufb, i0, i1, s->jc, s->ncur, s->pc, s->kcur, 0);
+}
+
+static void shared_rows(void *ctx, int64_t i) {
+    shared_ctx *s = ctx;
+    float *buf = gemm_scratch(s->x->p->scratch);
+    if (!buf) {
+        atomic_store(&s->failed[i], 1); /* the caller runs it */
+        return;
+    }
+    shared_rows_buf(s, i, buf);
+}
+
+static void run_shared(const run_ctx *x, float *buf, int threads) {
+    const gemm_plan *p = x->p;
+    shared_ctx *s = &(shared_ctx){.x = x};
+    s->bufb = scratch_b(p, buf);
+    int64_t nkb = p->k ? cdiv(p->k, p->kc) : 1;
+    /* Rows in several chunks per thread (claimed dynamically): a thread
+     * that starts late or is preempted does not hold the others at the
+     * end of the block. Each chunk packs its own A rows, so chunks of a
+     * few tiles cost nothing extra; B is packed once whatever the split. */
+    int64_t tiles = cdiv(p->m, p->mr);
+    int64_t target = min64(MAX_CHUNKS, (int64_t)p->rpt * threads);
+    int64_t nrows = max64(cdiv(tiles, target), min64(cdiv(tiles, threads), 4));
+    s->rows_per = nrows * p->mr;
+    int64_t nchunks = cdiv(p->m, s->rows_per);
+    for (int64_t jc = 0; jc < p->n; jc += p->nc) {
+        s->jc = jc;
+        s->ncur = min64(p->nc, p->n - jc);
+        int64_t npan = cdiv(s->ncur, p->nr);
+        s->pan_per = cdiv(npan, min64(MAX_CHUNKS, 2 * (int64_t)threads));
+        for (int64_t kb = 0; kb < nkb; kb++) {
+            block_args(p, &s->g, kb, nkb, &s->pc, &s->kcur);
+            if (s->kcur) rt_parallel(p->rt, cdiv(npan, s->pan_per), threads, shared_pack, s);
+            for (int64_t i = 0; i < nchunks; i++) atomic_store(&s->failed[i], 0);
+            rt_parallel(p->rt, nchunks, threads, shared_rows, s);
+            for (int64_t i = 0; i < nchunks; i++)
+                if (atomic_load(&s->failed[i])) shared_rows_buf(s, i, buf);
+        }
+    }
+}
+
+static void run_chunk(void *ctx, int64_t idx) {
+    run_ctx *x = ctx;
+    float *buf = gemm_scratch(x->p->scratch);
+    if (!buf) {
+        /* Nothing of this chunk is written yet: the caller runs it later. */
+        atomic_store(&x->failed[idx], 1);
+        return;
+    }
+    run_chunk_buf(x, idx, buf);
+}
+
+void gemm_plan_set_ab(gemm_plan *p, float alpha, float beta) {
+    p->alpha = alpha;
+    p->beta = beta;
+    if (!p->whole) return;
+    kg_gemm_args *g = &p->whole_args;
+    memset(g, 0, sizeof *g);
+    g->kc = p->k;
+    g->alpha = alpha;
+    g->beta = beta;
+    g->beta_zero = beta == 0.0f;
+    g->post = p->has_post;
+    g->store = store_kind(g);
+    g->ldc = p->ldc * 4;
+    g->c_tile = p->mr * p->ldc * 4;
+    g->ntiles = p->m / p->mr;
+    g->last_rows = p->mr;
+    g->lda = p->lda * 4;
+    g->a_tile = p->ta ? p->mr * 4 : p->mr * p->lda * 4;
+    g->ldb = p->ldb * 4;
+    set_masks(g, p->lanes, p->nv, p->nr); /* whole panels only */
+}
+
+/* A plan with `whole` set: the kernel calls straight from here with the
+ * plan's own arguments (for small GEMMs the general path's bookkeeping
+ * costs as much as their arithmetic; working the arguments out on each
+ * call, with the blocked path's frame, was 3-5% of a 32^3 call and 7% of
+ * a 16^3 one). The same calls as run_chunk_buf would make, so the same
+ * results. */
+static void run_whole(const gemm_plan *p, const float *a, const float *b, const float *bias,
+                      float *c) {
+    kg_gemm_fn fn = (kg_gemm_fn)rt_kernel_fn(p->kern);
+    kg_gemm_args g;
+    /* Field by field (a struct copy is rep movsq, slow to start), and the
+     * AVX2 masks only for AVX2. */
+    memcpy(&g, &p->whole_args, offsetof(kg_gemm_args, ymask));
+    if (p->lanes == 8) memcpy(g.ymask, p->whole_args.ymask, sizeof g.ymask);
+    g.a = a;
+    for (int64_t j = 0; j < p->n; j += p->nr) {
+        g.b = b + j;
+        g.c = c + j;
+        g.bias = bias ? bias + j : NULL;
+        fn(&g);
+    }
+    __asm__ volatile("" ::: "memory"); /* no tail call */
+}
+
+/* A plan that is not whole: blocks, packing, threads. */
+static __attribute__((noinline)) fj_status run_blocks(const gemm_plan *p, const float *a,
+                                                      const float *b, const float *bias,
+                                                      float *c) {
+    int threads = rt_threads(p->rt);
+    /* The caller's buffer first: if even that fails, C is untouched. */
+    float *buf = gemm_scratch(p->scratch);
+    if (!buf) return fj_fail(FJ_ERR_NO_MEMORY, "gemm: cannot allocate %zu bytes of packing "
+                             "buffer", p->scratch * sizeof(float));
+    run_ctx ctx, *x = &ctx;
+    memset(x, 0, sizeof *x);
+    x->p = p;
+    x->a = a;
+    x->b = b;
+    x->bias = bias;
+    x->c = c;
+    x->cn = 1;
+    x->mstep = p->m;
+    x->nstep = p->n;
+    if (threads > p->threads) threads = p->threads;
+    if (threads > MAX_CHUNKS) threads = MAX_CHUNKS;
+    int64_t nchunks = 1;
+    if (threads > 1) {
+        /* Split the dimension with more tiles into `threads` chunks of
+         * whole tiles; n first when the plan says so (split_n) and it has
+         * a panel per thread. */
+        int64_t tm = cdiv(p->m, p->mr), tn = cdiv(p->n, p->nr);
+        if (tm >= tn && !(p->split_n && tn >= threads)) {
+            int64_t per = cdiv(tm, threads);
+            x->mstep = per * p->mr;
+            nchunks = cdiv(p->m, x->mstep);
+        } else {
+            int64_t per = cdiv(tn, threads);
+            x->nstep = per * p->nr;
+            x->cn = cdiv(p->n, x->nstep);
+            nchunks = x->cn;
+        }
+    }
+    /* Rows split: the plan says whether the threads share one packed B. */
+    if (threads > 1 && x->cn == 1 && p->share_b) {
+        run_shared(x, buf, threads);
+        return FJ_OK;
+    }
+    if (nchunks == 1) run_chunk_buf(x, 0, buf);
+    else rt_parallel(p->rt, nchunks, threads, run_chunk, x);
+    for (int64_t i = 0; i < nchunks; i++)
+        if (atomic_load(&x->failed[i])) run_chunk_buf(x, i, buf);
+    return FJ_OK;
+}
+
+/* C = act(alpha*op(A)*op(B) + beta*C + bias) on the runtime's threads.
+ * Inline, with the blocked path a function of its own: a small GEMM no
+ * longer sets up that path's frame (its 1 KiB run context) on its way to
+ * the kernel. */
+static inline fj_status gemm_run(const gemm_plan *p, const float *a, const float *b,
+                                 const float *bias, float *c) {
+    if (p->m == 0 || p->n == 0) return FJ_OK;
+    if (p->whole) {
+        run_whole(p, a, b, bias, c);
+        return FJ_OK;
+    }
+    return run_blocks(p, a, b, bias, c);
+}
+
+/* ---- validation ------------------------------------------------------- */
+
+static int trans_of(char t) {
+    return t == 'N' || t == 'n' ? 0 : t == 'T' || t == 't' ? 1 : -1;
+}
+
+/* Elements spanned by a rows x cols matrix with leading dimension ld,
+ * in bytes, must fit in ptrdiff_t. */
+static int extent_ok(int64_t rows, int64_t cols, int64_t ld) {
+    int64_t e;
+    if (rows == 0 || cols == 0) return 1;
+    if (__builtin_mul_overflow(rows - 1, ld, &e) || __builtin_add_overflow(e, cols, &e) ||
+        __builtin_mul_overflow(e, (int64_t)sizeof(float), &e))
+        return 0;
+    return e <= PTRDIFF_MAX;
+}
+
+static fj_status check_dims(const char *fn, char transa, char transb, int64_t m, int64_t n,
+                            int64_t k, int64_t lda, int64_t ldb, int64_t ldc, int *ta, int *tb) {
+    if ((*ta = trans_of(transa)) < 0 || (*tb = trans_of(transb)) < 0)
+        return fj_fail(FJ_ERR_INVALID_ARG, "%s: trans%c = '%c' (0x%02x) is not N, n, T or t", fn,
+                       *ta < 0 ? 'a' : 'b', *ta < 0 ? (transa > 31 && transa < 127 ? transa : '?')
+                       : (transb > 31 && transb < 127 ? transb : '?'),
+                       (unsigned char)(*ta < 0 ? transa : transb));
+    if (m < 0 || n < 0 || k < 0)
+        return fj_fail(FJ_ERR_INVALID_ARG, "%s: negative size m = %lld, n = %lld, k = %lld", fn,
+                       (long long)m, (long long)n, (long long)k);
+    int64_t mina = max64(1, *ta ? m : k), minb = max64(1, *tb ? k : n), minc = max64(1, n);
+    if (lda < mina)
+        return fj_fail(FJ_ERR_INVALID_ARG, "%s: lda = %lld < %lld (transa '%c')", fn,
+                       (long long)lda, (long long)mina, transa);
+    if (ldb < minb)
+        return fj_fail(FJ_ERR_INVALID_ARG, "%s: ldb = %lld < %lld (transb '%c')", fn,
+                       (long long)ldb, (long long)minb, transb);
+    if (ldc < minc)
+        return fj_fail(FJ_ERR_INVALID_ARG, "%s: ldc = %lld < %lld", fn, (long long)ldc,
+                       (long long)minc);
+    if (!extent_ok(*ta ? k : m, *ta ? m : k, lda) || !extent_ok(*tb ? n : k, *tb ? k : n, ldb) ||
+        !extent_ok(m, n, ldc))
+        return fj_fail(FJ_ERR_INVALID_ARG, "%s: a matrix of m = %lld, n = %lld, k = %lld with "
+                       "its leading dimension overflows the address space", fn, (long long)m,
+                       (long long)n, (long long)k);
+    return FJ_OK;
+}
+
+static fj_status check_ptrs(const char *fn, int64_t m, int64_t n, int64_t k, const float *a,
+                            const float *b, const float *c) {
+    if (m && n && !c) return fj_fail(FJ_ERR_INVALID_ARG, "%s: c is NULL with m, n > 0", fn);
+    if (m && n && k && (!a || !b))
+        return fj_fail(FJ_ERR_INVALID_ARG, "%s: %s is NULL with m, n, k > 0", fn, !a ? "a" : "b");
+    return FJ_OK;
+}
+
+/* C is written while A, B and the bias are still being read (packed a
+ * block at a time, or in place), so C may share no memory with them: the
+ * result would depend on the blocking. Checked on every call before
+ * anything is written, A and B only when k > 0 (else they are not read).
+ * Exact: C and A (or B) as column ranges of one wider array, their rows
+ * interleaved, are fine. */
+static __attribute__((noinline, cold)) fj_status
+check_alias(const char *fn, const gemm_plan *p, const float *a, const float *b,
+            const float *bias, const float *c) {
+    const rt_mat cm = {(uintptr_t)c, p->m, p->n, p->ldc};
+    const char *what = NULL;
+    if (p->k) {
+        const rt_mat am = {(uintptr_t)a, p->ta ? p->k : p->m, p->ta ? p->m : p->k, p->lda};
+        const rt_mat bm = {(uintptr_t)b, p->tb ? p->n : p->k, p->tb ? p->k : p->n, p->ldb};
+        if (rt_mat_overlap(&cm, &am)) what = "a";
+        else if (rt_mat_overlap(&cm, &bm)) what = "b";
+    }
+    if (!what && bias) {
+        const rt_mat vm = {(uintptr_t)bias, 1, p->n, p->n};
+        if (rt_mat_overlap(&cm, &vm)) what = "bias";
+    }
+    if (!what) return FJ_OK;
+    return fj_fail(FJ_ERR_INVALID_ARG, "%s: c overlaps %s (C may share no memory with A, B or "
+                   "the bias)", fn, what);
+}
+
+/* Whether C's span meets A's, B's or the bias's: the every-call part of
+ * the check, from the spans the plan keeps (a 16^3 call takes ~70 ns). */
+static inline int spans_meet(const gemm_plan *p, const float *a, const float *b,
+                             const float *bias, const float *c) {
+    uintptr_t c0 = (uintptr_t)c, c1 = c0 + p->span_c;
+    return ((uintptr_t)a < c1 && c0 < (uintptr_t)a + p->span_a) |
+           ((uintptr_t)b < c1 && c0 < (uintptr_t)b + p->span_b) |
+           (bias && (uintptr_t)bias < c1 && c0 < (uintptr_t)(bias + p->n));
+}
+
+/* ---- public entry points ---------------------------------------------- */
+
+fj_status fj_gemm_f32(fj_runtime *rt, char transa, char transb, int64_t m, int64_t n, int64_t k,
+                      float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
+                      float beta, float *c, int64_t ldc) {
+    if (!rt) return fj_fail(FJ_ERR_INVALID_ARG, "fj_gemm_f32: runtime is NULL");
+    /* A call that repeats the shape this thread planned last (small
+     * GEMMs in a loop) skips the size checks, which depend on nothing but
+     * the inputs the plan was made for, valid then, and the rest of the
+     * planning. */
+    int ta = trans_of(transa), tb = trans_of(transb);
+    const gemm_plan *p = ta < 0 || tb < 0 ? NULL
+                         : gemm_plan_repeat(rt, ta, tb, m, n, k, lda, ldb, ldc, alpha, beta);
+    fj_kernel *lent = NULL;
+    fj_status s = FJ_OK;
+    if (!p) s = check_dims("fj_gemm_f32", transa, transb, m, n, k, lda, ldb, ldc, &ta, &tb);
+    if (s == FJ_OK) s = check_ptrs("fj_gemm_f32", m, n, k, a, b, c);
+    if (s != FJ_OK || m == 0 || n == 0) return s;
+    if (!p) {
+        s = gemm_plan_borrow(rt, &p, &lent, ta, tb, m, n, k, lda, ldb, ldc, alpha, beta, 0, 0, 0,
+                             0);
+        if (s != FJ_OK) return s;
+    }
+    if (__builtin_expect(spans_meet(p, a, b, NULL, c), 0) &&
+        (s = check_alias("fj_gemm_f32", p, a, b, NULL, c)) != FJ_OK) {
+        gemm_plan_unborrow(lent);
+        return s;
+    }
+    uint64_t t0 = rt_exec_begin();
+    s = gemm_run(p, a, b, NULL, c);
+    rt_exec_end(t0, "fj_gemm_f32", "m=%lld n=%lld k=%lld", (long long)m, (long long)n,
+                (long long)k);
+    if (lent) gemm_plan_unborrow(lent);
+    return s;
+}
+
+struct fj_gemm {
+    gemm_plan plan;
+    int has_bias;
+};
+
+fj_status fj_gemm_create(fj_runtime *rt, const fj_gemm_desc *d, fj_gemm **out) {
+    if (!out) return fj_fail(FJ_ERR_INVALID_ARG, "fj_gemm_create: out is NULL");
+    *out = NULL;
+    if (!rt || !d)
+        return fj_fail(FJ_ERR_INVALID_ARG, "fj_gemm_create: %s is NULL", !rt ? "runtime" : "desc");
+    int ta, tb;
+    fj_status s = check_dims("fj_gemm_create", d->transa, d->transb, d->m, d->n, d->k, d->lda,
+                             d->ldb, d->ldc, &ta, &tb);
+    if (s != FJ_OK) return s;
+    if ((int)d->post_op < 0 || d->post_op >= FJ_ELT__COUNT)
+        return fj_fail(FJ_ERR_INVALID_ARG, "fj_gemm_create: post_op %d is not an fj_eltwise_op",
+                       (int)d->post_op);
+    fj_gemm *g = fj_calloc(1, sizeof *g);
+    if (!g) return fj_fail(FJ_ERR_NO_MEMORY, "fj_gemm_create: out of memory");
+    g->has_bias = d->has_bias != 0;
+    s = gemm_plan_init(rt, &g->plan, ta, tb, d->m, d->n, d->k, d->lda, d->ldb, d->ldc, d->alpha,
+                       d->beta, g->has_bias, (int)d->post_op, d->post_alpha, d->post_beta);
+    if (s != FJ_OK) {
+        gemm_plan_release(&g->plan);
+        fj_free(g);
+        return s;
+    }
+    *out = g;
+    return FJ_OK;
+}
+
+fj_status fj_gemm_execute(const fj_gemm *g, const float *a, const float *b, const float *bias,
+                          float *c) {
+    if (!g) return fj_fail(FJ_ERR_INVALID_ARG, "fj_gemm_execute: handle is NULL");
+    const gemm_plan *p = &g->plan;
+    fj_status s = check_ptrs("fj_gemm_execute", p->m, p->n, p->k, a, b, c);
+    if (s != FJ_OK) return s;
+    if (g->has_bias && p->m && p->n && !bias)
+        return fj_fail(FJ_ERR_INVALID_ARG, "fj_gemm_execute: bias is NULL but the descriptor "
+                       "has has_bias");
+    if (!g->has_bias) bias = NULL;
+    if (p->m && p->n && spans_meet(p, a, b, bias, c) &&
+        (s = check_alias("fj_gemm_execute", p, a, b, bias, c)) != FJ_OK)
+        return s;
+    uint64_t t0 = rt_exec_begin();
+    s = gemm_run(p, a, b, bias, c);
+    rt_exec_end(t0, "fj_gemm_execute", "m=%lld n=%lld k=%lld", (long long)p->m,
+                (long long)p->n, (long long)p->k);
+    return s;
+}
+
+void fj_gemm_destroy(fj_gemm *g) {
+    if (!g) return;
+    gemm_plan_release(&g->plan);
+    fj_free(g);
+}

@@ -1,0 +1,113 @@
+/* gemm_int.h: the GEMM driver's internals, shared by runtime/gemm*.c. */
+#ifndef FJ_GEMM_INT_H
+#define FJ_GEMM_INT_H
+
+#include <stdint.h>
+#include "kernels/gen/gemm_gen.h"
+#include "base/base.h"
+
+/* One GEMM problem, planned: its blocking and the kernel that runs it.
+ * Everything here depends on the shape only (never on the thread count),
+ * so results are bitwise the same for any number of threads. */
+typedef struct gemm_plan {
+    fj_runtime *rt;
+    int ta, tb;                  /* op(A) = A^T, op(B) = B^T */
+    int64_t m, n, k, lda, ldb, ldc;
+    float alpha, beta;
+    int has_post;                /* bias and/or activation in the last k block */
+    int lanes, mr, nv, nr;       /* register tile: mr x nr = nv*lanes */
+    int direct_a, direct_b;      /* read A / B in place instead of packing */
+    int whole;                   /* one k block, both in place, whole tiles and
+                                    panels: one kernel call per B panel */
+    int64_t kc, mc, nc;          /* cache blocks */
+    int64_t b_src_pf;            /* b_copy: prefetch distance in B's rows, bytes */
+    int threads;                 /* how many threads the problem is worth */
+    int share_b;                 /* rows split over threads: pack B once, shared */
+    int rpt;                     /* ... in this many row chunks per thread */
+    int split_n;                 /* threads take column panels rather than rows */
+    size_t scratch;              /* floats of packing buffer per running chunk */
+    kg_gemm_cfg cfg;
+    fj_kernel *kern;             /* a reference, dropped by gemm_plan_release */
+    kg_gemm_args whole_args;     /* whole plans: the kernel's arguments but the
+                                    pointers, for this alpha and beta
+                                    (gemm_plan_set_ab) */
+    uintptr_t span_a, span_b, span_c; /* bytes from a, b and c to the end of
+                                    what a call reads (A, B: none if k is 0)
+                                    or writes, for the aliasing check */
+} gemm_plan;
+
+/* Fills p for the problem (dimensions already validated) and acquires its
+ * kernel; act is an fj_eltwise_op or 0. */
+FJ_INTERNAL fj_status gemm_plan_init(fj_runtime *rt, gemm_plan *p, int ta, int tb, int64_t m,
+                                     int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc,
+                                     float alpha, float beta, int has_bias, int act,
+                                     float act_alpha, float act_beta);
+/* The same plan for one call on this thread: *out is the thread's memo
+ * (repeated shapes skip the planning, and usually the kernel table),
+ * valid until the thread plans again. *lent is NULL when the memo holds
+ * the kernel, else a reference for this call, given back with
+ * gemm_plan_unborrow after it. */
+FJ_INTERNAL fj_status gemm_plan_borrow(fj_runtime *rt, const gemm_plan **out, fj_kernel **lent,
+                                       int ta, int tb, int64_t m, int64_t n, int64_t k,
+                                       int64_t lda, int64_t ldb, int64_t ldc, float alpha,
+                                       float beta, int has_bias, int act, float act_alpha,
+                                       float act_beta);
+FJ_INTERNAL void gemm_plan_unborrow(fj_kernel *lent);
+/* A call that repeats this thread's memo (no bias, no activation) and
+ * that its kernel serves: the memo's plan with this alpha and beta, valid
+ * as gemm_plan_borrow's and with no kernel reference to give back; else
+ * NULL. A memo plan's inputs were validated before it was made. */
+FJ_INTERNAL const gemm_plan *gemm_plan_repeat(fj_runtime *rt, int ta, int tb, int64_t m,
+                                              int64_t n, int64_t k, int64_t lda, int64_t ldb,
+                                              int64_t ldc, float alpha, float beta);
+FJ_INTERNAL void gemm_plan_release(gemm_plan *p);
+/* The C updates (KG_STORES bits) the driver asks of p's kernel for this
+ * alpha and beta (gemm.c). */
+FJ_INTERNAL int gemm_plan_stores(const gemm_plan *p, float alpha, float beta);
+/* Gives p this alpha and beta (and a whole plan the kernel arguments that
+ * go with them: a small GEMM's call copies them rather than working them
+ * out, gemm.c). */
+FJ_INTERNAL void gemm_plan_set_ab(gemm_plan *p, float alpha, float beta);
+
+/* Test hook: replaces the blocking knobs (as FRAMEJIT_GEMM_TUNE would,
+ * e.g. "da=0,db=0,kc=16") for plans made afterwards; NULL = defaults.
+ * Not thread-safe against concurrent GEMM calls. */
+FJ_INTERNAL void gemm_test_tune(const char *spec);
+
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+static inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* ---- packing (gemm_pack.c) ---- */
+
+/* avx512: the runtime's ISA is AVX-512 (faster transposes may be used).
+ * A(i, k) for i < rows, k < kc (A(i,k) = ta ? a[k*lda + i] : a[i*lda + k])
+ * into micro-panels of mr rows: dst[t*mr*kc + k*mr + i'], rows past `rows`
+ * zero. */
+FJ_INTERNAL void gemm_pack_a(float *dst, const float *a, int64_t lda, int ta, int64_t rows,
+                             int64_t kc, int mr, int avx512);
+/* B(k, j) for k < kc, j < cols (B(k,j) = tb ? b[j*ldb + k] : b[k*ldb + j])
+ * into panels of nr columns: dst[p*nr*kc + k*nr + j'], columns past `cols`
+ * zero. */
+FJ_INTERNAL void gemm_pack_b(float *dst, const float *b, int64_t ldb, int tb, int64_t kc,
+                             int64_t cols, int nr, int avx512);
+/* The transposing cases with AVX-512 (gemm_pack512.c; the CPU must have
+ * it): row-major A (mr <= 16) and transposed B (nr a multiple of 16). */
+FJ_INTERNAL void gemm_pack_a512(float *dst, const float *a, int64_t lda, int64_t rows,
+                                int64_t kc, int mr);
+FJ_INTERNAL void gemm_pack_bt512(float *dst, const float *b, int64_t ldb, int64_t kc,
+                                 int64_t cols, int nr);
+/* Row-major B with AVX-512 (nr a multiple of 16). */
+FJ_INTERNAL void gemm_pack_b512(float *dst, const float *b, int64_t ldb, int64_t kc,
+                                int64_t cols, int nr);
+/* Floats of slack the packers may write past a packed block. */
+enum { GEMM_PACK_SLACK = 16 };
+/* Row-major copy of A rows [0, rows) x [0, kc) into dst (ld = kc), rows up
+ * to mr zero: the in-place kernel's row tail. */
+FJ_INTERNAL void gemm_copy_rows(float *dst, const float *a, int64_t lda, int64_t rows,
+                                int64_t kc, int mr);
+/* The calling thread's scratch (64-byte aligned, at least `floats`), or
+ * NULL if it cannot be allocated. Kept per thread between calls. */
+FJ_INTERNAL float *gemm_scratch(size_t floats);
+
+#endif

@@ -1,0 +1,579 @@
+/* gemm_plan.c: how a GEMM is blocked and which kernel runs it: the tuning
+ * knobs, the blocking rules (each with what it was measured to gain), the
+ * kernel cache key and the thread's memo of its last plan. gemm.c runs the
+ * plans. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "runtime/prims/gemm_int.h"
+#include "runtime/kcache.h"
+#include "runtime/pool.h"
+#include "runtime/rt.h"
+#include "runtime/prims/span.h"
+
+/* ---- blocking --------------------------------------------------------- */
+
+typedef struct gemm_tune {
+    long l1, l2;          /* data cache bytes per core */
+    int l1_ways;          /* L1 data cache associativity */
+    int mr512, nv512, mr2, nv2, unroll, pf_a, pf_b, pf_c;
+    long kc, mc, nc;      /* 0: from the cache sizes */
+    int direct;           /* -1 auto, 0 never, 1 always (when possible) */
+    int da, db;           /* per operand: -1 auto, 0 pack, 1 in place */
+    long mt_flops;        /* problems smaller than this stay on one thread */
+    int a_reg;            /* AVX-512: broadcast A into a register (-1 auto) */
+    int b_copy;           /* AVX-512: kernels pack row-major B themselves
+                             (> 0, the default) or a separate pass does (0) */
+    int bpf_rows;         /* ... prefetching this many rows of B ahead */
+    long shortk;          /* k up to which wide problems take the 6 x 64 tile */
+    long shared_min;      /* m*n*k from which threads share one packed B */
+    int rpt;              /* shared B: row chunks per thread */
+    int split_n;          /* threads split n, not m (-1 auto, 0 never, 1 when possible) */
+} gemm_tune;
+
+static gemm_tune tune;
+static pthread_once_t tune_once = PTHREAD_ONCE_INIT;
+/* Bumped whenever the knobs change: plans remembered before are stale. */
+static _Atomic unsigned tune_gen;
+
+static void tune_parse(const char *e) {
+    atomic_fetch_add_explicit(&tune_gen, 1, memory_order_relaxed);
+    long l1 = sysconf(_SC_LEVEL1_DCACHE_SIZE), l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    long ways = sysconf(_SC_LEVEL1_DCACHE_ASSOC);
+    tune = (gemm_tune){
+        .l1 = l1 > 0 ? l1 : 32 << 10, .l2 = l2 > 0 ? l2 : 1 << 20,
+        .l1_ways = ways > 0 && ways < 64 ? (int)ways : 8,
+        .mr512 = 0, .nv512 = 2, .mr2 = 0, .nv2 = 2, .unroll = 0, .pf_a = 1024, .pf_c = 2,
+        .b_copy = 1, .bpf_rows = 8, .shortk = 256, .direct = -1, .da = -1, .db = -1, .a_reg = -1,
+        .mt_flops = 1L << 20, .shared_min = 1L << 36, .rpt = 8, .split_n = -1,
+    };
+    while (e && *e) {
+        char key[16];
+        long v;
+        int used;
+        if (sscanf(e, "%15[a-z0-9_]=%ld%n", key, &v, &used) != 2) break;
+        if (!strcmp(key, "mr")) tune.mr512 = tune.mr2 = (int)v;
+        else if (!strcmp(key, "nv")) tune.nv512 = tune.nv2 = (int)v;
+        else if (!strcmp(key, "unroll")) tune.unroll = (int)v;
+        else if (!strcmp(key, "pfa")) tune.pf_a = (int)v;
+        else if (!strcmp(key, "pfc")) tune.pf_c = (int)v;
+        else if (!strcmp(key, "pfb")) tune.pf_b = (int)v;
+        else if (!strcmp(key, "kc")) tune.kc = v;
+        else if (!strcmp(key, "mc")) tune.mc = v;
+        else if (!strcmp(key, "nc")) tune.nc = v;
+        else if (!strcmp(key, "direct")) tune.direct = (int)v;
+        else if (!strcmp(key, "da")) tune.da = (int)v;
+        else if (!strcmp(key, "db")) tune.db = (int)v;
+        else if (!strcmp(key, "mt")) tune.mt_flops = v;
+        else if (!strcmp(key, "areg")) tune.a_reg = (int)v;
+        else if (!strcmp(key, "bcopy")) tune.b_copy = (int)v;
+        else if (!strcmp(key, "bpf")) tune.bpf_rows = (int)v;
+        else if (!strcmp(key, "shortk")) tune.shortk = v;
+        else if (!strcmp(key, "shared")) tune.shared_min = v;
+        else if (!strcmp(key, "rpt")) tune.rpt = v > 0 ? (int)v : 1;
+        else if (!strcmp(key, "splitn")) tune.split_n = (int)v;
+        else if (!strcmp(key, "ways")) tune.l1_ways = v > 0 && v < 64 ? (int)v : 8;
+        else if (!strcmp(key, "l2")) tune.l2 = v >= 4096 ? v : tune.l2;
+        e += used;
+        if (*e == ',') e++;
+    }
+}
+
+/* FRAMEJIT_GEMM_TUNE: developer knobs for blocking experiments
+ * ("kc=256,mc=280,da=0,..."), not an API; unknown keys end the parse. */
+static atomic_int tune_ready;
+static void tune_init(void) {
+    tune_parse(getenv("FRAMEJIT_GEMM_TUNE"));
+    atomic_store_explicit(&tune_ready, 1, memory_order_release);
+}
+
+/* The knobs parsed: a load on every call after the first (pthread_once is
+ * a call through the PLT each time). */
+static inline void tune_need(void) {
+    if (!atomic_load_explicit(&tune_ready, memory_order_acquire))
+        pthread_once(&tune_once, tune_init);
+}
+
+void gemm_test_tune(const char *spec) {
+    pthread_once(&tune_once, tune_init);
+    tune_parse(spec);
+}
+
+/* How many of the 64 sets of a (64-set, 64-byte line) L1 the rows of a
+ * matrix with leading dimension ld (floats) fall into. */
+static int64_t l1_spread(int64_t ld) {
+    int64_t bytes = ld * 4;
+    if (bytes % 64) return 64;
+    int64_t l = (bytes / 64) % 64, g = 64;
+    while (l) {
+        int64_t t = g % l;
+        g = l;
+        l = t;
+    }
+    return 64 / g;
+}
+
+/* The kernel cache's key for a configuration: the cache hashes every key
+ * byte on each call, so the usual configurations get a short key (its own
+ * tag keeps it apart from the full form, used for anything that does not
+ * fit). */
+typedef struct gemm_key {
+    int32_t tag;
+    uint8_t isa, mr, nv, amode, bmode, unroll, pf_c, a_reg, has_bias, act, b_copy;
+    uint8_t stores;            /* (and no padding before pf_a) */
+    uint16_t pf_a, pf_b;
+    float act_alpha, act_beta; /* only with act */
+} gemm_key;
+
+#define GEMM_KEY_TAG 0x47454d32 /* "GEM2" */
+
+static size_t gemm_key_of(const kg_gemm_cfg *c, gemm_key *k) {
+    if ((unsigned)c->isa > 255 || (unsigned)c->mr > 255 || (unsigned)c->nv > 255 ||
+        (unsigned)c->amode > 255 || (unsigned)c->bmode > 255 || (unsigned)c->unroll > 255 ||
+        (unsigned)c->pf_c > 255 || (unsigned)c->a_reg > 255 || (unsigned)c->has_bias > 255 ||
+        (unsigned)c->act > 255 || (unsigned)c->b_copy > 255 || (unsigned)c->pf_a > 65535 ||
+        (unsigned)c->pf_b > 65535 || (unsigned)c->stores > 255)
+        return 0;
+    memset(k, 0, sizeof *k);
+    *k = (gemm_key){.tag = GEMM_KEY_TAG, .isa = (uint8_t)c->isa, .mr = (uint8_t)c->mr,
+                    .nv = (uint8_t)c->nv, .amode = (uint8_t)c->amode, .bmode = (uint8_t)c->bmode,
+                    .unroll = (uint8_t)c->unroll, .pf_c = (uint8_t)c->pf_c,
+                    .a_reg = (uint8_t)c->a_reg, .has_bias = (uint8_t)c->has_bias,
+                    .act = (uint8_t)c->act, .b_copy = (uint8_t)c->b_copy,
+                    .stores = (uint8_t)c->stores, .pf_a = (uint16_t)c->pf_a,
+                    .pf_b = (uint16_t)c->pf_b};
+    if (!c->act) return offsetof(gemm_key, act_alpha);
+    k->act_alpha = c->act_alpha;
+    k->act_beta = c->act_beta;
+    return sizeof *k;
+}
+
+/* Acquires p->kern for p->cfg (already checked). */
+static fj_status plan_kernel(gemm_plan *p) {
+    /* The name is only needed on a miss, but the descriptor wants it up
+     * front: remember the last one per thread (snprintf costs more than a
+     * small GEMM's bookkeeping). */
+    static _Thread_local kg_gemm_cfg name_cfg;
+    static _Thread_local char name[96];
+    if (!name[0] || memcmp(&name_cfg, &p->cfg, sizeof name_cfg)) {
+        kg_gemm_name(&p->cfg, name, sizeof name);
+        name_cfg = p->cfg;
+    }
+    gemm_key key;
+    size_t len = gemm_key_of(&p->cfg, &key);
+    rt_kdesc d = {len ? (const void *)&key : (const void *)&p->cfg, len ? len : sizeof p->cfg,
+                  name, KG_GEMM_NARGS, kg_gemm, &p->cfg};
+    return rt_kernel_acquire(p->rt, &d, &p->kern);
+}
+
+/* Everything a plan depends on but alpha and beta (and the runtime's ISA
+ * and thread count, fixed for its life: the runtime is in here). */
+typedef struct plan_inputs {
+    fj_runtime *rt;
+    int64_t m, n, k, lda, ldb, ldc;
+    int32_t ta, tb, has_bias, act;
+    unsigned gen;
+    float act_alpha, act_beta;
+} plan_inputs;
+
+/* The last plan made on this thread, usually with a reference to its
+ * kernel: calls repeating a shape, typical of small GEMMs in a loop, skip
+ * the blocking arithmetic and the kernel table (its hash and lock were a
+ * fifth of a 32^3 call). A held kernel keeps its arena from eviction, so
+ * the runtime bounds how many memos hold one (rt_khold_set); a memo
+ * without one looks its kernel up on each call. */
+static _Thread_local struct {
+    plan_inputs in;
+    uint64_t serial;  /* in.rt's: tells it from a later runtime at its address */
+    gemm_plan p;      /* p.kern: hold.k, or NULL (lent for one call, see below) */
+    rt_khold hold;
+    int exit_hook;    /* the thread's exit drops hold */
+} memo;
+
+static pthread_key_t memo_key;
+static pthread_once_t memo_key_once = PTHREAD_ONCE_INIT;
+static int memo_key_ok;
+
+static void memo_exit(void *arg) {
+    (void)arg;
+    rt_khold_drop(&memo.hold);
+}
+static void memo_key_init(void) { memo_key_ok = pthread_key_create(&memo_key, memo_exit) == 0; }
+
+static fj_status plan_make(fj_runtime *rt, gemm_plan *p, int ta, int tb, int64_t m, int64_t n,
+                           int64_t k, int64_t lda, int64_t ldb, int64_t ldc, int has_bias,
+                           int act, float act_alpha, float act_beta);
+
+/* This thread's memo plan if it is the plan of these inputs (on this very
+ * runtime), else NULL. Field by field: cheaper than building the inputs
+ * and comparing them whole, which a 16^3 call noticed. */
+static inline __attribute__((always_inline)) gemm_plan *
+memo_find(fj_runtime *rt, int ta, int tb, int64_t m, int64_t n, int64_t k, int64_t lda,
+          int64_t ldb, int64_t ldc, int has_bias, int act, float act_alpha, float act_beta) {
+    /* The thread's memo found once: the compiler would ask the TLS
+     * descriptor again for each access (three calls in a repeated call's
+     * path), had the asm not made the address opaque to it. */
+    __typeof__(memo) *mm = &memo;
+    __asm__("" : "+r"(mm));
+    const plan_inputs *i = &mm->in;
+    if (i->rt != rt || mm->serial != rt->serial || i->m != m || i->n != n || i->k != k ||
+        i->lda != lda || i->ldb != ldb || i->ldc != ldc || i->ta != ta || i->tb != tb ||
+        i->has_bias != has_bias || i->act != act ||
+        i->gen != atomic_load_explicit(&tune_gen, memory_order_relaxed))
+        return NULL;
+    if (act && (memcmp(&i->act_alpha, &act_alpha, sizeof act_alpha) ||
+                memcmp(&i->act_beta, &act_beta, sizeof act_beta)))
+        return NULL;
+    return &mm->p;
+}
+
+/* Plans the problem and makes it this thread's memo. *lent: the kernel's
+ * reference when the memo may not hold it (see gemm_plan_borrow). */
+static fj_status memo_make(fj_runtime *rt, int ta, int tb, int64_t m, int64_t n, int64_t k,
+                           int64_t lda, int64_t ldb, int64_t ldc, float alpha, float beta,
+                           int has_bias, int act, float act_alpha, float act_beta,
+                           fj_kernel **lent) {
+    gemm_plan p;
+    fj_status s = plan_make(rt, &p, ta, tb, m, n, k, lda, ldb, ldc, has_bias, act, act_alpha,
+                            act_beta);
+    if (s == FJ_OK) {
+        p.cfg.stores = gemm_plan_stores(&p, alpha, beta);
+        s = plan_kernel(&p);
+    }
+    if (s != FJ_OK) return s;
+    if (!memo.exit_hook) {
+        pthread_once(&memo_key_once, memo_key_init);
+        memo.exit_hook = 1;
+        if (memo_key_ok) pthread_setspecific(memo_key, &memo);
+    }
+    memo.in = (plan_inputs){.rt = rt, .m = m, .n = n, .k = k, .lda = lda, .ldb = ldb,
+                            .ldc = ldc, .ta = ta, .tb = tb, .has_bias = has_bias, .act = act,
+                            .gen = atomic_load_explicit(&tune_gen, memory_order_relaxed),
+                            .act_alpha = act ? act_alpha : 0.0f,
+                            .act_beta = act ? act_beta : 0.0f};
+    memo.serial = rt->serial;
+    if (!rt_khold_set(&memo.hold, rt, p.kern)) *lent = p.kern;
+    memo.p = p;
+    return FJ_OK;
+}
+
+fj_status gemm_plan_init(fj_runtime *rt, gemm_plan *p, int ta, int tb, int64_t m, int64_t n,
+                         int64_t k, int64_t lda, int64_t ldb, int64_t ldc, float alpha,
+                         float beta, int has_bias, int act, float act_alpha, float act_beta) {
+    const gemm_plan *q;
+    fj_kernel *lent;
+    fj_status s = gemm_plan_borrow(rt, &q, &lent, ta, tb, m, n, k, lda, ldb, ldc, alpha, beta,
+                                   has_bias, act, act_alpha, act_beta);
+    if (s != FJ_OK) {
+        memset(p, 0, sizeof *p);
+        return s;
+    }
+    *p = *q;
+    if (lent) memo.p.kern = NULL; /* the reference passes to p */
+    else rt_kernel_ref(p->kern);  /* held by the memo: not evictable meanwhile */
+    return FJ_OK;
+}
+
+/* The C updates (KG_STORES bits) this alpha and beta need that memo plan
+ * p's kernel lacks; none when they are p's own (bit for bit). */
+static int stores_missing(const gemm_plan *p, float alpha, float beta) {
+    if (!memcmp(&alpha, &p->alpha, sizeof alpha) && !memcmp(&beta, &p->beta, sizeof beta))
+        return 0;
+    return gemm_plan_stores(p, alpha, beta) & ~p->cfg.stores;
+}
+
+fj_status gemm_plan_borrow(fj_runtime *rt, const gemm_plan **out, fj_kernel **lent, int ta,
+                           int tb, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
+                           int64_t ldc, float alpha, float beta, int has_bias, int act,
+                           float act_alpha, float act_beta) {
+    tune_need();
+    *lent = NULL;
+    gemm_plan *p = memo_find(rt, ta, tb, m, n, k, lda, ldb, ldc, has_bias, act, act_alpha,
+                             act_beta);
+    int miss;
+    if (!p) {
+        fj_status s = memo_make(rt, ta, tb, m, n, k, lda, ldb, ldc, alpha, beta, has_bias, act,
+                                act_alpha, act_beta, lent);
+        if (s != FJ_OK) return s;
+        p = &memo.p;
+    } else if ((miss = stores_missing(p, alpha, beta))) {
+        /* A C update the memo's kernel lacks: a kernel with the kinds of
+         * both, so that calls alternating (alpha, beta) settle on one. */
+        gemm_plan q = *p;
+        q.cfg.stores |= miss;
+        fj_status s = plan_kernel(&q);
+        if (s != FJ_OK) return s;
+        if (!rt_khold_set(&memo.hold, rt, q.kern)) *lent = q.kern;
+        memo.p = q;
+    } else if (!p->kern) {
+        /* A memo without its kernel: the table's, for this call. */
+        fj_status s = plan_kernel(p);
+        if (s != FJ_OK) return s;
+        *lent = p->kern;
+    }
+    gemm_plan_set_ab(p, alpha, beta);
+    *out = p;
+    return FJ_OK;
+}
+
+const gemm_plan *gemm_plan_repeat(fj_runtime *rt, int ta, int tb, int64_t m, int64_t n,
+                                  int64_t k, int64_t lda, int64_t ldb, int64_t ldc, float alpha,
+                                  float beta) {
+    gemm_plan *p = memo_find(rt, ta, tb, m, n, k, lda, ldb, ldc, 0, 0, 0.0f, 0.0f);
+    if (!p || !p->kern) return NULL;
+    /* The same alpha and beta as the last call (bit for bit): nothing to
+     * redo. */
+    if (!memcmp(&alpha, &p->alpha, sizeof alpha) && !memcmp(&beta, &p->beta, sizeof beta))
+        return p;
+    if (stores_missing(p, alpha, beta)) return NULL;
+    gemm_plan_set_ab(p, alpha, beta);
+    return p;
+}
+
+void gemm_plan_unborrow(fj_kernel *lent) {
+    if (!lent) return;
+    if (memo.p.kern == lent) memo.p.kern = NULL;
+    rt_kernel_unref(lent);
+}
+
+/* The plan without alpha and beta (gemm_plan_borrow sets them per call). */
+static fj_status plan_make(fj_runtime *rt, gemm_plan *p, int ta, int tb, int64_t m, int64_t n,
+                           int64_t k, int64_t lda, int64_t ldb, int64_t ldc, int has_bias,
+                           int act, float act_alpha, float act_beta) {
+    memset(p, 0, sizeof *p);
+    *p = (gemm_plan){.rt = rt, .ta = ta, .tb = tb, .m = m, .n = n, .k = k, .lda = lda,
+                     .ldb = ldb, .ldc = ldc, .has_post = has_bias || act};
+    /* (The entry points validated the dimensions: the spans fit.) */
+    p->span_a = rt_mat_bytes(ta ? k : m, ta ? m : k, lda);
+    p->span_b = rt_mat_bytes(tb ? n : k, tb ? k : n, ldb);
+    p->span_c = rt_mat_bytes(m, n, ldc);
+    int avx512 = fj_runtime_isa(rt) == FJ_ISA_AVX512;
+    p->lanes = avx512 ? 16 : 8;
+    p->nv = avx512 ? tune.nv512 : tune.nv2;
+    int mr_max = avx512 ? 14 : 6;
+    /* Narrow problems: fewer vectors, taller tiles (same register count). */
+    while (p->nv > 1 && (int64_t)(p->nv - 1) * p->lanes >= n) {
+        p->nv--;
+        mr_max = mr_max * (p->nv + 1) / p->nv;
+    }
+    if (mr_max > 14) mr_max = 14;
+    /* The tile is the plan's to choose (no mr/nv knob set): the rules below
+     * may change it. */
+    const int auto_tile = avx512 && !tune.mr512 && tune.nv512 == 2;
+    /* n that 48-wide panels cover with fewer idle lanes than 32-wide ones
+     * (48, 144, 240...: the last 32-wide panel would run half empty): 3
+     * vectors and at most 9 rows (27 accumulators). Measured (one thread,
+     * against oneDNN): 48^3 0.82 -> 1.23x, 40^3 0.85 -> 1.07x, 144^3 0.87
+     * -> 1.00x, 336^3 0.97 -> 1.00x, 1024x48x1024 0.75 -> 0.99x,
+     * 300x140x300 0.89 -> 1.00x. */
+    if (auto_tile && p->nv == 2 && cdiv(n, 48) * 48 - n < cdiv(n, 32) * 32 - n) {
+        p->nv = 3;
+        mr_max = 9;
+    }
+    p->mr = avx512 ? tune.mr512 : tune.mr2;
+    if (!p->mr) {
+        /* Rows computed past m are wasted FMAs: for short problems pick the
+         * tile height that wastes least (ties: the taller tile). Tall
+         * problems keep the tallest tile, so they share one kernel. */
+        p->mr = mr_max;
+        if (m <= 256)
+            for (int r = mr_max - 1; r >= (mr_max + 1) / 2; r--)
+                if (cdiv(m, r) * r < cdiv(m, p->mr) * p->mr) p->mr = r;
+    }
+    /* Rows of A read in place that one L1 set keeps beside the B panel
+     * streaming through it: 4 in an 8-way L1, 8 in a 12-way one (measured
+     * on each). */
+    int per_set = tune.l1_ways >= 12 ? 8 : 4;
+    /* Row-major A whose rows all fall into one L1 set (lda a multiple of
+     * 1024 floats) and an L1 that holds 8 of them: 8-row tiles read A in
+     * place instead of packing it for the tallest tile (48 KiB 12-way L1:
+     * +10-12% at 1024^3 and 2048^3). */
+    const int auto_a = !ta && tune.da < 0 && tune.direct < 0; /* A in place or not: ours */
+    if (auto_tile && auto_a && m > 256 && per_set >= 8 && l1_spread(lda) == 1 && p->mr > per_set)
+        p->mr = per_set;
+    /* Row-major A whose rows fall into 2-3 L1 sets (lda near a multiple
+     * of 512 floats) and an L1 that holds fewer of them than the tall tile
+     * puts in one set: the tile's rows evict each other in place and its
+     * transposing pack costs 5%; six rows x 64 columns read in place avoid
+     * both (8-way L1: +4-7% at 512^3; at 256^3 the 8-row tile already fits
+     * in place, at 1024^3 even six rows share one set). */
+    int six = auto_tile && auto_a && n >= 256 && m > 256 && l1_spread(lda) >= 2 &&
+              cdiv(p->mr, l1_spread(lda)) > per_set;
+    /* Short k and wide C: a tile is a few hundred cycles of FMAs, and
+     * touching C costs a page walk per row (rows are often 4 KiB and more
+     * apart); the 6 x 64 tile touches a page per 64 outputs instead of per
+     * 32, and prefetching C does not pay (measured +7% at 1024x1024x64,
+     * +6% with k = 128 and 256, -11% at 1024^3). */
+    int shortk = auto_tile && n >= 256 && m > 256 && k <= tune.shortk;
+    if (six || shortk) {
+        p->mr = 6;
+        p->nv = 4;
+    }
+    p->nr = p->nv * p->lanes;
+
+    /* Small m x n with a long k: nothing is reused enough to pay for
+     * packing; read both operands in place over the whole k (one pass
+     * over C). */
+    int small_mn = m <= 128 && n <= 128 && k >= 4 * max64(m, n) && !tb;
+    /* kc: the B panel (kc x nr) about 4/3 of L1, at most 512 deep: the
+     * kernel streams it well from L2, and fewer k blocks mean fewer passes
+     * over C (measured: +1-4% from 1024^3 with 48 KiB L1, where 2/3 of L1
+     * gave kc = 256). With AVX-512, deeper still: a panel of up to an
+     * eighth of L2, at most 1024 deep: one pass over C fewer from k = 513
+     * (one thread, 1024 deep vs 512, bench runs alternated: 2048^3 better
+     * in 9 of 10 pairs against oneDNN, by 2% in the median, 1024^3 by 1-2%
+     * in 3 of 4; 768^3 and 256x1024x1024 +2-3% in a program comparing the
+     * two libraries side by side; 2048 deep was slower at 2048^3; AVX2
+     * kernels did not move). k blocks balanced so that the last one is
+     * not a sliver. */
+    int64_t kc = tune.kc       ? tune.kc
+                 : small_mn   ? 2048
+                 : avx512     ? min64(1024, (tune.l2 / 8) / (p->nr * 4))
+                              : min64(512, (tune.l1 * 4 / 3) / (p->nr * 4));
+    kc = max64(16, kc & ~(int64_t)7);
+    int64_t nkb = max64(1, cdiv(k, kc));
+    p->kc = max64(1, min64(kc, (cdiv(k, nkb) + 7) & ~(int64_t)7));
+    /* mc: four row tiles per B panel. Short row blocks keep the C block
+     * that the panels sweep (mc x n) and the A block in L2, and each
+     * kernel call's C lines within a few pages; B's panels come from L2 or
+     * L3 again for every row block, which the prefetchers hide (measured
+     * against a quarter of L2 for A: +3% at 512^3-2048^3, +4-10% with
+     * k = 64-256). */
+    int64_t mc = tune.mc ? tune.mc : 4 * p->mr;
+    p->mc = max64(p->mr, mc / p->mr * p->mr);
+
+    double flops = 2.0 * (double)m * (double)n * (double)k;
+    /* Two threads pay from ~1 MFLOP on (2 cores, workers spinning between
+     * calls: 128^3 0.56x -> 1.03-1.18x oneDNN's two threads, 64x64x1024
+     * 0.90x -> 1.02-1.15x; 64^3 neither gains nor loses). A one-thread
+     * runtime keeps the plan that calls the kernel directly. */
+    p->threads = rt_threads(rt) > 1 && flops >= (double)tune.mt_flops ? 64 : 1;
+
+    /* Packing costs about one copy of the operand: relative to the product
+     * that is ~2/n for A and ~2/m for B. Read in place when that matters
+     * and the in-place layout does not alias in L1 (rows of a power-of-two
+     * stride fall into a few cache sets and evict each other). */
+    int64_t kb = min64(k, p->kc);
+    /* Row-major A: its transposing pack costs more (5-10% of 256^3-512^3)
+     * than reading the rows in place, whatever n, as long as the tile's
+     * rows spread over the L1 sets (at most per_set of them per set: 7 at
+     * 512^3 measured 4% slower than packing with an 8-way L1). */
+    int da = ta ? n <= 128 && l1_spread(lda) * 6 >= kb
+                : (l1_spread(lda) >= 2 || per_set >= 8) &&
+                      cdiv(p->mr, l1_spread(lda)) <= per_set;
+    int db = !tb && m <= 128 && l1_spread(ldb) * 6 >= kb;
+    /* Row-major B of a small problem on one thread, even where its rows
+     * alias in L1: each tile streams the panel from L2 as fast as from a
+     * packed copy in L1, and the packing (the first tile's stores) and the
+     * blocked driver are saved (AVX-512, one thread, in place against
+     * packed, alternated in one process, in quiet phases of the host:
+     * 160^3 to 256^3 +1.0-2.5%, 96x256x256 +3.3%, 256x128x256 +2.1%,
+     * 256x256x512 +2.0%, 256x384x256 +0.8%, 128^3 -1.0-+1.5%, 250^3
+     * -0.3%; in noisy phases 256^3 -1.7-+2.4%. Past these sizes it lost:
+     * 256x512x256 -1.5%, 256x256x1024 -2.5%). */
+    if (!tb && avx512 && p->threads == 1 && m <= 256 && n <= 384 && k <= 512) db = 1;
+    if (small_mn || six) da = db = 1;
+    if (six) db = 0;
+    if (tune.direct >= 0) da = db = tune.direct;
+    p->direct_a = tune.da >= 0 ? tune.da : da;
+    p->direct_b = (tune.db >= 0 ? tune.db : db) && !tb;
+    /* nc: the B block (kc x nc) in half of L2, in balanced column
+     * blocks. Every row block sweeps the whole block again; from L3 that
+     * is more than the prefetchers hide (2 MiB L2, against all of n:
+     * 1024^3 +9%, 2048^3 +13%, 2048x1024x2048 +8%, 1536^3 within 1%).
+     * At least 256 columns: A is packed again for each column block
+     * (a 1 MiB L2 gives 256 at kc = 512, within 2% of all of n at
+     * 1024^3 when measured). At least 1024 for an A read in place that is
+     * four L2s or more: it is read again, from memory, for every column
+     * block, and wider blocks pay, the B block sweeping from L3 instead
+     * (one thread, 1024 columns against 256, alternated in one process:
+     * 2048^3 +1.6-2.4% in four runs, 2048x1024x2048 +1.7%, 1024x2048x1024
+     * +1.0%, 1024^3 and 1536^3 +0.6-1.0%; with A at 1-2 MiB, 512^3 and
+     * 768^3, -0.6-0.8%). */
+    const int wide = avx512 && p->direct_a && k >= 512 &&
+                     (double)m * (double)k * 4.0 >= 4.0 * (double)tune.l2;
+    int64_t nc = max64(wide ? 1024 : 256, (tune.l2 / 2) / (p->kc * 4)) / p->nr * p->nr;
+    int64_t nnb = max64(1, cdiv(n, nc));
+    p->nc = tune.nc ? max64(p->nr, tune.nc / p->nr * p->nr) : cdiv(cdiv(n, nnb), p->nr) * p->nr;
+    if (p->nc > 8192) p->nc = 8192;
+
+    size_t kcf = (size_t)p->kc;
+    if (p->direct_a) p->scratch = (size_t)p->mr * kcf;
+    else p->scratch = (size_t)p->mc * kcf;
+    if (p->direct_b) p->scratch += (size_t)p->nr * kcf;
+    else p->scratch += (size_t)p->nc * kcf;
+    p->scratch += 64 + 2 * GEMM_PACK_SLACK; /* realignment and the packers' slack */
+
+    /* Threads that split the rows share one packed B for short k and for
+     * very large problems (per-chunk packing packs, and reads from memory,
+     * all of B once per chunk). Otherwise each thread packs B into its own
+     * cache and hands off once (measured on 2 cores, per-chunk vs shared:
+     * 256^3 1.15x, 320^3 1.06x, 384^3 1.13x, 512^3 1.02x; on a 48 KiB-L1
+     * host 768^3 1.10x, 1024^3 1.08-1.12x, 1536^3 1.03x, 2048^3 1.05x,
+     * 2048x512x2048 1.10x; k = 64 favours sharing). Shared rows go in
+     * eight chunks per thread, claimed dynamically (vs four: 1024^3 +3%,
+     * 1024x1024x64 +4%). */
+    p->share_b = !p->direct_b && ((double)m * (double)n * (double)k >= (double)tune.shared_min ||
+                                  k < 128);
+    p->rpt = tune.rpt;
+    /* Threads that split the rows each pack all of B (k x n) and read half
+     * of A in place; split by column panels, each packs half of B and
+     * reads all of A. Packing (a copy) costs more than reading, so with
+     * n >= m the columns go first (2 threads, rows -> columns: 128^3 +3%,
+     * 512^3 +2.5%, 256^3, 1024^3 +1%, 2048^3 +2%, 256x1024x256 +6%,
+     * 512x768x512 +2.5%; 1536^3, 100x1000x300, 200x3000x200 within 1%).
+     * Not with B read in place (nothing packed) or shared (short k, very
+     * large problems: one packing for all threads already). */
+    p->split_n = tune.split_n >= 0 ? tune.split_n && !p->share_b
+                                   : !p->share_b && !p->direct_b && n >= m;
+    p->whole = p->threads == 1 && p->direct_a && p->direct_b && k > 0 && k <= p->kc &&
+               m % p->mr == 0 && n % p->nr == 0 && n <= p->nc;
+
+    /* The k loop's unroll: 4 k steps. The 16-accumulator AVX-512 tile
+     * (8 x 32, the one m <= 256 gets when 8 rows waste least) on a short
+     * k runs a tile in a few hundred cycles, and 8 steps per iteration
+     * gained there (one thread, the two alternated in one process, medians
+     * of 15 blocks: 128^3 +0.9-1.1% in three runs, 128x128x256 +0.6%,
+     * 96^3, 192^3, 256^3, 256x256x128 +0.3-0.4%, 64^3 and 32^3 within
+     * 0.3%) but lost at 512^3 (14 x 32) and 1024^3 (8 x 32, k = 1024):
+     * -0.8% and -1.1%. It makes the kernel ~0.8 us longer to generate. */
+    const int unroll = tune.unroll ? tune.unroll
+                       : avx512 && p->mr * p->nv <= 16 && k <= 256 ? 8 : 4;
+    p->cfg = (kg_gemm_cfg){
+        .tag = KG_GEMM_TAG, .isa = avx512 ? FJ_ISA_AVX512 : FJ_ISA_AVX2, .mr = p->mr,
+        .nv = p->nv, .amode = p->direct_a ? (ta ? KG_GA_COLS : KG_GA_ROWS) : KG_GA_PACKED,
+        .bmode = p->direct_b ? KG_GB_ROWS : KG_GB_PACKED, .unroll = unroll,
+        .pf_a = p->direct_a ? 0 : tune.pf_a, .pf_c = tune.pf_c,
+        .pf_b = p->direct_b ? 0 : tune.pf_b, .a_reg = avx512 && tune.a_reg > 0,
+        .has_bias = has_bias,
+        .act = act, .act_alpha = act ? act_alpha : 0.0f, .act_beta = act ? act_beta : 0.0f,
+    };
+    if (shortk) p->cfg.pf_c = 0;
+    /* Row-major B is packed by the kernels' first row tile, hidden under
+     * its FMAs, instead of a separate pass over B (+7% at 128^3, +2-3% at
+     * 256^3-512^3, +8% at 1024x1024x64). Also when B's rows are far apart
+     * (each k step of the copying tile a new page): it once cost 3% at
+     * 1024^3, but with the tile prefetching B's rows ahead and k blocks
+     * up to 1024 deep it is even there and much ahead with few rows of A,
+     * where the separate pass was a fifth of the time (one thread vs
+     * oneDNN: 64x2048x1024 0.88-0.89x -> 0.99-1.01x, 128x1024x1024
+     * 0.96-0.97x -> 1.04x, 256x2048x2048 0.95-0.97x -> 1.00-1.01x,
+     * 1024^3 0.99x -> 1.00-1.02x, 2048^3 and 768^3 unchanged). */
+    p->cfg.b_copy = avx512 && !p->direct_b && !tb && tune.b_copy > 0;
+    p->b_src_pf = (int64_t)tune.bpf_rows * ldb * 4;
+    /* In-place row-major A is addressed base + index*scale: an FMA with
+     * such a memory operand is split in two uops at rename, a broadcast
+     * load is one (measured: 64x64x1024 +15-20%, 128^3 +20-25%). */
+    if (avx512 && p->cfg.amode == KG_GA_ROWS && tune.a_reg < 0) p->cfg.a_reg = 1;
+    return kg_gemm_check(&p->cfg);
+}
+
+void gemm_plan_release(gemm_plan *p) {
+    if (p->kern) rt_kernel_unref(p->kern);
+    p->kern = NULL;
+}
