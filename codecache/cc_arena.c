@@ -263,7 +263,9 @@ static int file_extend(int fd, size_t from, size_t to, int code) {
  * exactly 0600 whatever it is) so no other user can read or write code. */
 static fj_status open_backing(cc_arena *a) {
     if (a->kind == CC_FILE) {
-        snprintf(a->path, sizeof a->path, "/dev/shm/framejit-%d-%u", (int)a->pid,
+        /* ".so": gperftools' pprof symbolizes only mappings of files so
+         * named (and the program itself). */
+        snprintf(a->path, sizeof a->path, "/dev/shm/framejit-%d-%u.so", (int)a->pid,
                  atomic_fetch_add(&file_seq, 1));
         a->fd = file_fault() ? -1
                              : os.open(a->path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
@@ -715,9 +717,13 @@ void cc_shm_prune(int at_exit, int keep_seconds, size_t keep_bytes) {
         char canon[48];
         if (strncmp(de->d_name, "framejit-", 9) != 0) continue;
         if (sscanf(de->d_name, "framejit-%d-%u", &pid, &seq) != 2 || pid <= 0) continue;
-        /* Only names we would have written, nothing that merely starts so. */
-        snprintf(canon, sizeof canon, "framejit-%d-%u", pid, seq);
-        if (strcmp(canon, de->d_name) != 0) continue;
+        /* Only names we would have written (without ".so" by versions
+         * before it), nothing that merely starts so. */
+        snprintf(canon, sizeof canon, "framejit-%d-%u.so", pid, seq);
+        if (strcmp(canon, de->d_name) != 0) {
+            canon[strlen(canon) - 3] = 0;
+            if (strcmp(canon, de->d_name) != 0) continue;
+        }
         struct stat st;
         if (fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
         if (!S_ISREG(st.st_mode) || st.st_uid != me) continue;

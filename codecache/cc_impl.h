@@ -9,7 +9,7 @@
  *   └──────────┴──────────┴──────────┴───────────────────────── ─ ─
  *     RX view of file/memfd pages (or anonymous pages flipped RW -> RX)
  *
- *   file /dev/shm/framejit-<pid>-<seq>:  [header page(s)][code span][metadata]
+ *   file /dev/shm/framejit-<pid>-<seq>.so: [header page(s)][code span][metadata]
  *   one arena's block of the range, as a loaded ELF file would be mapped:
  *     [header R][code RX][metadata R][RW view of the whole file]
  *   (memfd: [gap][code RX][RW view of header and code]). The read-only
@@ -171,7 +171,7 @@ FJ_INTERNAL void cc_arena_abort(cc_txn *t);
  * tells later processes its owner has exited, whatever its pid is now)
  * and its modification time now (when the keep time starts). */
 FJ_INTERNAL void cc_shm_keep(const char *path);
-/* Removes this user's /dev/shm/framejit-<pid>-<seq> files that nobody
+/* Removes this user's /dev/shm/framejit-<pid>-<seq>.so files that nobody
  * uses any more past the bounds (cc_config.keep_seconds / keep_bytes; 0:
  * all of them). Files of exited processes (0400) and of dead ones count;
  * at_exit: the caller's own kept files too (cc_shm_keep: at exit or when

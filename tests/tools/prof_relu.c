@@ -1,0 +1,49 @@
+/* prof_relu.c: main -> outer -> inner -> JIT relu kernel for a second under
+ * gperftools' CPU profiler (ProfilerStart(argv[1]) ... ProfilerStop()),
+ * for tool_pprof.sh. The profile is written before the runtime is
+ * destroyed: it records the process's mappings as they are then. */
+#include <framejit.h>
+#include <gperftools/profiler.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+enum { N = 16384 };
+static float src[N], dst[N];
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+__attribute__((noinline)) static void inner(fj_runtime *rt) {
+    if (fj_eltwise_f32(rt, FJ_ELT_RELU, 0, 0, src, dst, N) != FJ_OK) abort();
+    __asm__ volatile("" ::: "memory"); /* no tail call */
+}
+
+__attribute__((noinline)) static void outer(fj_runtime *rt) {
+    inner(rt);
+    __asm__ volatile("" ::: "memory");
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: prof_relu PROFILE\n");
+        return 2;
+    }
+    fj_options o;
+    fj_options_init(&o);
+    o.threads = 1;
+    fj_runtime *rt;
+    if (fj_runtime_create(&o, &rt) != FJ_OK) {
+        fprintf(stderr, "prof_relu: %s\n", fj_last_error());
+        return 1;
+    }
+    for (int i = 0; i < N; i++) src[i] = (float)(i % 7) - 3.0f;
+    if (!ProfilerStart(argv[1])) return 1;
+    for (double t0 = now(); now() - t0 < 1.0;) outer(rt);
+    ProfilerStop();
+    fj_runtime_destroy(rt);
+    return 0;
+}
