@@ -7,6 +7,8 @@
 #      program exited): >= 100 JIT samples, >= 99% named by the kernel's name;
 #   2. perf record --call-graph dwarf -- callchain: >= 99% named, >= 95% reach
 #      main; no /tmp/perf-PID.map and no jitdump file in either;
+#   2b. the same as 1 with callchain linked statically against libframejit.a
+#      (built here with cc; skipped with the reason when there is no archive);
 #   3. leftovers: 50 short runs with FRAMEJIT_KEEP_MB=1 leave only read-only
 #      (0400) files, at most 1 MiB of them in all, the newest run's among
 #      them; a run after FRAMEJIT_KEEP_SECONDS=1 have passed removes every
@@ -66,6 +68,16 @@ else
     launch "perf record --call-graph dwarf -- callchain" 990 950 --call-graph dwarf
     perf report -i "$TMP/perf record -g -- callchain.data" --stdio --no-children \
         --sort dso,sym --percent-limit 5 -g none 2>/dev/null | grep -v '^#' | grep . | show /dev/stdin
+    archive="$(dirname "$(dirname "$CALLCHAIN")")/libframejit.a"
+    src="$(dirname "$0")/../../examples/callchain.c"
+    if [[ ! -e "$archive" ]]; then
+        say "static part skipped: no $archive (a shared-only build)"
+    elif ! "${CC:-cc}" -O1 -fno-omit-frame-pointer "$src" -I"$(dirname "$0")/../../include" \
+            "$archive" -lmimalloc -ldl -lpthread -lm -o "$TMP/callchain-static" 2>"$TMP/static.cc"; then
+        show "$TMP/static.cc"; fail "cannot link callchain statically"
+    else
+        CALLCHAIN="$TMP/callchain-static" launch "perf record -g -- callchain (static)" 990 990 -g
+    fi
 fi
 
 # ---- 3. leftovers -------------------------------------------------------------
