@@ -761,7 +761,7 @@ void cc_shm_prune(int at_exit, int keep_seconds, size_t keep_bytes) {
         n++;
     }
     /* Newest first: what was kept last is what a tool is about to read. */
-    qsort(files, n, sizeof *files, newest_first);
+    if (n > 1) qsort(files, n, sizeof *files, newest_first);
     uint64_t total = 0;
     for (size_t i = 0; i < n; i++) {
         total += files[i].bytes;
