@@ -128,7 +128,12 @@ const char *cc_kind_name(int kind) {
 static pthread_mutex_t va_lock = PTHREAD_MUTEX_INITIALIZER;
 static uintptr_t va_cur, va_end;
 
-void cc_arena_fork(int phase) { fj_fork_mutex(&va_lock, phase); }
+static pthread_mutex_t kept_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void cc_arena_fork(int phase) {
+    fj_fork_mutex(&va_lock, phase);
+    fj_fork_mutex(&kept_lock, phase);
+}
 
 /* n bytes at an address aligned to align (a power of two >= the page). */
 static fj_status va_carve(size_t n, size_t align, uintptr_t *out) {
@@ -464,13 +469,54 @@ fail:
     return st;
 }
 
+/* Views of kept files still mapped after their cache was destroyed,
+ * oldest first, at most CC_KEPT_VIEWS of them and cc_keep_budget bytes of
+ * file in all (the process's share of what keeping may hold). */
+#define CC_KEPT_VIEWS 64
+static struct kept_view {
+    uintptr_t lo;
+    size_t len;
+    uint64_t bytes;
+} kept_views[CC_KEPT_VIEWS];
+static int nkept_views;
+static uint64_t kept_view_bytes;
+_Atomic size_t cc_keep_budget;
+
+/* A kept arena's header, code and metadata views stay mapped until exit,
+ * so that what reads the process's mappings at exit (gperftools' profile,
+ * LeakSanitizer's report) still finds the file behind the code when the
+ * runtime was destroyed first; older ones are given back past the budget.
+ * Their code is never reached again: its cache is gone and the addresses
+ * are never reused. Returns 0 when the views stay. */
+static int keep_views(cc_arena *a) {
+    struct stat st;
+    uint64_t bytes = fstat(a->fd, &st) == 0 ? (uint64_t)st.st_blocks * 512 : 0;
+    size_t budget = atomic_load_explicit(&cc_keep_budget, memory_order_relaxed);
+    if (bytes > budget) return -1;
+    pthread_mutex_lock(&kept_lock);
+    while (nkept_views == CC_KEPT_VIEWS || (nkept_views && kept_view_bytes + bytes > budget)) {
+        (void)rereserve(kept_views[0].lo, kept_views[0].len);
+        kept_view_bytes -= kept_views[0].bytes;
+        memmove(kept_views, kept_views + 1, --nkept_views * sizeof kept_views[0]);
+    }
+    kept_views[nkept_views++] = (struct kept_view){a->blk, a->hi + a->meta_room - a->blk, bytes};
+    kept_view_bytes += bytes;
+    pthread_mutex_unlock(&kept_lock);
+    return 0;
+}
+
 void cc_arena_release(cc_arena *a) {
     if (a->retired) return;
     a->retired = 1;
     /* The range stays reserved (PROT_NONE, no memory behind it) for the
      * life of the process; if even that fails the old mapping stays, which
-     * wastes memory but still never lets the addresses be reused. */
-    if (a->blk && rereserve(a->blk, a->blk_len) != 0)
+     * wastes memory but still never lets the addresses be reused. A kept
+     * file's read-only and executable views may stay (keep_views); its
+     * writable view goes in any case. */
+    uintptr_t from = a->blk;
+    if (a->blk && a->keep_file && a->pid == cc_self_pid() && a->fd >= 0 && keep_views(a) == 0)
+        from = a->hi + a->meta_room;
+    if (a->blk && rereserve(from, a->blk + a->blk_len - from) != 0)
         fj_log(1, "codecache: could not release arena %#lx: %s", (unsigned long)a->lo,
                strerror(errno));
     a->rw = NULL;

@@ -314,6 +314,7 @@ fj_status cc_create(const cc_config *cfg, cc_cache **out) {
     if (conf.code_file) {
         atomic_store_explicit(&g_keep_s, conf.keep_seconds, memory_order_relaxed);
         atomic_store_explicit(&g_keep_bytes, conf.keep_bytes, memory_order_relaxed);
+        atomic_store_explicit(&cc_keep_budget, conf.keep_bytes, memory_order_relaxed);
         pthread_once(&stale_once, cleanup_stale);
     }
     /* The first backing that works, probed by creating the first arena

@@ -171,6 +171,9 @@ FJ_INTERNAL void cc_arena_abort(cc_txn *t);
  * tells later processes its owner has exited, whatever its pid is now)
  * and its modification time now (when the keep time starts). */
 FJ_INTERNAL void cc_shm_keep(const char *path);
+/* Bytes of kept files whose views a process keeps mapped after their
+ * cache was destroyed (cc_config.keep_bytes of the last cache created). */
+FJ_INTERNAL extern _Atomic size_t cc_keep_budget;
 /* Removes this user's /dev/shm/framejit-<pid>-<seq>.so files that nobody
  * uses any more past the bounds (cc_config.keep_seconds / keep_bytes; 0:
  * all of them). Files of exited processes (0400) and of dead ones count;

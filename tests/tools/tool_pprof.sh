@@ -3,10 +3,11 @@
 # program has exited.
 #
 # Builds prof_relu.c (next to this script) with -lprofiler against the
-# build's libframejit, runs it (main -> outer -> inner -> relu kernel under
-# ProfilerStart/ProfilerStop), then `google-pprof --text PROG PROFILE`.
-# pprof reads the kernels' symbols from the arena file the program left in
-# /dev/shm (kept read-only after exit). Pass: the kernel's line
+# build's libframejit, runs it with CPUPROFILE=FILE (main -> outer -> inner
+# -> relu kernel; main destroys the runtime before the profiler writes the
+# profile at exit), then `google-pprof --text PROG PROFILE`. pprof reads the
+# kernels' symbols from the arena file the program left in /dev/shm (kept
+# read-only after exit, its views still mapped when the profile is made). Pass: the kernel's line
 # (fj_eltwise_relu_f32_*) holds >= 50% of the samples as flat time, outer's
 # cumulative share is at least that, and no raw address is above 5%.
 set -euo pipefail
@@ -26,7 +27,7 @@ command -v google-pprof >/dev/null 2>&1 || skip "google-pprof (google-perftools)
     -lprofiler -Wl,-rpath,"$BUILD" -o "$TMP/prof_relu" 2>"$TMP/cc.err" ||
     { show "$TMP/cc.err"; fail "cannot build prof_relu with -lprofiler"; }
 
-CPUPROFILE_FREQUENCY=1000 "$TMP/prof_relu" "$TMP/prof.out" >"$TMP/run.out" 2>&1 ||
+CPUPROFILE="$TMP/prof.out" CPUPROFILE_FREQUENCY=1000 "$TMP/prof_relu" >"$TMP/run.out" 2>&1 ||
     { show "$TMP/run.out"; fail "prof_relu failed"; }
 google-pprof --text "$TMP/prof_relu" "$TMP/prof.out" >"$TMP/pprof.out" 2>"$TMP/pprof.err" ||
     { show "$TMP/pprof.err"; fail "google-pprof --text failed"; }
