@@ -158,6 +158,33 @@ FJ_API fj_status fj_gemm_execute(const fj_gemm *g, const float *a, const float *
                                  const float *bias, float *c);
 FJ_API void fj_gemm_destroy(fj_gemm *g);
 
+/* ---- double-precision GEMM ------------------------------------------- */
+
+/* fj_gemm_f32 in double precision: the same semantics, checks, errors and
+ * aliasing rule, JIT kernels for AVX-512 and AVX2. */
+FJ_API fj_status fj_gemm_f64(fj_runtime *rt, char transa, char transb, int64_t m, int64_t n,
+                             int64_t k, double alpha, const double *a, int64_t lda,
+                             const double *b, int64_t ldb, double beta, double *c, int64_t ldc);
+
+/* Create-once / execute-many f64 GEMM with the fused bias (bias[j] added
+ * per column of C after alpha/beta). post_op must be 0: a non-zero one is
+ * FJ_ERR_UNSUPPORTED (the activations are f32 code). Destroyed with
+ * fj_gemm_destroy; executing it with fj_gemm_execute (or an f32 handle
+ * with fj_gemm_f64_execute) is FJ_ERR_INVALID_ARG. */
+typedef struct fj_gemm_f64_desc {
+    char transa, transb;
+    int64_t m, n, k;
+    int64_t lda, ldb, ldc;
+    double alpha, beta;
+    int has_bias;
+    fj_eltwise_op post_op;     /* 0 */
+} fj_gemm_f64_desc;
+
+FJ_API fj_status fj_gemm_f64_create(fj_runtime *rt, const fj_gemm_f64_desc *d, fj_gemm **out);
+/* bias is ignored (may be NULL) unless the descriptor has has_bias. */
+FJ_API fj_status fj_gemm_f64_execute(const fj_gemm *g, const double *a, const double *b,
+                                     const double *bias, double *c);
+
 /* ---- reductions and softmax ------------------------------------------- */
 
 typedef enum fj_reduce_op {
