@@ -151,7 +151,7 @@ void bench_gemm_f64(const bench_ctx *c) {
             return;
         }
         if (t == 1)
-            printf("# gemm_f64: isa %s; OpenBLAS core %s (its own choice, as loaded)\n",
+            printf("# gemm_f64: isa %s; OpenBLAS core %s, as loaded (its own choice, or OPENBLAS_CORETYPE)\n",
                    fj_runtime_isa(rt) == FJ_ISA_AVX512 ? "avx512" : "avx2",
 #ifdef FJ_BENCH_OPENBLAS
                    openblas_get_corename()
