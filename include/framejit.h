@@ -166,9 +166,11 @@ FJ_API fj_status fj_gemm_f64(fj_runtime *rt, char transa, char transb, int64_t m
                              int64_t k, double alpha, const double *a, int64_t lda,
                              const double *b, int64_t ldb, double beta, double *c, int64_t ldc);
 
-/* Create-once / execute-many f64 GEMM with the fused bias (bias[j] added
- * per column of C after alpha/beta). post_op must be 0: a non-zero one is
- * FJ_ERR_UNSUPPORTED (the activations are f32 code). Destroyed with
+/* Create-once / execute-many f64 GEMM with a fused epilogue: after
+ * alpha/beta, bias[j] (per column of C, if has_bias) is added and post_op
+ * applied before C is stored. The f64 post-ops are FJ_ELT_RELU,
+ * FJ_ELT_LEAKY_RELU with post_alpha >= 0, FJ_ELT_CLIP, FJ_ELT_LINEAR and
+ * FJ_ELT_SQUARE (0 = none); others are FJ_ERR_UNSUPPORTED. Destroyed with
  * fj_gemm_destroy; executing it with fj_gemm_execute (or an f32 handle
  * with fj_gemm_f64_execute) is FJ_ERR_INVALID_ARG. */
 typedef struct fj_gemm_f64_desc {
@@ -177,7 +179,8 @@ typedef struct fj_gemm_f64_desc {
     int64_t lda, ldb, ldc;
     double alpha, beta;
     int has_bias;
-    fj_eltwise_op post_op;     /* 0 */
+    fj_eltwise_op post_op;     /* 0: none */
+    double post_alpha, post_beta;
 } fj_gemm_f64_desc;
 
 FJ_API fj_status fj_gemm_f64_create(fj_runtime *rt, const fj_gemm_f64_desc *d, fj_gemm **out);

@@ -312,14 +312,73 @@ START_TEST(errors) {
 }
 END_TEST
 
-/* Handles: the fused bias, executed twice; the activation is refused;
- * the element types are not mixed. */
+/* The f64 post-ops (x: C after alpha, beta and the bias). */
+static long double act_ref(fj_eltwise_op op, long double x, double al, double be) {
+    switch (op) {
+    case FJ_ELT_RELU: case FJ_ELT_LEAKY_RELU: return x > 0 ? x : al * x;
+    case FJ_ELT_CLIP: return x < al ? al : x > be ? be : x;
+    case FJ_ELT_LINEAR: return al * x + be;
+    case FJ_ELT_SQUARE: return x * x;
+    default: return x;
+    }
+}
+
+static const struct {
+    fj_eltwise_op op;
+    double a, b;
+} acts[] = {
+    {0, 0, 0},
+    {FJ_ELT_RELU, 0, 0},
+    {FJ_ELT_LEAKY_RELU, 0.125, 0},
+    {FJ_ELT_LEAKY_RELU, 3.0, 0},
+    {FJ_ELT_CLIP, -0.75, 0.5},
+    {FJ_ELT_LINEAR, 1.5, -0.25},
+    {FJ_ELT_SQUARE, 0, 0},
+};
+#define NACTS (sizeof acts / sizeof acts[0])
+
+/* got = act(alpha*op(A)op(B) + beta*C0 + bias) within the GEMM's
+ * tolerance carried through the op. */
+static void dcheck_act(const dcase *t, const dbufs *g, const double *got, const double *bias,
+                       fj_eltwise_op op, double al, double be, const char *what) {
+    for (int64_t i = 0; i < t->m; i++)
+        for (int64_t j = 0; j < t->n; j++) {
+            long double s = 0, abs_s = 0;
+            for (int64_t p = 0; p < t->k; p++) {
+                long double x = t->ta ? g->a[p * t->lda + i] : g->a[i * t->lda + p];
+                long double y = t->tb ? g->b[j * t->ldb + p] : g->b[p * t->ldb + j];
+                s += x * y;
+                abs_s += fabsl(x * y);
+            }
+            long double ref = t->alpha * s, tol = fabsl((long double)t->alpha) * abs_s;
+            if (t->k == 0) ref = tol = 0;
+            if (t->beta != 0) {
+                ref += (long double)t->beta * g->c0[i * t->ldc + j];
+                tol += fabsl((long double)t->beta * g->c0[i * t->ldc + j]);
+            }
+            if (bias) {
+                ref += bias[j];
+                tol += fabsl((long double)bias[j]);
+            }
+            tol = tol * (long double)(t->k + 4) * 2.5L * DBL_EPSILON + 1e-300L;
+            long double r = act_ref(op, ref, al, be);
+            if (op == FJ_ELT_SQUARE) tol = tol * (2 * fabsl(ref) + tol);
+            else if (op == FJ_ELT_LINEAR || op == FJ_ELT_LEAKY_RELU) tol *= fabsl((long double)al) + 1;
+            tol += fabsl(r) * 2 * DBL_EPSILON;
+            double v = got[i * t->ldc + j];
+            ck_assert_msg(fabsl((long double)v - r) <= tol, "%s: C(%lld,%lld) = %.17g, reference "
+                          "%.17Lg (tolerance %.3Lg)", what, (long long)i, (long long)j, v, r, tol);
+        }
+}
+
+/* Handles: the fused bias and post-ops, executed twice; the other ops are
+ * refused; the element types are not mixed. */
 START_TEST(handles) {
     fj_isa isa = _i & 1 ? FJ_ISA_AVX2 : FJ_ISA_AVX512;
     fj_runtime *rt = fjt_runtime(isa, 1), *rt2 = fjt_runtime(isa, 2);
     if (!rt) return;
     seed(300 + (uint64_t)_i);
-    for (int it = 0; it < 60; it++) {
+    for (int it = 0; it < 84; it++) {
         dcase t;
         random_dcase(&t, isa == FJ_ISA_AVX512, it);
         t.special = 0;
@@ -331,11 +390,15 @@ START_TEST(handles) {
             t.ldb = t.tb ? t.k : t.n;
             if (t.ldb < 1) t.ldb = 1;
         }
-        char what[256];
-        dcase_str(&t, what, sizeof what);
         int has_bias = it & 1;
+        fj_eltwise_op op = acts[it % NACTS].op;
+        double pa = acts[it % NACTS].a, pb = acts[it % NACTS].b;
+        char what[320];
+        dcase_str(&t, what, sizeof what);
+        snprintf(what + strlen(what), sizeof what - strlen(what), " bias=%d op=%d(%g,%g)",
+                 has_bias, (int)op, pa, pb);
         fj_gemm_f64_desc d = {t.ta ? 'T' : 'N', t.tb ? 't' : 'n', t.m, t.n, t.k, t.lda, t.ldb,
-                              t.ldc, t.alpha, t.beta, has_bias, 0};
+                              t.ldc, t.alpha, t.beta, has_bias, op, pa, pb};
         fj_gemm *h = NULL, *h2 = NULL;
         ck_assert_msg(fj_gemm_f64_create(rt, &d, &h) == FJ_OK, "%s: %s", what, fj_last_error());
         ck_assert(fj_gemm_f64_create(rt2, &d, &h2) == FJ_OK);
@@ -346,7 +409,11 @@ START_TEST(handles) {
             ck_assert_msg(fj_gemm_f64_execute(h, g.a, g.b, g.bias, g.c) == FJ_OK, "%s: %s", what,
                           fj_last_error());
         }
-        dcheck(&t, &g, g.c, has_bias ? g.bias : NULL, what);
+        if (op) dcheck_act(&t, &g, g.c, has_bias ? g.bias : NULL, op, pa, pb, what);
+        else dcheck(&t, &g, g.c, has_bias ? g.bias : NULL, what);
+        for (int64_t i = 0; i < t.m; i++)
+            for (int64_t j = t.n; j < t.ldc; j++)
+                ck_assert_msg(g.c[i * t.ldc + j] == PAD, "%s: padding written", what);
         double *c2 = malloc(g.nc * sizeof(double));
         memcpy(c2, g.c0, g.nc * sizeof(double));
         ck_assert(fj_gemm_f64_execute(h2, g.a, g.b, g.bias, c2) == FJ_OK);
@@ -359,10 +426,27 @@ START_TEST(handles) {
         fj_gemm_destroy(h);
         fj_gemm_destroy(h2);
     }
-    fj_gemm_f64_desc d = {'N', 'N', 8, 8, 8, 8, 8, 8, 1.0, 0.0, 0, FJ_ELT_RELU};
+    /* NaN through relu and clip stays NaN */
+    {
+        double a[4] = {NAN, 1, 1, 1}, b[4] = {1, 1, 1, 1}, c[4];
+        for (int op = 0; op < 2; op++) {
+            fj_gemm_f64_desc d = {'N', 'N', 2, 2, 2, 2, 2, 2, 1.0, 0.0, 0,
+                                  op ? FJ_ELT_CLIP : FJ_ELT_RELU, op ? -1.0 : 0.0, 1.0};
+            fj_gemm *h = NULL;
+            ck_assert_int_eq(fj_gemm_f64_create(rt, &d, &h), FJ_OK);
+            ck_assert_int_eq(fj_gemm_f64_execute(h, a, b, NULL, c), FJ_OK);
+            ck_assert(isnan(c[0]) && isnan(c[1]) && c[2] == (op ? 1.0 : 2.0));
+            fj_gemm_destroy(h);
+        }
+    }
+    static const fj_eltwise_op no[] = {FJ_ELT_EXP, FJ_ELT_TANH, FJ_ELT_GELU_ERF, FJ_ELT_LEAKY_RELU};
+    for (size_t i = 0; i < sizeof no / sizeof no[0]; i++) {
+        fj_gemm_f64_desc d = {'N', 'N', 8, 8, 8, 8, 8, 8, 1.0, 0.0, 0, no[i], -0.5, 0};
+        fj_gemm *h = NULL;
+        ck_assert_int_eq(fj_gemm_f64_create(rt, &d, &h), FJ_ERR_UNSUPPORTED);
+        ck_assert_ptr_null(h);
+    }
     fj_gemm *h = NULL;
-    ck_assert_int_eq(fj_gemm_f64_create(rt, &d, &h), FJ_ERR_UNSUPPORTED);
-    ck_assert_ptr_null(h);
     fj_gemm_desc d32 = {'N', 'N', 8, 8, 8, 8, 8, 8, 1.0f, 0.0f, 0, 0, 0, 0};
     ck_assert_int_eq(fj_gemm_create(rt, &d32, &h), FJ_OK);
     double x[64] = {0}, y[64] = {0}, z[64] = {0};

@@ -309,6 +309,10 @@ static const golden cases[] = {
     { "vfmadd231pd zmm0, zmm28, zmm30", "62 92 9d 40 b8 c6", X(VFMADD231PD), 3, { ZMM(0), ZMM(28), ZMM(30) } },
     { "vfmadd231pd ymm0, ymm12, ymm14", "c4 c2 9d b8 c6", X(VFMADD231PD), 3, { YMM(0), YMM(12), YMM(14) } },
     { "vfmadd231pd zmm3{k1}, zmm29, zmmword ptr [r12+0x100]", "62 d2 95 41 b8 5c 24 04", X(VFMADD231PD), 3, { ZMMK(3, 1, 0), ZMM(29), M(512, R12, 0x100) } },
+    { "vmaxpd zmm1, zmm2, zmm3", "62 f1 ed 48 5f cb", X(VMAXPD), 3, { ZMM(1), ZMM(2), ZMM(3) } },
+    { "vmaxpd ymm1, ymm2, ymmword ptr [rax+0x20]", "c5 ed 5f 48 20", X(VMAXPD), 3, { YMM(1), YMM(2), M(256, RAX, 0x20) } },
+    { "vminpd zmm17{k1}, zmm2, zmmword ptr [rcx+0x40]", "62 e1 ed 49 5d 49 01", X(VMINPD), 3, { ZMMK(17, 1, 0), ZMM(2), M(512, RCX, 0x40) } },
+    { "vminpd ymm4, ymm5, ymm6", "c5 d5 5d e6", X(VMINPD), 3, { YMM(4), YMM(5), YMM(6) } },
 };
 
 static int unhex(const char *s, uint8_t *out) {

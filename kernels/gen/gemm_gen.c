@@ -105,8 +105,10 @@ fj_status kg_gemm_check(const kg_gemm_cfg *c) {
     /* f64: no {1to8} operand in the encoder, and the activations are f32 code. */
     if (c->dt == KG_DT_F64 && avx512 && !c->a_reg)
         return fj_fail(FJ_ERR_INVALID_ARG, "gemm kernel: f64 on AVX-512 needs a_reg");
-    if (c->dt == KG_DT_F64 && c->act)
-        return fj_fail(FJ_ERR_UNSUPPORTED, "gemm: f64 kernels have no activation post-op");
+    if (c->dt == KG_DT_F64 && c->act && !kg_gemm_act64(c->act, c->act_alpha))
+        return fj_fail(FJ_ERR_UNSUPPORTED, "gemm: f64 kernels have the post-ops relu, "
+                       "leaky_relu (alpha >= 0), clip, linear and square, not %s(%g)",
+                       act_name(c->act), (double)c->act_alpha);
     if (c->stores < 0 || c->stores > KG_STORES_ALL)
         return fj_fail(FJ_ERR_INVALID_ARG, "gemm kernel: stores 0x%x", (unsigned)c->stores);
     if (!act_supported(c->act))
@@ -484,6 +486,72 @@ static void act_tile(gen *g) {
     kg_elt_finish(s);
 }
 
+int kg_gemm_act64(int act, double alpha) {
+    return act == FJ_ELT_RELU || (act == FJ_ELT_LEAKY_RELU && alpha >= 0) ||
+           act == FJ_ELT_CLIP || act == FJ_ELT_LINEAR || act == FJ_ELT_SQUARE;
+}
+
+/* The f64 post stage's second pass (act_tile's, with the ops of
+ * kg_gemm_act64 written out in packed-double instructions, alpha and beta
+ * read from the arguments). vmaxpd/vminpd return their second operand
+ * when either is NaN: x goes second, so NaN in gives NaN out. */
+static void act_tile64(gen *g) {
+    fj_builder *b = g->b;
+    const fj_reg rowp = g->k;
+    const int act = g->c->act;
+    const double al = g->c->act_alpha;
+    fj_reg ca = fj_vreg(b), cb = fj_vreg(b), x = fj_vreg(b), t = fj_vreg(b), m = {0};
+    if (!g->avx512) m = fj_vreg(b);
+    fj_emit(b, FJ_VBROADCASTSD, V(g, ca), P(g, OFF(act_a), 64));
+    fj_emit(b, FJ_VBROADCASTSD, V(g, cb), P(g, OFF(act_b), 64));
+    if (act == FJ_ELT_RELU && al == 0) fj_emit(b, FJ_VXORPS, fj_xmm(ca), fj_xmm(ca), fj_xmm(ca));
+    for (int v = 0; v < g->nv; v++) {
+        fj_label row = fj_label_new(b);
+        if (v) tile_rows(g);
+        if (!g->avx512) fj_emit(b, FJ_VMOVUPS, V(g, m), P(g, OFF(ymask) + v * 32, 0));
+        fj_emit(b, FJ_MOV, fj_r64(rowp), fj_r64(g->cp));
+        fj_label_bind(b, row);
+        fj_opnd mem = fj_mem(0, rowp, v * g->vb);
+        if (g->avx512) fj_emit(b, FJ_VMOVUPD, fj_masked(V(g, x), g->km[v], 1), mem);
+        else fj_emit(b, FJ_VMASKMOVPD, V(g, x), V(g, m), mem);
+        switch (act) {
+        case FJ_ELT_RELU:
+        case FJ_ELT_LEAKY_RELU:
+            /* x > 0 ? x : alpha*x is max(alpha*x, x) for alpha <= 1 and
+             * min for alpha > 1; relu with alpha 0 is max(0, x) (0*-inf
+             * would be NaN). */
+            if (act == FJ_ELT_RELU && al == 0) {
+                fj_emit(b, FJ_VMAXPD, V(g, x), V(g, ca), V(g, x));
+                break;
+            }
+            fj_emit(b, FJ_VMULPD, V(g, t), V(g, x), V(g, ca));
+            fj_emit(b, al <= 1 ? FJ_VMAXPD : FJ_VMINPD, V(g, x), V(g, t), V(g, x));
+            break;
+        case FJ_ELT_CLIP:
+            fj_emit(b, FJ_VMAXPD, V(g, x), V(g, ca), V(g, x));
+            fj_emit(b, FJ_VMINPD, V(g, x), V(g, cb), V(g, x));
+            break;
+        case FJ_ELT_LINEAR:
+            fj_emit(b, FJ_VMULPD, V(g, x), V(g, x), V(g, ca));
+            fj_emit(b, FJ_VADDPD, V(g, x), V(g, x), V(g, cb));
+            break;
+        default: /* FJ_ELT_SQUARE */
+            fj_emit(b, FJ_VMULPD, V(g, x), V(g, x), V(g, x));
+            break;
+        }
+        if (g->avx512) fj_emit(b, FJ_VMOVUPD, fj_masked(mem, g->km[v], 0), V(g, x));
+        else fj_emit(b, FJ_VMASKMOVPD, mem, V(g, m), V(g, x));
+        fj_emit(b, FJ_ADD, fj_r64(rowp), P(g, OFF(ldc), 64));
+        fj_emit(b, FJ_SUB, fj_r64(g->rows), fj_imm(1));
+        fj_emit(b, FJ_JNE, fj_lbl(row));
+    }
+    fj_release(b, ca);
+    fj_release(b, cb);
+    fj_release(b, x);
+    fj_release(b, t);
+    if (!g->avx512) fj_release(b, m);
+}
+
 /* The end of a tile: alpha/beta, the optional post stage, stores. The
  * run-time flags pick one of up to four copies of the store code (two on
  * AVX-512, where beta = 0 is a zero C-read mask instead of a copy). */
@@ -561,7 +629,8 @@ static void epilogue(gen *g) {
                 for (int v = 0; v < g->nv; v++) fj_release(b, g->acc[i][v]);
             for (int v = 0; v < g->nv; v++) fj_release(b, g->bv[v]);
             if (g->nv == 1) fj_release(b, beta_r);
-            act_tile(g);
+            if (g->es == 8) act_tile64(g);
+            else act_tile(g);
             fj_label_bind(b, l_done);
             return;
         }

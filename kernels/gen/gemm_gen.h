@@ -44,7 +44,8 @@ typedef struct kg_gemm_cfg {
     int32_t stores;     /* the C updates without post the kernel has, KG_STORES(kind)
                            bits; 0: all three. Calling it with another kind of
                            store is undefined (no code for it). */
-    int32_t dt;         /* KG_DT_*: f64 kernels need a_reg on AVX-512 and no act */
+    int32_t dt;         /* KG_DT_*: f64 kernels need a_reg on AVX-512, and their act
+                           is one of kg_gemm_act64's (its alpha, beta read at run time) */
 } kg_gemm_cfg;
 
 #define KG_GEMM_TAG 0x47454d31 /* "GEM1" */
@@ -78,6 +79,7 @@ typedef struct kg_gemm_args {
     int32_t store;           /* KG_STORE_*: alpha/beta special cases (no post) */
     int64_t b_src_pf;        /* copy_b: prefetch distance ahead of b_src, bytes */
     double alpha_d, beta_d;  /* f64 kernels' alpha and beta (f32 ones read alpha, beta) */
+    double act_a, act_b;     /* f64 kernels' post-op alpha and beta (f32: in the code) */
     int32_t ymask[4][8];     /* AVX2: the kmask lanes as -1/0 lane masks (last: an
                                 AVX-512 call copies the fields before them only) */
 } kg_gemm_args;
@@ -94,6 +96,9 @@ enum {
 typedef void (*kg_gemm_fn)(const kg_gemm_args *args);
 enum { KG_GEMM_NARGS = 1 };
 
+/* Whether an f64 kernel has the post-op act with this alpha: relu and
+ * leaky_relu (alpha >= 0), clip, linear, square. */
+FJ_INTERNAL int kg_gemm_act64(int act, double alpha);
 /* 0 if cfg can be generated for the builder's ISA, else FJ_ERR_INVALID_ARG
  * with a message (register budget, modes). */
 FJ_INTERNAL fj_status kg_gemm_check(const kg_gemm_cfg *cfg);

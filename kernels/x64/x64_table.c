@@ -285,6 +285,10 @@ const x64_row x64_rows[] = {
     ROW(VMULPD, EVEX, P0F, 0x59, 1, -1, VXYZ, FVM, 0, F, G(V), H(V), E(VM)),
     ROW(VFMADD231PD, VEX, P38, 0xB8, 1, -1, VXY, NONE, 0, FMA, G(V), H(V), E(VM)),
     ROW(VFMADD231PD, EVEX, P38, 0xB8, 1, -1, VXYZ, FVM, 0, F, G(V), H(V), E(VM)),
+    ROW(VMAXPD, VEX, P0F, 0x5F, 0, -1, VXY, NONE, 0, AVX, G(V), H(V), E(VM)),
+    ROW(VMAXPD, EVEX, P0F, 0x5F, 1, -1, VXYZ, FVM, 0, F, G(V), H(V), E(VM)),
+    ROW(VMINPD, VEX, P0F, 0x5D, 0, -1, VXY, NONE, 0, AVX, G(V), H(V), E(VM)),
+    ROW(VMINPD, EVEX, P0F, 0x5D, 1, -1, VXYZ, FVM, 0, F, G(V), H(V), E(VM)),
 };
 
 const int x64_nrows = (int)(sizeof x64_rows / sizeof x64_rows[0]);

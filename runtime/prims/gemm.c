@@ -113,6 +113,8 @@ static void block_args(const gemm_plan *p, kg_gemm_args *g, int64_t kb, int64_t 
      * without alpha*0 turning an infinite alpha into NaN). */
     g->kc = *kcur;
     args_ab(g, *kcur ? p->alpha : 0.0, first ? p->beta : 1.0);
+    g->act_a = p->act_a;
+    g->act_b = p->act_b;
     g->beta_zero = first && p->beta == 0.0;
     g->post = last && p->has_post;
     g->store = store_kind(g);
@@ -344,6 +346,8 @@ void gemm_plan_set_ab(gemm_plan *p, double alpha, double beta) {
     memset(g, 0, sizeof *g);
     g->kc = p->k;
     args_ab(g, alpha, beta);
+    g->act_a = p->act_a;
+    g->act_b = p->act_b;
     g->beta_zero = beta == 0.0;
     g->post = p->has_post;
     g->store = store_kind(g);
@@ -599,7 +603,7 @@ struct fj_gemm {
 static fj_status gemm_create(const char *fn, int dt, fj_runtime *rt, char transa, char transb,
                              int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
                              int64_t ldc, double alpha, double beta, int has_bias,
-                             fj_eltwise_op post_op, float post_alpha, float post_beta,
+                             fj_eltwise_op post_op, double post_alpha, double post_beta,
                              fj_gemm **out) {
     int ta, tb;
     fj_status s = check_dims(fn, transa, transb, m, n, k, lda, ldb, ldc, &ta, &tb);
@@ -607,18 +611,33 @@ static fj_status gemm_create(const char *fn, int dt, fj_runtime *rt, char transa
     if ((int)post_op < 0 || post_op >= FJ_ELT__COUNT)
         return fj_fail(FJ_ERR_INVALID_ARG, "%s: post_op %d is not an fj_eltwise_op", fn,
                        (int)post_op);
-    if (dt == KG_DT_F64 && post_op)
-        return fj_fail(FJ_ERR_UNSUPPORTED, "%s: f64 GEMM has no activation post-op (only the "
-                       "bias)", fn);
+    if (dt == KG_DT_F64 && post_op && !kg_gemm_act64(post_op, post_alpha))
+        return fj_fail(FJ_ERR_UNSUPPORTED, "%s: f64 GEMM's post-ops are relu, leaky_relu "
+                       "(alpha >= 0), clip, linear and square, not op %d (alpha %g)", fn,
+                       (int)post_op, post_alpha);
     fj_gemm *g = fj_calloc(1, sizeof *g);
     if (!g) return fj_fail(FJ_ERR_NO_MEMORY, "%s: out of memory", fn);
     g->has_bias = has_bias != 0;
+    /* f64 kernels take the post-op's constants at run time: their code
+     * depends only on which of max/min relu takes (its key says which). */
+    float key_a = (float)post_alpha, key_b = (float)post_beta;
+    if (dt == KG_DT_F64) {
+        int leaky = post_op == FJ_ELT_RELU || post_op == FJ_ELT_LEAKY_RELU;
+        key_a = !leaky || post_alpha == 0 ? 0.0f : post_alpha <= 1 ? 0.5f : 2.0f;
+        key_b = 0.0f;
+    }
     s = gemm_plan_init(rt, &g->plan, dt, ta, tb, m, n, k, lda, ldb, ldc, alpha, beta,
-                       g->has_bias, (int)post_op, post_alpha, post_beta);
+                       g->has_bias, (int)post_op, key_a, key_b);
     if (s != FJ_OK) {
         gemm_plan_release(&g->plan);
         fj_free(g);
         return s;
+    }
+    if (dt == KG_DT_F64 && post_op) {
+        /* f64 kernels read the post-op's constants at run time, exactly */
+        g->plan.act_a = post_alpha;
+        g->plan.act_b = post_beta;
+        gemm_plan_set_ab(&g->plan, alpha, beta);
     }
     *out = g;
     return FJ_OK;
@@ -642,7 +661,7 @@ fj_status fj_gemm_f64_create(fj_runtime *rt, const fj_gemm_f64_desc *d, fj_gemm 
                        !rt ? "runtime" : "desc");
     return gemm_create("fj_gemm_f64_create", KG_DT_F64, rt, d->transa, d->transb, d->m, d->n,
                        d->k, d->lda, d->ldb, d->ldc, d->alpha, d->beta, d->has_bias, d->post_op,
-                       0.0f, 0.0f, out);
+                       d->post_alpha, d->post_beta, out);
 }
 
 static fj_status gemm_execute(const char *fn, int dt, const fj_gemm *g, const void *a,

@@ -15,6 +15,7 @@ typedef struct gemm_plan {
     int ta, tb;                  /* op(A) = A^T, op(B) = B^T */
     int64_t m, n, k, lda, ldb, ldc;
     double alpha, beta;          /* (f32 plans: exactly the float values) */
+    double act_a, act_b;         /* f64 handles: the post-op's alpha and beta */
     int has_post;                /* bias and/or activation in the last k block */
     int lanes, mr, nv, nr;       /* register tile: mr x nr = nv*lanes */
     int direct_a, direct_b;      /* read A / B in place instead of packing */
