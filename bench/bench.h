@@ -56,6 +56,7 @@ void bench_eltwise(const bench_ctx *c);
 void bench_encode(const bench_ctx *c);
 void bench_peak(const bench_ctx *c);
 void bench_gemm(const bench_ctx *c);
+void bench_gemm_f64(const bench_ctx *c);
 void bench_unwind(const bench_ctx *c);
 void bench_profiling(const bench_ctx *c);
 void bench_cache(const bench_ctx *c);

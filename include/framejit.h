@@ -163,6 +163,36 @@ FJ_API fj_status fj_gemm_execute(const fj_gemm *g, const float *a, const float *
                                  const float *bias, float *c);
 FJ_API void fj_gemm_destroy(fj_gemm *g);
 
+/* ---- double-precision GEMM ------------------------------------------- */
+
+/* fj_gemm_f32 in double precision: the same semantics, checks, errors and
+ * aliasing rule, JIT kernels for AVX-512 and AVX2. */
+FJ_API fj_status fj_gemm_f64(fj_runtime *rt, char transa, char transb, int64_t m, int64_t n,
+                             int64_t k, double alpha, const double *a, int64_t lda,
+                             const double *b, int64_t ldb, double beta, double *c, int64_t ldc);
+
+/* Create-once / execute-many f64 GEMM with a fused epilogue: after
+ * alpha/beta, bias[j] (per column of C, if has_bias) is added and post_op
+ * applied before C is stored. The f64 post-ops are FJ_ELT_RELU,
+ * FJ_ELT_LEAKY_RELU with post_alpha >= 0, FJ_ELT_CLIP, FJ_ELT_LINEAR and
+ * FJ_ELT_SQUARE (0 = none); others are FJ_ERR_UNSUPPORTED. Destroyed with
+ * fj_gemm_destroy; executing it with fj_gemm_execute (or an f32 handle
+ * with fj_gemm_f64_execute) is FJ_ERR_INVALID_ARG. */
+typedef struct fj_gemm_f64_desc {
+    char transa, transb;
+    int64_t m, n, k;
+    int64_t lda, ldb, ldc;
+    double alpha, beta;
+    int has_bias;
+    fj_eltwise_op post_op;     /* 0: none */
+    double post_alpha, post_beta;
+} fj_gemm_f64_desc;
+
+FJ_API fj_status fj_gemm_f64_create(fj_runtime *rt, const fj_gemm_f64_desc *d, fj_gemm **out);
+/* bias is ignored (may be NULL) unless the descriptor has has_bias. */
+FJ_API fj_status fj_gemm_f64_execute(const fj_gemm *g, const double *a, const double *b,
+                                     const double *bias, double *c);
+
 /* ---- reductions and softmax ------------------------------------------- */
 
 typedef enum fj_reduce_op {

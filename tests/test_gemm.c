@@ -248,7 +248,7 @@ START_TEST(wide_a_blocks) {
         t.ldc = t.n + 1;
         gemm_test_tune(t.tune);
         gemm_plan p;
-        ck_assert_int_eq(gemm_plan_init(rt1, &p, 0, 0, t.m, t.n, t.k, t.lda, t.ldb, t.ldc,
+        ck_assert_int_eq(gemm_plan_init(rt1, &p, KG_DT_F32, 0, 0, t.m, t.n, t.k, t.lda, t.ldb, t.ldc,
                                         t.alpha, t.beta, 0, 0, 0, 0),
                          FJ_OK);
         if (avx512 && v[c].nc) {

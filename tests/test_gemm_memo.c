@@ -97,7 +97,7 @@ START_TEST(repeat_whole_alpha_beta) {
                     t.ldc = t.n;
                     char what[256];
                     gemm_checked(rt, &t, what, sizeof what);
-                    const gemm_plan *p = gemm_plan_repeat(rt, 0, 0, t.m, t.n, t.k, t.lda, t.ldb,
+                    const gemm_plan *p = gemm_plan_repeat(rt, KG_DT_F32, 0, 0, t.m, t.n, t.k, t.lda, t.ldb,
                                                           t.ldc, t.alpha, t.beta);
                     ck_assert_msg(p && p->whole, "%s: not a whole plan", what);
                 }

@@ -119,6 +119,96 @@ START_TEST(relu_every_instruction) {
 }
 END_TEST
 
+/* ---- GEMM kernels, f32 and f64 --------------------------------------------- */
+
+typedef struct gemm_arg {
+    fj_runtime *rt;
+    int f64;
+    int64_t m, n, k;
+    const void *a, *b;
+    void *c;
+    fj_gemm *h;        /* f64 handle with bias and clip, if set */
+    const double *bias;
+    fj_status s;
+} gemm_arg;
+
+static void gemm_body(void *p) {
+    gemm_arg *g = p;
+    if (g->h)
+        g->s = fj_gemm_f64_execute(g->h, g->a, g->b, g->bias, g->c);
+    else if (g->f64)
+        g->s = fj_gemm_f64(g->rt, 'N', 'T', g->m, g->n, g->k, 0.5, g->a, g->k, g->b, g->k, 0.0,
+                           g->c, g->n);
+    else
+        g->s = fj_gemm_f32(g->rt, 'N', 'T', g->m, g->n, g->k, 0.5f, g->a, g->k, g->b, g->k, 0.0f,
+                           g->c, g->n);
+    __asm__ volatile("" ::: "memory");
+}
+
+/* Loop index: bit 0 ISA, bit 1 f64, bit 2 shape (row and column tails),
+ * bit 3 an f64 handle with a bias and clip (its post stage). */
+START_TEST(gemm_every_instruction) {
+    fj_isa isa = (_i & 1) ? FJ_ISA_AVX2 : FJ_ISA_AVX512;
+    int handle = _i >> 3 & 1, f64 = (_i >> 1 & 1) | handle;
+    static const int64_t shapes[2][3] = {{5, 7, 3}, {19, 21, 9}};
+    const int64_t *sh = shapes[_i >> 2 & 1];
+    fj_runtime *rt = make_rt(isa);
+    if (!rt) return;
+    size_t es = f64 ? sizeof(double) : sizeof(float);
+    size_t na = (size_t)(sh[0] * sh[2]), nb = (size_t)(sh[1] * sh[2]), nc = (size_t)(sh[0] * sh[1]);
+    char *a = malloc(na * es), *b = malloc(nb * es), *c = malloc(nc * es);
+    ck_assert(a && b && c);
+    for (size_t i = 0; i < na; i++) {
+        if (f64) ((double *)a)[i] = (double)(i % 5);
+        else ((float *)a)[i] = (float)(i % 5);
+    }
+    for (size_t i = 0; i < nb; i++) {
+        if (f64) ((double *)b)[i] = (double)(i % 3);
+        else ((float *)b)[i] = (float)(i % 3);
+    }
+    memset(c, 0, nc * es);
+    double bias[32];
+    for (int j = 0; j < 32; j++) bias[j] = j % 4 - 1.5;
+    gemm_arg g = {rt, f64, sh[0], sh[1], sh[2], a, b, c, NULL, bias, FJ_ERR_INVALID_ARG};
+    if (handle) {
+        fj_gemm_f64_desc d = {'N', 'T', sh[0], sh[1], sh[2], sh[2], sh[2], sh[1], 0.5, 0.0, 1,
+                              FJ_ELT_CLIP, -1.0, 7.0};
+        ck_assert_int_eq(fj_gemm_f64_create(rt, &d, &g.h), FJ_OK);
+    }
+    fjt_trace_opts o = {.root = (const void *)main};
+    fjt_trace_result *r = malloc(sizeof *r);
+    ck_assert_ptr_nonnull(r);
+    char what[96];
+    snprintf(what, sizeof what, "gemm %s%s isa=%d %lldx%lldx%lld", f64 ? "f64" : "f32",
+             handle ? " handle bias clip" : "", (int)isa,
+             (long long)sh[0], (long long)sh[1], (long long)sh[2]);
+    int ok = fjt_trace_kernel(gemm_body, &g, &o, r);
+    ck_assert_msg(g.s == FJ_OK, "%s: %s", what, fj_last_error());
+    assert_trace(what, ok, r);
+    ck_assert_int_ge(r->rets, 1);
+    ck_assert_msg(r->first_name && strstr(r->first_name, f64 ? "fj_gemm_f64_" : "fj_gemm_f32_"),
+                  "%s: traced %s", what, r->first_name ? r->first_name : "?");
+    /* C = 0.5 * A * B^T, exact in both types */
+    for (int64_t i = 0; i < sh[0]; i++)
+        for (int64_t j = 0; j < sh[1]; j++) {
+            double want = 0;
+            for (int64_t p = 0; p < sh[2]; p++)
+                want += (double)((i * sh[2] + p) % 5) * (double)((j * sh[2] + p) % 3);
+            want *= 0.5;
+            if (handle) want = fmin(fmax(want + bias[j], -1.0), 7.0);
+            double got = f64 ? ((double *)c)[i * sh[1] + j] : ((float *)c)[i * sh[1] + j];
+            ck_assert_msg(got == want, "%s: C(%lld,%lld) = %g, want %g", what, (long long)i,
+                          (long long)j, got, want);
+        }
+    free(r);
+    free(a);
+    free(b);
+    free(c);
+    fj_gemm_destroy(g.h);
+    fj_runtime_destroy(rt);
+}
+END_TEST
+
 /* ---- builder kernels ------------------------------------------------------ */
 
 typedef struct call_arg {
@@ -244,6 +334,7 @@ static Suite *suite(void) {
     tcase_set_timeout(t, 240);
     tcase_add_loop_test(t, relu_every_instruction, 0, (int)(4 * NRELU));
     tcase_add_loop_test(t, csr_kernel_every_instruction, 0, 4);
+    tcase_add_loop_test(t, gemm_every_instruction, 0, 16);
     tcase_add_loop_test(t, loop_kernel_every_instruction, 0, 2);
     tcase_add_test(t, chain_check_rejects);
     suite_add_tcase(s, t);

@@ -293,6 +293,26 @@ static const golden cases[] = {
     { "vmovntps ymmword ptr [rax], ymm2", "c5 fc 2b 10", X(VMOVNTPS), 2, { M(256, RAX, 0), YMM(2) } },
     { "vmovntps zmmword ptr [r9+rcx*4+0x100], zmm17", "62 c1 7c 48 2b 4c 89 04", X(VMOVNTPS), 2, { MEM(512, X64_R9, X64_RCX, 4, 0x100), ZMM(17) } },
     { "sfence", "0f ae f8", X(SFENCE), 0, { IMM(0) } },
+    /* packed double */
+    { "vmovupd zmm1, zmmword ptr [rax+0x40]", "62 f1 fd 48 10 48 01", X(VMOVUPD), 2, { ZMM(1), M(512, RAX, 0x40) } },
+    { "vmovupd zmmword ptr [rdi+0x80]{k2}, zmm17", "62 e1 fd 4a 11 4f 02", X(VMOVUPD), 2, { MK(512, RDI, 0x80, 2), ZMM(17) } },
+    { "vmovupd ymm2, ymmword ptr [rcx]", "c5 fd 10 11", X(VMOVUPD), 2, { YMM(2), M(256, RCX, 0) } },
+    { "vmovupd ymmword ptr [rdx+0x20], ymm3", "c5 fd 11 5a 20", X(VMOVUPD), 2, { M(256, RDX, 0x20), YMM(3) } },
+    { "vbroadcastsd ymm1, qword ptr [rax+0x8]", "c4 e2 7d 19 48 08", X(VBROADCASTSD), 2, { YMM(1), M(64, RAX, 8) } },
+    { "vbroadcastsd zmm20, qword ptr [r13+0x10]", "62 c2 fd 48 19 65 02", X(VBROADCASTSD), 2, { ZMM(20), M(64, R13, 0x10) } },
+    { "vmaskmovpd ymm1, ymm2, ymmword ptr [rax]", "c4 e2 6d 2d 08", X(VMASKMOVPD), 3, { YMM(1), YMM(2), M(256, RAX, 0) } },
+    { "vmaskmovpd ymmword ptr [rax+0x20], ymm2, ymm3", "c4 e2 6d 2f 58 20", X(VMASKMOVPD), 3, { M(256, RAX, 0x20), YMM(2), YMM(3) } },
+    { "vaddpd zmm1{k1}, zmm2, zmmword ptr [rcx+0x40]", "62 f1 ed 49 58 49 01", X(VADDPD), 3, { ZMMK(1, 1, 0), ZMM(2), M(512, RCX, 0x40) } },
+    { "vaddpd ymm1, ymm2, ymm3", "c5 ed 58 cb", X(VADDPD), 3, { YMM(1), YMM(2), YMM(3) } },
+    { "vmulpd zmm5, zmm5, zmm30", "62 91 d5 48 59 ee", X(VMULPD), 3, { ZMM(5), ZMM(5), ZMM(30) } },
+    { "vmulpd ymm4, ymm4, ymm7", "c5 dd 59 e7", X(VMULPD), 3, { YMM(4), YMM(4), YMM(7) } },
+    { "vfmadd231pd zmm0, zmm28, zmm30", "62 92 9d 40 b8 c6", X(VFMADD231PD), 3, { ZMM(0), ZMM(28), ZMM(30) } },
+    { "vfmadd231pd ymm0, ymm12, ymm14", "c4 c2 9d b8 c6", X(VFMADD231PD), 3, { YMM(0), YMM(12), YMM(14) } },
+    { "vfmadd231pd zmm3{k1}, zmm29, zmmword ptr [r12+0x100]", "62 d2 95 41 b8 5c 24 04", X(VFMADD231PD), 3, { ZMMK(3, 1, 0), ZMM(29), M(512, R12, 0x100) } },
+    { "vmaxpd zmm1, zmm2, zmm3", "62 f1 ed 48 5f cb", X(VMAXPD), 3, { ZMM(1), ZMM(2), ZMM(3) } },
+    { "vmaxpd ymm1, ymm2, ymmword ptr [rax+0x20]", "c5 ed 5f 48 20", X(VMAXPD), 3, { YMM(1), YMM(2), M(256, RAX, 0x20) } },
+    { "vminpd zmm17{k1}, zmm2, zmmword ptr [rcx+0x40]", "62 e1 ed 49 5d 49 01", X(VMINPD), 3, { ZMMK(17, 1, 0), ZMM(2), M(512, RCX, 0x40) } },
+    { "vminpd ymm4, ymm5, ymm6", "c5 d5 5d e6", X(VMINPD), 3, { YMM(4), YMM(5), YMM(6) } },
 };
 
 static int unhex(const char *s, uint8_t *out) {

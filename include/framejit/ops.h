@@ -61,7 +61,10 @@
 /* Added after the lists above were published: at the end, so that the
  * fj_op values of the others stay as they were. */
 #define FJ_OPS_LATER(_) \
-    _(VMOVNTPS) _(SFENCE)
+    _(VMOVNTPS) _(SFENCE) \
+    _(VMOVUPD) _(VBROADCASTSD) _(VMASKMOVPD) \
+    _(VADDPD) _(VMULPD) _(VFMADD231PD) \
+    _(VMAXPD) _(VMINPD)
 
 #define FJ_OPS(_) FJ_OPS_GPR(_) FJ_OPS_AVX(_) FJ_OPS_AVX512(_)
 

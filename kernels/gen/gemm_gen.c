@@ -1,4 +1,4 @@
-/* gemm_gen.c: f32 GEMM kernels: a loop over row tiles around an mr x nv-vector register tile.
+/* gemm_gen.c: f32 and f64 GEMM kernels: a loop over row tiles around an mr x nv-vector register tile.
  *
  * One kernel call handles one column panel of C (nv vectors wide) against
  * ntiles row tiles of A:
@@ -17,7 +17,9 @@
  * in the FMA loop), which replaces a separate packing pass over B.
  * Column tails are lane masks read at run time (opmask / vmaskmovps),
  * row tails are a run-time row count (rows past it are computed but never
- * loaded or stored), so one kernel serves every shape of a blocking. */
+ * loaded or stored), so one kernel serves every shape of a blocking.
+ * f64 kernels are the same code with the element size and the packed-
+ * double forms of the arithmetic, masked moves and broadcast (gen.ops). */
 #include "kernels/gen/gemm_gen.h"
 
 #include <stddef.h>
@@ -52,10 +54,12 @@ static const char *act_name(int act) {
 
 void kg_gemm_name(const kg_gemm_cfg *c, char *buf, size_t n) {
     static const char am[] = "prc", bm[] = "pr";
-    int lanes = c->isa == FJ_ISA_AVX512 ? 16 : 8;
+    int es = c->dt == KG_DT_F64 ? 8 : 4;
+    int lanes = (c->isa == FJ_ISA_AVX512 ? 64 : 32) / es;
     int st = c->stores & KG_STORES_ALL ? c->stores & KG_STORES_ALL : KG_STORES_ALL;
     int some = st != KG_STORES_ALL;
-    snprintf(buf, n, "fj_gemm_f32_%dx%d_%c%c%s_%s%s%s%s%s%s%s", c->mr, c->nv * lanes,
+    snprintf(buf, n, "fj_gemm_%s_%dx%d_%c%c%s_%s%s%s%s%s%s%s", es == 8 ? "f64" : "f32", c->mr,
+             c->nv * lanes,
              am[c->amode % 3], bm[c->bmode % 2], c->b_copy ? "c" : "",
              c->isa == FJ_ISA_AVX512 ? "avx512" : "avx2",
              c->has_bias ? "_bias" : "", c->act ? "_" : "", act_name(c->act),
@@ -96,6 +100,15 @@ fj_status kg_gemm_check(const kg_gemm_cfg *c) {
     if (loop > nvec || epi > nvec)
         return fj_fail(FJ_ERR_INVALID_ARG, "gemm kernel: a %dx%d-vector tile needs %d vector "
                        "registers, the ISA has %d", c->mr, c->nv, loop > epi ? loop : epi, nvec);
+    if (c->dt != KG_DT_F32 && c->dt != KG_DT_F64)
+        return fj_fail(FJ_ERR_INVALID_ARG, "gemm kernel: element type %d", c->dt);
+    /* f64: no {1to8} operand in the encoder, and the activations are f32 code. */
+    if (c->dt == KG_DT_F64 && avx512 && !c->a_reg)
+        return fj_fail(FJ_ERR_INVALID_ARG, "gemm kernel: f64 on AVX-512 needs a_reg");
+    if (c->dt == KG_DT_F64 && c->act && !kg_gemm_act64(c->act, c->act_alpha))
+        return fj_fail(FJ_ERR_UNSUPPORTED, "gemm: f64 kernels have the post-ops relu, "
+                       "leaky_relu (alpha >= 0), clip, linear and square, not %s(%g)",
+                       act_name(c->act), (double)c->act_alpha);
     if (c->stores < 0 || c->stores > KG_STORES_ALL)
         return fj_fail(FJ_ERR_INVALID_ARG, "gemm kernel: stores 0x%x", (unsigned)c->stores);
     if (!act_supported(c->act))
@@ -105,9 +118,21 @@ fj_status kg_gemm_check(const kg_gemm_cfg *c) {
 
 /* ---- generator -------------------------------------------------------- */
 
+/* The instructions that depend on the element type. */
+typedef struct gemm_ops {
+    fj_op mov, bcst, maskmov, add, mul, fma;
+} gemm_ops;
+
+static const gemm_ops ops_f32 = {FJ_VMOVUPS, FJ_VBROADCASTSS, FJ_VMASKMOVPS,
+                                 FJ_VADDPS, FJ_VMULPS, FJ_VFMADD231PS};
+static const gemm_ops ops_f64 = {FJ_VMOVUPD, FJ_VBROADCASTSD, FJ_VMASKMOVPD,
+                                 FJ_VADDPD, FJ_VMULPD, FJ_VFMADD231PD};
+
 typedef struct gen {
     fj_builder *b;
     const kg_gemm_cfg *c;
+    const gemm_ops *op;   /* the element type's instructions */
+    int es;               /* element bytes */
     int avx512, vb, mr, nv;
     fj_reg p, a, a2, lda, lda3, lda5, bp, ldb, cp, k, tc, rows, bsrc, bpf;
     fj_reg acc[32][4], bv[4], bcr[2];
@@ -125,22 +150,23 @@ static fj_opnd P(gen *g, int32_t off, uint16_t bits) { return fj_mem(bits, g->p,
 
 /* The memory operand of A(i, k0 + u) (u: step inside the unrolled body). */
 static fj_opnd a_opnd(gen *g, int i, int u) {
+    const uint16_t eb = (uint16_t)(g->es * 8);
     switch (g->c->amode) {
-    case KG_GA_PACKED: return fj_mem(32, g->a, (u * g->mr + i) * 4);
-    case KG_GA_COLS: return fj_mem(32, g->a, i * 4); /* a moves by lda each step */
+    case KG_GA_PACKED: return fj_mem(eb, g->a, (u * g->mr + i) * g->es);
+    case KG_GA_COLS: return fj_mem(eb, g->a, i * g->es); /* a moves by lda each step */
     default: {
         /* Rows 0..6 from a, 7..13 from a2 = a + 7*lda: offsets 0, lda,
          * 2lda, 3lda, 4lda, 5lda, 6lda all fit base + index*scale. */
         fj_reg base = i < 7 ? g->a : g->a2;
-        int32_t d = u * 4;
+        int32_t d = u * g->es;
         switch (i % 7) {
-        case 0: return fj_mem(32, base, d);
-        case 1: return fj_memx(32, base, g->lda, 1, d);
-        case 2: return fj_memx(32, base, g->lda, 2, d);
-        case 3: return fj_memx(32, base, g->lda3, 1, d);
-        case 4: return fj_memx(32, base, g->lda, 4, d);
-        case 5: return fj_memx(32, base, g->lda5, 1, d);
-        default: return fj_memx(32, base, g->lda3, 2, d);
+        case 0: return fj_mem(eb, base, d);
+        case 1: return fj_memx(eb, base, g->lda, 1, d);
+        case 2: return fj_memx(eb, base, g->lda, 2, d);
+        case 3: return fj_memx(eb, base, g->lda3, 1, d);
+        case 4: return fj_memx(eb, base, g->lda, 4, d);
+        case 5: return fj_memx(eb, base, g->lda5, 1, d);
+        default: return fj_memx(eb, base, g->lda3, 2, d);
         }
     }
     }
@@ -181,7 +207,7 @@ static void k_step_b(gen *g, int u) {
 
 static void k_step_pf_a(gen *g, int u) {
     const kg_gemm_cfg *c = g->c;
-    if (c->amode == KG_GA_PACKED && c->pf_a && u * 64 < c->unroll * g->mr * 4)
+    if (c->amode == KG_GA_PACKED && c->pf_a && u * 64 < c->unroll * g->mr * g->es)
         fj_emit(g->b, FJ_PREFETCHT0, fj_mem(0, g->a, c->pf_a + u * 64));
 }
 
@@ -195,9 +221,9 @@ static void k_step_fma(gen *g, int u) {
                 fj_emit(b, FJ_VFMADD231PS, V(g, g->acc[i][v]), V(g, g->bv[v]), fj_bcst(ao));
         } else {
             fj_reg bc = g->bcr[i & 1];
-            fj_emit(b, FJ_VBROADCASTSS, V(g, bc), ao);
+            fj_emit(b, g->op->bcst, V(g, bc), ao);
             for (int v = 0; v < g->nv; v++)
-                fj_emit(b, FJ_VFMADD231PS, V(g, g->acc[i][v]), V(g, g->bv[v]), V(g, bc));
+                fj_emit(b, g->op->fma, V(g, g->acc[i][v]), V(g, g->bv[v]), V(g, bc));
         }
     }
     if (c->bmode == KG_GB_ROWS) fj_emit(b, FJ_ADD, fj_r64(g->bp), fj_r64(g->ldb));
@@ -252,8 +278,9 @@ static void k_step(gen *g, int u) {
     }
     const kg_gemm_cfg *c = g->c;
     fj_reg base[3] = {g->a, g->bp, g->a2};
-    int32_t d[3] = {c->amode == KG_GA_PACKED ? u * g->mr * 4 : c->amode == KG_GA_ROWS ? u * 4 : 0,
-                    c->bmode == KG_GB_PACKED ? u * g->nv * g->vb : 0, u * 4};
+    int32_t d[3] = {c->amode == KG_GA_PACKED ? u * g->mr * g->es
+                    : c->amode == KG_GA_ROWS ? u * g->es : 0,
+                    c->bmode == KG_GB_PACKED ? u * g->nv * g->vb : 0, u * g->es};
     int nb = c->amode == KG_GA_ROWS && g->mr > 7 ? 3 : 2;
     kb_replay_shift(g->b, &g->tr[TR_B], base, d, nb);
     k_step_pf_a(g, u);
@@ -264,10 +291,10 @@ static void k_step(gen *g, int u) {
 static void k_advance(gen *g, int steps) {
     fj_builder *b = g->b;
     if (g->c->amode == KG_GA_PACKED)
-        fj_emit(b, FJ_ADD, fj_r64(g->a), fj_imm(steps * g->mr * 4));
+        fj_emit(b, FJ_ADD, fj_r64(g->a), fj_imm(steps * g->mr * g->es));
     else if (g->c->amode == KG_GA_ROWS) {
-        fj_emit(b, FJ_ADD, fj_r64(g->a), fj_imm(steps * 4));
-        if (g->mr > 7) fj_emit(b, FJ_ADD, fj_r64(g->a2), fj_imm(steps * 4));
+        fj_emit(b, FJ_ADD, fj_r64(g->a), fj_imm(steps * g->es));
+        if (g->mr > 7) fj_emit(b, FJ_ADD, fj_r64(g->a2), fj_imm(steps * g->es));
     }
     if (g->c->bmode == KG_GB_PACKED)
         fj_emit(b, FJ_ADD, fj_r64(g->bp), fj_imm(steps * g->nv * g->vb));
@@ -317,18 +344,18 @@ static void store_row(gen *g, int i, int beta, int bias, fj_reg alpha_r, fj_reg 
     for (int v = 0; v < g->nv; v++) {
         fj_reg x = g->acc[i][v];
         if (kind == KG_STORE_ADD)
-            fj_emit(b, FJ_VADDPS, fj_masked(V(g, x), g->km[v], 0), V(g, x),
+            fj_emit(b, g->op->add, fj_masked(V(g, x), g->km[v], 0), V(g, x),
                     fj_mem(0, rowp, v * g->vb));
-        if (kind == KG_STORE_GENERAL) fj_emit(b, FJ_VMULPS, V(g, x), V(g, x), V(g, alpha_r));
+        if (kind == KG_STORE_GENERAL) fj_emit(b, g->op->mul, V(g, x), V(g, x), V(g, alpha_r));
         /* Masked: lanes outside C are neither read nor written; with kr
          * all-zero (beta = 0) C is not read at all. */
         if (beta && kind == KG_STORE_GENERAL)
-            fj_emit(b, FJ_VFMADD231PS, fj_masked(V(g, x), g->merged ? g->kr[v] : g->km[v], 0),
+            fj_emit(b, g->op->fma, fj_masked(V(g, x), g->merged ? g->kr[v] : g->km[v], 0),
                     V(g, beta_r), fj_mem(0, rowp, v * g->vb));
         if (bias)
-            fj_emit(b, FJ_VADDPS, fj_masked(V(g, x), g->km[v], 0), V(g, x),
+            fj_emit(b, g->op->add, fj_masked(V(g, x), g->km[v], 0), V(g, x),
                     fj_mem(0, rb, v * g->vb));
-        fj_emit(b, FJ_VMOVUPS, fj_masked(fj_mem(0, rowp, v * g->vb), g->km[v], 0), V(g, x));
+        fj_emit(b, g->op->mov, fj_masked(fj_mem(0, rowp, v * g->vb), g->km[v], 0), V(g, x));
     }
 }
 
@@ -368,21 +395,21 @@ static void store_tile(gen *g, int beta, int bias, fj_reg alpha_r, fj_reg beta_r
             for (int i = 0; i < g->mr; i++) {
                 next_row(g, rowp, i, end);
                 fj_reg x = g->acc[i][v];
-                if (kind == KG_STORE_GENERAL)
-                    fj_emit(b, FJ_VMULPS, V(g, x), V(g, x), V(g, alpha_r));
+                const gemm_ops *o = g->op;
+                if (kind == KG_STORE_GENERAL) fj_emit(b, o->mul, V(g, x), V(g, x), V(g, alpha_r));
                 if (beta && kind == KG_STORE_GENERAL) {
-                    fj_emit(b, FJ_VMASKMOVPS, V(g, t), V(g, m), fj_mem(0, rowp, v * g->vb));
-                    fj_emit(b, FJ_VFMADD231PS, V(g, x), V(g, t), V(g, beta_r));
+                    fj_emit(b, o->maskmov, V(g, t), V(g, m), fj_mem(0, rowp, v * g->vb));
+                    fj_emit(b, o->fma, V(g, x), V(g, t), V(g, beta_r));
                 }
                 if (kind == KG_STORE_ADD) {
-                    fj_emit(b, FJ_VMASKMOVPS, V(g, t), V(g, m), fj_mem(0, rowp, v * g->vb));
-                    fj_emit(b, FJ_VADDPS, V(g, x), V(g, x), V(g, t));
+                    fj_emit(b, o->maskmov, V(g, t), V(g, m), fj_mem(0, rowp, v * g->vb));
+                    fj_emit(b, o->add, V(g, x), V(g, x), V(g, t));
                 }
                 if (bias) {
-                    fj_emit(b, FJ_VMASKMOVPS, V(g, t), V(g, m), fj_mem(0, rb, v * g->vb));
-                    fj_emit(b, FJ_VADDPS, V(g, x), V(g, x), V(g, t));
+                    fj_emit(b, o->maskmov, V(g, t), V(g, m), fj_mem(0, rb, v * g->vb));
+                    fj_emit(b, o->add, V(g, x), V(g, x), V(g, t));
                 }
-                fj_emit(b, FJ_VMASKMOVPS, fj_mem(0, rowp, v * g->vb), V(g, m), V(g, x));
+                fj_emit(b, o->maskmov, fj_mem(0, rowp, v * g->vb), V(g, m), V(g, x));
             }
             fj_label_bind(b, end);
         }
@@ -459,6 +486,72 @@ static void act_tile(gen *g) {
     kg_elt_finish(s);
 }
 
+int kg_gemm_act64(int act, double alpha) {
+    return act == FJ_ELT_RELU || (act == FJ_ELT_LEAKY_RELU && alpha >= 0) ||
+           act == FJ_ELT_CLIP || act == FJ_ELT_LINEAR || act == FJ_ELT_SQUARE;
+}
+
+/* The f64 post stage's second pass (act_tile's, with the ops of
+ * kg_gemm_act64 written out in packed-double instructions, alpha and beta
+ * read from the arguments). vmaxpd/vminpd return their second operand
+ * when either is NaN: x goes second, so NaN in gives NaN out. */
+static void act_tile64(gen *g) {
+    fj_builder *b = g->b;
+    const fj_reg rowp = g->k;
+    const int act = g->c->act;
+    const double al = g->c->act_alpha;
+    fj_reg ca = fj_vreg(b), cb = fj_vreg(b), x = fj_vreg(b), t = fj_vreg(b), m = {0};
+    if (!g->avx512) m = fj_vreg(b);
+    fj_emit(b, FJ_VBROADCASTSD, V(g, ca), P(g, OFF(act_a), 64));
+    fj_emit(b, FJ_VBROADCASTSD, V(g, cb), P(g, OFF(act_b), 64));
+    if (act == FJ_ELT_RELU && al == 0) fj_emit(b, FJ_VXORPS, fj_xmm(ca), fj_xmm(ca), fj_xmm(ca));
+    for (int v = 0; v < g->nv; v++) {
+        fj_label row = fj_label_new(b);
+        if (v) tile_rows(g);
+        if (!g->avx512) fj_emit(b, FJ_VMOVUPS, V(g, m), P(g, OFF(ymask) + v * 32, 0));
+        fj_emit(b, FJ_MOV, fj_r64(rowp), fj_r64(g->cp));
+        fj_label_bind(b, row);
+        fj_opnd mem = fj_mem(0, rowp, v * g->vb);
+        if (g->avx512) fj_emit(b, FJ_VMOVUPD, fj_masked(V(g, x), g->km[v], 1), mem);
+        else fj_emit(b, FJ_VMASKMOVPD, V(g, x), V(g, m), mem);
+        switch (act) {
+        case FJ_ELT_RELU:
+        case FJ_ELT_LEAKY_RELU:
+            /* x > 0 ? x : alpha*x is max(alpha*x, x) for alpha <= 1 and
+             * min for alpha > 1; relu with alpha 0 is max(0, x) (0*-inf
+             * would be NaN). */
+            if (act == FJ_ELT_RELU && al == 0) {
+                fj_emit(b, FJ_VMAXPD, V(g, x), V(g, ca), V(g, x));
+                break;
+            }
+            fj_emit(b, FJ_VMULPD, V(g, t), V(g, x), V(g, ca));
+            fj_emit(b, al <= 1 ? FJ_VMAXPD : FJ_VMINPD, V(g, x), V(g, t), V(g, x));
+            break;
+        case FJ_ELT_CLIP:
+            fj_emit(b, FJ_VMAXPD, V(g, x), V(g, ca), V(g, x));
+            fj_emit(b, FJ_VMINPD, V(g, x), V(g, cb), V(g, x));
+            break;
+        case FJ_ELT_LINEAR:
+            fj_emit(b, FJ_VMULPD, V(g, x), V(g, x), V(g, ca));
+            fj_emit(b, FJ_VADDPD, V(g, x), V(g, x), V(g, cb));
+            break;
+        default: /* FJ_ELT_SQUARE */
+            fj_emit(b, FJ_VMULPD, V(g, x), V(g, x), V(g, x));
+            break;
+        }
+        if (g->avx512) fj_emit(b, FJ_VMOVUPD, fj_masked(mem, g->km[v], 0), V(g, x));
+        else fj_emit(b, FJ_VMASKMOVPD, mem, V(g, m), V(g, x));
+        fj_emit(b, FJ_ADD, fj_r64(rowp), P(g, OFF(ldc), 64));
+        fj_emit(b, FJ_SUB, fj_r64(g->rows), fj_imm(1));
+        fj_emit(b, FJ_JNE, fj_lbl(row));
+    }
+    fj_release(b, ca);
+    fj_release(b, cb);
+    fj_release(b, x);
+    fj_release(b, t);
+    if (!g->avx512) fj_release(b, m);
+}
+
 /* The end of a tile: alpha/beta, the optional post stage, stores. The
  * run-time flags pick one of up to four copies of the store code (two on
  * AVX-512, where beta = 0 is a zero C-read mask instead of a copy). */
@@ -471,8 +564,13 @@ static void epilogue(gen *g) {
     tile_rows(g);
     /* The B registers are free now: alpha and beta go there. */
     fj_reg alpha_r = g->bv[0], beta_r = g->nv > 1 ? g->bv[1] : fj_vreg(b);
-    fj_emit(b, FJ_VBROADCASTSS, V(g, alpha_r), P(g, OFF(alpha), 32));
-    fj_emit(b, FJ_VBROADCASTSS, V(g, beta_r), P(g, OFF(beta), 32));
+    if (g->es == 8) {
+        fj_emit(b, FJ_VBROADCASTSD, V(g, alpha_r), P(g, OFF(alpha_d), 64));
+        fj_emit(b, FJ_VBROADCASTSD, V(g, beta_r), P(g, OFF(beta_d), 64));
+    } else {
+        fj_emit(b, FJ_VBROADCASTSS, V(g, alpha_r), P(g, OFF(alpha), 32));
+        fj_emit(b, FJ_VBROADCASTSS, V(g, beta_r), P(g, OFF(beta), 32));
+    }
     if (has_post) {
         fj_emit(b, FJ_CMP, P(g, OFF(post), 32), fj_imm(0));
         fj_emit(b, FJ_JNE, fj_lbl(l_post));
@@ -531,7 +629,8 @@ static void epilogue(gen *g) {
                 for (int v = 0; v < g->nv; v++) fj_release(b, g->acc[i][v]);
             for (int v = 0; v < g->nv; v++) fj_release(b, g->bv[v]);
             if (g->nv == 1) fj_release(b, beta_r);
-            act_tile(g);
+            if (g->es == 8) act_tile64(g);
+            else act_tile(g);
             fj_label_bind(b, l_done);
             return;
         }
@@ -580,6 +679,8 @@ static void prefetch_c_row(gen *g, int i) {
 void kg_gemm(fj_builder *b, const void *ctx) {
     const kg_gemm_cfg *c = ctx;
     gen g = {.b = b, .c = c, .mr = c->mr, .nv = c->nv};
+    g.es = c->dt == KG_DT_F64 ? 8 : 4;
+    g.op = g.es == 8 ? &ops_f64 : &ops_f32;
     g.avx512 = fj_builder_isa(b) == FJ_ISA_AVX512;
     g.vb = fj_builder_vbits(b) / 8;
     g.p = fj_arg(b, 0);

@@ -1,20 +1,25 @@
-/* gemm_gen.h: generator of f32 GEMM kernels (row-tile loop around a register tile). */
+/* gemm_gen.h: generator of f32 and f64 GEMM kernels (row-tile loop around a register tile). */
 #ifndef FJ_KG_GEMM_H
 #define FJ_KG_GEMM_H
 
 #include <stdint.h>
 #include "base/base.h"
 
+/* Element type of A, B and C (es: its size in bytes, 4 or 8). */
+enum {
+    KG_DT_F32 = 0,
+    KG_DT_F64,
+};
 /* Where the kernel reads A(i, k) (the broadcast operand) from. */
 enum {
-    KG_GA_PACKED = 0,  /* a + (k*mr + i)*4: packed micro-panels (compile-time stride) */
-    KG_GA_ROWS,        /* a + i*lda + k*4: row-major A read in place ('N') */
-    KG_GA_COLS,        /* a + k*lda + i*4: column-major A read in place ('T') */
+    KG_GA_PACKED = 0,  /* a + (k*mr + i)*es: packed micro-panels (compile-time stride) */
+    KG_GA_ROWS,        /* a + i*lda + k*es: row-major A read in place ('N') */
+    KG_GA_COLS,        /* a + k*lda + i*es: column-major A read in place ('T') */
 };
 /* Where the kernel reads B(k, j) (the vector operand) from. */
 enum {
-    KG_GB_PACKED = 0,  /* b + (k*nv*lanes + j)*4: a zero-padded packed panel */
-    KG_GB_ROWS,        /* b + k*ldb + j*4: row-major B read in place (full panels only) */
+    KG_GB_PACKED = 0,  /* b + (k*nv*lanes + j)*es: a zero-padded packed panel */
+    KG_GB_ROWS,        /* b + k*ldb + j*es: row-major B read in place (full panels only) */
 };
 
 /* Everything that changes the generated code; it is also the kernel
@@ -39,11 +44,14 @@ typedef struct kg_gemm_cfg {
     int32_t stores;     /* the C updates without post the kernel has, KG_STORES(kind)
                            bits; 0: all three. Calling it with another kind of
                            store is undefined (no code for it). */
+    int32_t dt;         /* KG_DT_*: f64 kernels need a_reg on AVX-512, and their act
+                           is one of kg_gemm_act64's (its alpha, beta read at run time) */
 } kg_gemm_cfg;
 
 #define KG_GEMM_TAG 0x47454d31 /* "GEM1" */
 
-/* The kernel's one argument. For each of ntiles row tiles (mr rows each,
+/* The kernel's one argument (the pointers typed float point to doubles
+ * for f64 kernels; every stride and tile step is in bytes). For each of ntiles row tiles (mr rows each,
  * last_rows in the last one; a_tile bytes apart in A, c_tile in C) it
  * computes acc = A_tile * B over kc, then
  *     C = alpha * acc + (beta_zero ? 0 : beta * C)       (C never read if beta_zero)
@@ -70,6 +78,8 @@ typedef struct kg_gemm_args {
                                 b as it goes; the other tiles read b */
     int32_t store;           /* KG_STORE_*: alpha/beta special cases (no post) */
     int64_t b_src_pf;        /* copy_b: prefetch distance ahead of b_src, bytes */
+    double alpha_d, beta_d;  /* f64 kernels' alpha and beta (f32 ones read alpha, beta) */
+    double act_a, act_b;     /* f64 kernels' post-op alpha and beta (f32: in the code) */
     int32_t ymask[4][8];     /* AVX2: the kmask lanes as -1/0 lane masks (last: an
                                 AVX-512 call copies the fields before them only) */
 } kg_gemm_args;
@@ -86,12 +96,15 @@ enum {
 typedef void (*kg_gemm_fn)(const kg_gemm_args *args);
 enum { KG_GEMM_NARGS = 1 };
 
+/* Whether an f64 kernel has the post-op act with this alpha: relu and
+ * leaky_relu (alpha >= 0), clip, linear, square. */
+FJ_INTERNAL int kg_gemm_act64(int act, double alpha);
 /* 0 if cfg can be generated for the builder's ISA, else FJ_ERR_INVALID_ARG
  * with a message (register budget, modes). */
 FJ_INTERNAL fj_status kg_gemm_check(const kg_gemm_cfg *cfg);
 /* Emits the kernel for cfg (an rt_gen_fn: ctx is the cfg). */
 FJ_INTERNAL void kg_gemm(fj_builder *b, const void *cfg);
-/* "fj_gemm_f32_14x32_pp_avx512" (+ "_bias", "_relu" ...; "_set", "_add",
+/* "fj_gemm_f32_14x32_pp_avx512" ("fj_gemm_f64_..." for f64) (+ "_bias", "_relu" ...; "_set", "_add",
  * "_ab" for a kernel with only some of the stores) into buf. */
 FJ_INTERNAL void kg_gemm_name(const kg_gemm_cfg *cfg, char *buf, size_t n);
 

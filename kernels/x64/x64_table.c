@@ -269,6 +269,26 @@ const x64_row x64_rows[] = {
     ROW(VMOVNTPS, VEX, N0F, 0x2B, 0, -1, VXY, NONE, 0, AVX, E(MV), G(V)),
     ROW(VMOVNTPS, EVEX, N0F, 0x2B, 0, -1, VXYZ, FVM, XF_NOK, F, E(MV), G(V)),
     ROW(SFENCE, LEG, M0F, 0xAE, 0, 7, 0, NONE, XF_RM0, 0, 0),
+    /* Packed double (W1 under EVEX). No {1to8} forms: the FV tuple's
+     * broadcast element is 32-bit, so f64 kernels broadcast into a register. */
+    ROW(VMOVUPD, VEX, P0F, 0x10, 0, -1, VXY, NONE, 0, AVX, G(V), E(VM)),
+    ROW(VMOVUPD, VEX, P0F, 0x11, 0, -1, VXY, NONE, 0, AVX, E(VM), G(V)),
+    ROW(VMOVUPD, EVEX, P0F, 0x10, 1, -1, VXYZ, FVM, 0, F, G(V), E(VM)),
+    ROW(VMOVUPD, EVEX, P0F, 0x11, 1, -1, VXYZ, FVM, 0, F, E(VM), G(V)),
+    ROW(VBROADCASTSD, VEX, P38, 0x19, 0, -1, VY, NONE, 0, AVX, G(V), E(M64)),
+    ROW(VBROADCASTSD, EVEX, P38, 0x19, 1, -1, VYZ, T1S8, 0, F, G(V), E(XM64)),
+    ROW(VMASKMOVPD, VEX, P38, 0x2D, 0, -1, VXY, NONE, 0, AVX, G(V), H(V), E(MV)),
+    ROW(VMASKMOVPD, VEX, P38, 0x2F, 0, -1, VXY, NONE, 0, AVX, E(MV), H(V), G(V)),
+    ROW(VADDPD, VEX, P0F, 0x58, 0, -1, VXY, NONE, 0, AVX, G(V), H(V), E(VM)),
+    ROW(VADDPD, EVEX, P0F, 0x58, 1, -1, VXYZ, FVM, 0, F, G(V), H(V), E(VM)),
+    ROW(VMULPD, VEX, P0F, 0x59, 0, -1, VXY, NONE, 0, AVX, G(V), H(V), E(VM)),
+    ROW(VMULPD, EVEX, P0F, 0x59, 1, -1, VXYZ, FVM, 0, F, G(V), H(V), E(VM)),
+    ROW(VFMADD231PD, VEX, P38, 0xB8, 1, -1, VXY, NONE, 0, FMA, G(V), H(V), E(VM)),
+    ROW(VFMADD231PD, EVEX, P38, 0xB8, 1, -1, VXYZ, FVM, 0, F, G(V), H(V), E(VM)),
+    ROW(VMAXPD, VEX, P0F, 0x5F, 0, -1, VXY, NONE, 0, AVX, G(V), H(V), E(VM)),
+    ROW(VMAXPD, EVEX, P0F, 0x5F, 1, -1, VXYZ, FVM, 0, F, G(V), H(V), E(VM)),
+    ROW(VMINPD, VEX, P0F, 0x5D, 0, -1, VXY, NONE, 0, AVX, G(V), H(V), E(VM)),
+    ROW(VMINPD, EVEX, P0F, 0x5D, 1, -1, VXYZ, FVM, 0, F, G(V), H(V), E(VM)),
 };
 
 const int x64_nrows = (int)(sizeof x64_rows / sizeof x64_rows[0]);

@@ -11,9 +11,11 @@
  * so results are bitwise the same for any number of threads. */
 typedef struct gemm_plan {
     fj_runtime *rt;
+    int dt, es;                  /* KG_DT_* of A, B, C and its size in bytes */
     int ta, tb;                  /* op(A) = A^T, op(B) = B^T */
     int64_t m, n, k, lda, ldb, ldc;
-    float alpha, beta;
+    double alpha, beta;          /* (f32 plans: exactly the float values) */
+    double act_a, act_b;         /* f64 handles: the post-op's alpha and beta */
     int has_post;                /* bias and/or activation in the last k block */
     int lanes, mr, nv, nr;       /* register tile: mr x nr = nv*lanes */
     int direct_a, direct_b;      /* read A / B in place instead of packing */
@@ -25,7 +27,7 @@ typedef struct gemm_plan {
     int share_b;                 /* rows split over threads: pack B once, shared */
     int rpt;                     /* ... in this many row chunks per thread */
     int split_n;                 /* threads take column panels rather than rows */
-    size_t scratch;              /* floats of packing buffer per running chunk */
+    size_t scratch;              /* elements of packing buffer per running chunk */
     kg_gemm_cfg cfg;
     fj_kernel *kern;             /* a reference, dropped by gemm_plan_release */
     kg_gemm_args whole_args;     /* whole plans: the kernel's arguments but the
@@ -38,9 +40,9 @@ typedef struct gemm_plan {
 
 /* Fills p for the problem (dimensions already validated) and acquires its
  * kernel; act is an fj_eltwise_op or 0. */
-FJ_INTERNAL fj_status gemm_plan_init(fj_runtime *rt, gemm_plan *p, int ta, int tb, int64_t m,
-                                     int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc,
-                                     float alpha, float beta, int has_bias, int act,
+FJ_INTERNAL fj_status gemm_plan_init(fj_runtime *rt, gemm_plan *p, int dt, int ta, int tb,
+                                     int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
+                                     int64_t ldc, double alpha, double beta, int has_bias, int act,
                                      float act_alpha, float act_beta);
 /* The same plan for one call on this thread: *out is the thread's memo
  * (repeated shapes skip the planning, and usually the kernel table),
@@ -48,26 +50,26 @@ FJ_INTERNAL fj_status gemm_plan_init(fj_runtime *rt, gemm_plan *p, int ta, int t
  * the kernel, else a reference for this call, given back with
  * gemm_plan_unborrow after it. */
 FJ_INTERNAL fj_status gemm_plan_borrow(fj_runtime *rt, const gemm_plan **out, fj_kernel **lent,
-                                       int ta, int tb, int64_t m, int64_t n, int64_t k,
-                                       int64_t lda, int64_t ldb, int64_t ldc, float alpha,
-                                       float beta, int has_bias, int act, float act_alpha,
+                                       int dt, int ta, int tb, int64_t m, int64_t n, int64_t k,
+                                       int64_t lda, int64_t ldb, int64_t ldc, double alpha,
+                                       double beta, int has_bias, int act, float act_alpha,
                                        float act_beta);
 FJ_INTERNAL void gemm_plan_unborrow(fj_kernel *lent);
 /* A call that repeats this thread's memo (no bias, no activation) and
  * that its kernel serves: the memo's plan with this alpha and beta, valid
  * as gemm_plan_borrow's and with no kernel reference to give back; else
  * NULL. A memo plan's inputs were validated before it was made. */
-FJ_INTERNAL const gemm_plan *gemm_plan_repeat(fj_runtime *rt, int ta, int tb, int64_t m,
+FJ_INTERNAL const gemm_plan *gemm_plan_repeat(fj_runtime *rt, int dt, int ta, int tb, int64_t m,
                                               int64_t n, int64_t k, int64_t lda, int64_t ldb,
-                                              int64_t ldc, float alpha, float beta);
+                                              int64_t ldc, double alpha, double beta);
 FJ_INTERNAL void gemm_plan_release(gemm_plan *p);
 /* The C updates (KG_STORES bits) the driver asks of p's kernel for this
  * alpha and beta (gemm.c). */
-FJ_INTERNAL int gemm_plan_stores(const gemm_plan *p, float alpha, float beta);
+FJ_INTERNAL int gemm_plan_stores(const gemm_plan *p, double alpha, double beta);
 /* Gives p this alpha and beta (and a whole plan the kernel arguments that
  * go with them: a small GEMM's call copies them rather than working them
  * out, gemm.c). */
-FJ_INTERNAL void gemm_plan_set_ab(gemm_plan *p, float alpha, float beta);
+FJ_INTERNAL void gemm_plan_set_ab(gemm_plan *p, double alpha, double beta);
 
 /* Test hook: replaces the blocking knobs (as FRAMEJIT_GEMM_TUNE would,
  * e.g. "da=0,db=0,kc=16") for plans made afterwards; NULL = defaults.
@@ -100,7 +102,14 @@ FJ_INTERNAL void gemm_pack_bt512(float *dst, const float *b, int64_t ldb, int64_
 /* Row-major B with AVX-512 (nr a multiple of 16). */
 FJ_INTERNAL void gemm_pack_b512(float *dst, const float *b, int64_t ldb, int64_t kc,
                                 int64_t cols, int nr);
-/* Floats of slack the packers may write past a packed block. */
+/* The same for f64 (the portable packers, gemm_pack_tmpl.h). */
+FJ_INTERNAL void gemm_pack_a64(double *dst, const double *a, int64_t lda, int ta, int64_t rows,
+                               int64_t kc, int mr);
+FJ_INTERNAL void gemm_pack_b64(double *dst, const double *b, int64_t ldb, int tb, int64_t kc,
+                               int64_t cols, int nr);
+FJ_INTERNAL void gemm_copy_rows64(double *dst, const double *a, int64_t lda, int64_t rows,
+                                  int64_t kc, int mr);
+/* Elements of slack the packers may write past a packed block. */
 enum { GEMM_PACK_SLACK = 16 };
 /* Row-major copy of A rows [0, rows) x [0, kc) into dst (ld = kc), rows up
  * to mr zero: the in-place kernel's row tail. */

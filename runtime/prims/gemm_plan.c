@@ -106,8 +106,8 @@ void gemm_test_tune(const char *spec) {
 
 /* How many of the 64 sets of a (64-set, 64-byte line) L1 the rows of a
  * matrix with leading dimension ld (floats) fall into. */
-static int64_t l1_spread(int64_t ld) {
-    int64_t bytes = ld * 4;
+static int64_t l1_spread(int64_t ld, int es) {
+    int64_t bytes = ld * es;
     if (bytes % 64) return 64;
     int64_t l = (bytes / 64) % 64, g = 64;
     while (l) {
@@ -130,7 +130,8 @@ typedef struct gemm_key {
     float act_alpha, act_beta; /* only with act */
 } gemm_key;
 
-#define GEMM_KEY_TAG 0x47454d32 /* "GEM2" */
+#define GEMM_KEY_TAG 0x47454d32   /* "GEM2" */
+#define GEMM_KEY_TAG64 0x47454d33 /* "GEM3": the same for f64 kernels */
 
 static size_t gemm_key_of(const kg_gemm_cfg *c, gemm_key *k) {
     if ((unsigned)c->isa > 255 || (unsigned)c->mr > 255 || (unsigned)c->nv > 255 ||
@@ -140,7 +141,7 @@ static size_t gemm_key_of(const kg_gemm_cfg *c, gemm_key *k) {
         (unsigned)c->pf_b > 65535 || (unsigned)c->stores > 255)
         return 0;
     memset(k, 0, sizeof *k);
-    *k = (gemm_key){.tag = GEMM_KEY_TAG, .isa = (uint8_t)c->isa, .mr = (uint8_t)c->mr,
+    *k = (gemm_key){.tag = c->dt == KG_DT_F64 ? GEMM_KEY_TAG64 : GEMM_KEY_TAG, .isa = (uint8_t)c->isa, .mr = (uint8_t)c->mr,
                     .nv = (uint8_t)c->nv, .amode = (uint8_t)c->amode, .bmode = (uint8_t)c->bmode,
                     .unroll = (uint8_t)c->unroll, .pf_c = (uint8_t)c->pf_c,
                     .a_reg = (uint8_t)c->a_reg, .has_bias = (uint8_t)c->has_bias,
@@ -176,7 +177,7 @@ static fj_status plan_kernel(gemm_plan *p) {
 typedef struct plan_inputs {
     fj_runtime *rt;
     int64_t m, n, k, lda, ldb, ldc;
-    int32_t ta, tb, has_bias, act;
+    int32_t dt, ta, tb, has_bias, act;
     unsigned gen;
     float act_alpha, act_beta;
 } plan_inputs;
@@ -205,15 +206,15 @@ static void memo_exit(void *arg) {
 }
 static void memo_key_init(void) { memo_key_ok = pthread_key_create(&memo_key, memo_exit) == 0; }
 
-static fj_status plan_make(fj_runtime *rt, gemm_plan *p, int ta, int tb, int64_t m, int64_t n,
-                           int64_t k, int64_t lda, int64_t ldb, int64_t ldc, int has_bias,
-                           int act, float act_alpha, float act_beta);
+static fj_status plan_make(fj_runtime *rt, gemm_plan *p, int dt, int ta, int tb, int64_t m,
+                           int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc,
+                           int has_bias, int act, float act_alpha, float act_beta);
 
 /* This thread's memo plan if it is the plan of these inputs (on this very
  * runtime), else NULL. Field by field: cheaper than building the inputs
  * and comparing them whole, which a 16^3 call noticed. */
 static inline __attribute__((always_inline)) gemm_plan *
-memo_find(fj_runtime *rt, int ta, int tb, int64_t m, int64_t n, int64_t k, int64_t lda,
+memo_find(fj_runtime *rt, int dt, int ta, int tb, int64_t m, int64_t n, int64_t k, int64_t lda,
           int64_t ldb, int64_t ldc, int has_bias, int act, float act_alpha, float act_beta) {
     /* The thread's memo found once: the compiler would ask the TLS
      * descriptor again for each access (three calls in a repeated call's
@@ -223,6 +224,7 @@ memo_find(fj_runtime *rt, int ta, int tb, int64_t m, int64_t n, int64_t k, int64
     const plan_inputs *i = &mm->in;
     if (i->rt != rt || mm->serial != rt->serial || i->m != m || i->n != n || i->k != k ||
         i->lda != lda || i->ldb != ldb || i->ldc != ldc || i->ta != ta || i->tb != tb ||
+        i->dt != dt ||
         i->has_bias != has_bias || i->act != act ||
         i->gen != atomic_load_explicit(&tune_gen, memory_order_relaxed))
         return NULL;
@@ -234,13 +236,14 @@ memo_find(fj_runtime *rt, int ta, int tb, int64_t m, int64_t n, int64_t k, int64
 
 /* Plans the problem and makes it this thread's memo. *lent: the kernel's
  * reference when the memo may not hold it (see gemm_plan_borrow). */
-static fj_status memo_make(fj_runtime *rt, int ta, int tb, int64_t m, int64_t n, int64_t k,
-                           int64_t lda, int64_t ldb, int64_t ldc, float alpha, float beta,
+static fj_status memo_make(fj_runtime *rt, int dt, int ta, int tb, int64_t m, int64_t n,
+                           int64_t k, int64_t lda, int64_t ldb, int64_t ldc, double alpha,
+                           double beta,
                            int has_bias, int act, float act_alpha, float act_beta,
                            fj_kernel **lent) {
     gemm_plan p;
-    fj_status s = plan_make(rt, &p, ta, tb, m, n, k, lda, ldb, ldc, has_bias, act, act_alpha,
-                            act_beta);
+    fj_status s = plan_make(rt, &p, dt, ta, tb, m, n, k, lda, ldb, ldc, has_bias, act,
+                            act_alpha, act_beta);
     if (s == FJ_OK) {
         p.cfg.stores = gemm_plan_stores(&p, alpha, beta);
         s = plan_kernel(&p);
@@ -251,7 +254,7 @@ static fj_status memo_make(fj_runtime *rt, int ta, int tb, int64_t m, int64_t n,
         memo.exit_hook = 1;
         if (memo_key_ok) pthread_setspecific(memo_key, &memo);
     }
-    memo.in = (plan_inputs){.rt = rt, .m = m, .n = n, .k = k, .lda = lda, .ldb = ldb,
+    memo.in = (plan_inputs){.rt = rt, .dt = dt, .m = m, .n = n, .k = k, .lda = lda, .ldb = ldb,
                             .ldc = ldc, .ta = ta, .tb = tb, .has_bias = has_bias, .act = act,
                             .gen = atomic_load_explicit(&tune_gen, memory_order_relaxed),
                             .act_alpha = act ? act_alpha : 0.0f,
@@ -262,12 +265,12 @@ static fj_status memo_make(fj_runtime *rt, int ta, int tb, int64_t m, int64_t n,
     return FJ_OK;
 }
 
-fj_status gemm_plan_init(fj_runtime *rt, gemm_plan *p, int ta, int tb, int64_t m, int64_t n,
-                         int64_t k, int64_t lda, int64_t ldb, int64_t ldc, float alpha,
-                         float beta, int has_bias, int act, float act_alpha, float act_beta) {
+fj_status gemm_plan_init(fj_runtime *rt, gemm_plan *p, int dt, int ta, int tb, int64_t m,
+                         int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc,
+                         double alpha, double beta, int has_bias, int act, float act_alpha, float act_beta) {
     const gemm_plan *q;
     fj_kernel *lent;
-    fj_status s = gemm_plan_borrow(rt, &q, &lent, ta, tb, m, n, k, lda, ldb, ldc, alpha, beta,
+    fj_status s = gemm_plan_borrow(rt, &q, &lent, dt, ta, tb, m, n, k, lda, ldb, ldc, alpha, beta,
                                    has_bias, act, act_alpha, act_beta);
     if (s != FJ_OK) {
         memset(p, 0, sizeof *p);
@@ -281,23 +284,23 @@ fj_status gemm_plan_init(fj_runtime *rt, gemm_plan *p, int ta, int tb, int64_t m
 
 /* The C updates (KG_STORES bits) this alpha and beta need that memo plan
  * p's kernel lacks; none when they are p's own (bit for bit). */
-static int stores_missing(const gemm_plan *p, float alpha, float beta) {
+static int stores_missing(const gemm_plan *p, double alpha, double beta) {
     if (!memcmp(&alpha, &p->alpha, sizeof alpha) && !memcmp(&beta, &p->beta, sizeof beta))
         return 0;
     return gemm_plan_stores(p, alpha, beta) & ~p->cfg.stores;
 }
 
-fj_status gemm_plan_borrow(fj_runtime *rt, const gemm_plan **out, fj_kernel **lent, int ta,
-                           int tb, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
-                           int64_t ldc, float alpha, float beta, int has_bias, int act,
+fj_status gemm_plan_borrow(fj_runtime *rt, const gemm_plan **out, fj_kernel **lent, int dt,
+                           int ta, int tb, int64_t m, int64_t n, int64_t k, int64_t lda,
+                           int64_t ldb, int64_t ldc, double alpha, double beta, int has_bias, int act,
                            float act_alpha, float act_beta) {
     tune_need();
     *lent = NULL;
-    gemm_plan *p = memo_find(rt, ta, tb, m, n, k, lda, ldb, ldc, has_bias, act, act_alpha,
+    gemm_plan *p = memo_find(rt, dt, ta, tb, m, n, k, lda, ldb, ldc, has_bias, act, act_alpha,
                              act_beta);
     int miss;
     if (!p) {
-        fj_status s = memo_make(rt, ta, tb, m, n, k, lda, ldb, ldc, alpha, beta, has_bias, act,
+        fj_status s = memo_make(rt, dt, ta, tb, m, n, k, lda, ldb, ldc, alpha, beta, has_bias, act,
                                 act_alpha, act_beta, lent);
         if (s != FJ_OK) return s;
         p = &memo.p;
@@ -321,10 +324,10 @@ fj_status gemm_plan_borrow(fj_runtime *rt, const gemm_plan **out, fj_kernel **le
     return FJ_OK;
 }
 
-const gemm_plan *gemm_plan_repeat(fj_runtime *rt, int ta, int tb, int64_t m, int64_t n,
-                                  int64_t k, int64_t lda, int64_t ldb, int64_t ldc, float alpha,
-                                  float beta) {
-    gemm_plan *p = memo_find(rt, ta, tb, m, n, k, lda, ldb, ldc, 0, 0, 0.0f, 0.0f);
+const gemm_plan *gemm_plan_repeat(fj_runtime *rt, int dt, int ta, int tb, int64_t m, int64_t n,
+                                  int64_t k, int64_t lda, int64_t ldb, int64_t ldc, double alpha,
+                                  double beta) {
+    gemm_plan *p = memo_find(rt, dt, ta, tb, m, n, k, lda, ldb, ldc, 0, 0, 0.0f, 0.0f);
     if (!p || !p->kern) return NULL;
     /* The same alpha and beta as the last call (bit for bit): nothing to
      * redo. */
@@ -342,18 +345,19 @@ void gemm_plan_unborrow(fj_kernel *lent) {
 }
 
 /* The plan without alpha and beta (gemm_plan_borrow sets them per call). */
-static fj_status plan_make(fj_runtime *rt, gemm_plan *p, int ta, int tb, int64_t m, int64_t n,
-                           int64_t k, int64_t lda, int64_t ldb, int64_t ldc, int has_bias,
-                           int act, float act_alpha, float act_beta) {
+static fj_status plan_make(fj_runtime *rt, gemm_plan *p, int dt, int ta, int tb, int64_t m,
+                           int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc,
+                           int has_bias, int act, float act_alpha, float act_beta) {
     memset(p, 0, sizeof *p);
-    *p = (gemm_plan){.rt = rt, .ta = ta, .tb = tb, .m = m, .n = n, .k = k, .lda = lda,
+    const int es = dt == KG_DT_F64 ? 8 : 4;
+    *p = (gemm_plan){.rt = rt, .dt = dt, .es = es, .ta = ta, .tb = tb, .m = m, .n = n, .k = k, .lda = lda,
                      .ldb = ldb, .ldc = ldc, .has_post = has_bias || act};
     /* (The entry points validated the dimensions: the spans fit.) */
-    p->span_a = rt_mat_bytes(ta ? k : m, ta ? m : k, lda);
-    p->span_b = rt_mat_bytes(tb ? n : k, tb ? k : n, ldb);
-    p->span_c = rt_mat_bytes(m, n, ldc);
+    p->span_a = rt_mat_bytes(ta ? k : m, ta ? m : k, lda) / 4 * es;
+    p->span_b = rt_mat_bytes(tb ? n : k, tb ? k : n, ldb) / 4 * es;
+    p->span_c = rt_mat_bytes(m, n, ldc) / 4 * es;
     int avx512 = fj_runtime_isa(rt) == FJ_ISA_AVX512;
-    p->lanes = avx512 ? 16 : 8;
+    p->lanes = (avx512 ? 64 : 32) / es;
     p->nv = avx512 ? tune.nv512 : tune.nv2;
     int mr_max = avx512 ? 14 : 6;
     /* Narrow problems: fewer vectors, taller tiles (same register count). */
@@ -371,7 +375,7 @@ static fj_status plan_make(fj_runtime *rt, gemm_plan *p, int ta, int tb, int64_t
      * against oneDNN): 48^3 0.82 -> 1.23x, 40^3 0.85 -> 1.07x, 144^3 0.87
      * -> 1.00x, 336^3 0.97 -> 1.00x, 1024x48x1024 0.75 -> 0.99x,
      * 300x140x300 0.89 -> 1.00x. */
-    if (auto_tile && p->nv == 2 && cdiv(n, 48) * 48 - n < cdiv(n, 32) * 32 - n) {
+    if (auto_tile && p->nv == 2 && cdiv(n, 3 * p->lanes) * 3 * p->lanes - n < cdiv(n, 2 * p->lanes) * 2 * p->lanes - n) {
         p->nv = 3;
         mr_max = 9;
     }
@@ -394,7 +398,7 @@ static fj_status plan_make(fj_runtime *rt, gemm_plan *p, int ta, int tb, int64_t
      * place instead of packing it for the tallest tile (48 KiB 12-way L1:
      * +10-12% at 1024^3 and 2048^3). */
     const int auto_a = !ta && tune.da < 0 && tune.direct < 0; /* A in place or not: ours */
-    if (auto_tile && auto_a && m > 256 && per_set >= 8 && l1_spread(lda) == 1 && p->mr > per_set)
+    if (auto_tile && auto_a && m > 256 && per_set >= 8 && l1_spread(lda, p->es) == 1 && p->mr > per_set)
         p->mr = per_set;
     /* Row-major A whose rows fall into 2-3 L1 sets (lda near a multiple
      * of 512 floats) and an L1 that holds fewer of them than the tall tile
@@ -402,8 +406,8 @@ static fj_status plan_make(fj_runtime *rt, gemm_plan *p, int ta, int tb, int64_t
      * transposing pack costs 5%; six rows x 64 columns read in place avoid
      * both (8-way L1: +4-7% at 512^3; at 256^3 the 8-row tile already fits
      * in place, at 1024^3 even six rows share one set). */
-    int six = auto_tile && auto_a && n >= 256 && m > 256 && l1_spread(lda) >= 2 &&
-              cdiv(p->mr, l1_spread(lda)) > per_set;
+    int six = auto_tile && auto_a && n >= 256 && m > 256 && l1_spread(lda, p->es) >= 2 &&
+              cdiv(p->mr, l1_spread(lda, p->es)) > per_set;
     /* Short k and wide C: a tile is a few hundred cycles of FMAs, and
      * touching C costs a page walk per row (rows are often 4 KiB and more
      * apart); the 6 x 64 tile touches a page per 64 outputs instead of per
@@ -433,8 +437,8 @@ static fj_status plan_make(fj_runtime *rt, gemm_plan *p, int ta, int tb, int64_t
      * not a sliver. */
     int64_t kc = tune.kc       ? tune.kc
                  : small_mn   ? 2048
-                 : avx512     ? min64(1024, (tune.l2 / 8) / (p->nr * 4))
-                              : min64(512, (tune.l1 * 4 / 3) / (p->nr * 4));
+                 : avx512     ? min64(1024, (tune.l2 / 8) / (p->nr * es))
+                              : min64(512, (tune.l1 * 4 / 3) / (p->nr * es));
     kc = max64(16, kc & ~(int64_t)7);
     int64_t nkb = max64(1, cdiv(k, kc));
     p->kc = max64(1, min64(kc, (cdiv(k, nkb) + 7) & ~(int64_t)7));
@@ -463,10 +467,10 @@ static fj_status plan_make(fj_runtime *rt, gemm_plan *p, int ta, int tb, int64_t
      * than reading the rows in place, whatever n, as long as the tile's
      * rows spread over the L1 sets (at most per_set of them per set: 7 at
      * 512^3 measured 4% slower than packing with an 8-way L1). */
-    int da = ta ? n <= 128 && l1_spread(lda) * 6 >= kb
-                : (l1_spread(lda) >= 2 || per_set >= 8) &&
-                      cdiv(p->mr, l1_spread(lda)) <= per_set;
-    int db = !tb && m <= 128 && l1_spread(ldb) * 6 >= kb;
+    int da = ta ? n <= 128 && l1_spread(lda, p->es) * 6 >= kb
+                : (l1_spread(lda, p->es) >= 2 || per_set >= 8) &&
+                      cdiv(p->mr, l1_spread(lda, p->es)) <= per_set;
+    int db = !tb && m <= 128 && l1_spread(ldb, p->es) * 6 >= kb;
     /* Row-major B of a small problem on one thread, even where its rows
      * alias in L1: each tile streams the panel from L2 as fast as from a
      * packed copy in L1, and the packing (the first tile's stores) and the
@@ -496,8 +500,8 @@ static fj_status plan_make(fj_runtime *rt, gemm_plan *p, int ta, int tb, int64_t
      * +1.0%, 1024^3 and 1536^3 +0.6-1.0%; with A at 1-2 MiB, 512^3 and
      * 768^3, -0.6-0.8%). */
     const int wide = avx512 && p->direct_a && k >= 512 &&
-                     (double)m * (double)k * 4.0 >= 4.0 * (double)tune.l2;
-    int64_t nc = max64(wide ? 1024 : 256, (tune.l2 / 2) / (p->kc * 4)) / p->nr * p->nr;
+                     (double)m * (double)k * es >= 4.0 * (double)tune.l2;
+    int64_t nc = max64(wide ? 1024 : 256, (tune.l2 / 2) / (p->kc * es)) / p->nr * p->nr;
     int64_t nnb = max64(1, cdiv(n, nc));
     p->nc = tune.nc ? max64(p->nr, tune.nc / p->nr * p->nr) : cdiv(cdiv(n, nnb), p->nr) * p->nr;
     if (p->nc > 8192) p->nc = 8192;
@@ -565,11 +569,14 @@ static fj_status plan_make(fj_runtime *rt, gemm_plan *p, int ta, int tb, int64_t
      * 0.96-0.97x -> 1.04x, 256x2048x2048 0.95-0.97x -> 1.00-1.01x,
      * 1024^3 0.99x -> 1.00-1.02x, 2048^3 and 768^3 unchanged). */
     p->cfg.b_copy = avx512 && !p->direct_b && !tb && tune.b_copy > 0;
-    p->b_src_pf = (int64_t)tune.bpf_rows * ldb * 4;
+    p->b_src_pf = (int64_t)tune.bpf_rows * ldb * es;
     /* In-place row-major A is addressed base + index*scale: an FMA with
      * such a memory operand is split in two uops at rename, a broadcast
      * load is one (measured: 64x64x1024 +15-20%, 128^3 +20-25%). */
     if (avx512 && p->cfg.amode == KG_GA_ROWS && tune.a_reg < 0) p->cfg.a_reg = 1;
+    /* f64 kernels always broadcast A into a register (kg_gemm_check). */
+    p->cfg.dt = dt;
+    if (dt == KG_DT_F64) p->cfg.a_reg = avx512;
     return kg_gemm_check(&p->cfg);
 }
 
