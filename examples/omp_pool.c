@@ -116,7 +116,10 @@ __attribute__((noinline, noclone)) long inner(mode m, int threads, share *sh, pp
     do {
         if (m == M_OMP) {
 #pragma omp parallel num_threads(threads)
-            fj_origin_run(&o, work, &sh[omp_get_thread_num()]);
+            {
+                fj_origin_run(&o, work, &sh[omp_get_thread_num()]);
+                __asm__ volatile("" ::: "memory"); /* no tail call: keep this frame */
+            }
         } else {
             pp->origin = &o;
             pthread_barrier_wait(&pp->start);
