@@ -1,7 +1,7 @@
 /* omp_pool.c: an embedder's own threads running framejit kernels, with
  * every sample attributed to the function that handed out the work.
  *
- *     omp_pool [omp|pthread] [THREADS] [SECONDS]     (default omp 2 3)
+ *     omp_pool [omp|pthread|ompfor] [THREADS] [SECONDS]     (default omp 2 3)
  *     omp_pool signal [THREADS]
  *
  * main -> outer -> inner, and inner captures its place in the stack with
@@ -15,6 +15,12 @@
  * fj_origin_run -> inner -> outer -> main: the stitch skips libgomp's frames
  * (GOMP_parallel keeps data in rbp, which otherwise ends every walk on the
  * master thread) and the workers' thread starts.
+ *
+ * `ompfor` hands framejit's own parallel work to OpenMP instead: the
+ * runtime gets fj_options.parallel_for (an OpenMP parallel for) and
+ * THREADS threads, and inner calls the kernels itself; framejit runs each
+ * chunk stitched to its own frame in that call, so the OpenMP threads'
+ * samples read kernel -> ... -> fj_worker_run -> fj_gemm_f32 ... -> inner.
  *
  * `signal` interrupts the OpenMP worker threads while they run kernels
  * under fj_origin_run and walks their stacks from a signal handler with
@@ -98,7 +104,14 @@ static void *pool_worker(void *arg) {
 
 /* ---- the program: main -> outer -> inner ---------------------------- */
 
-typedef enum mode { M_OMP, M_PTHREAD } mode;
+typedef enum mode { M_OMP, M_PTHREAD, M_OMPFOR } mode;
+
+/* fj_options.parallel_for on OpenMP: every chunk once, any thread. */
+static void omp_parallel_for(void *ctx, int64_t n, fj_parallel_body body, void *arg) {
+    int threads = *(const int *)ctx;
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+    for (int64_t i = 0; i < n; i++) body(arg, i);
+}
 
 /* Rounds until `seconds` have passed; each round's work is handed out
  * from here, under this frame's origin. */
@@ -114,7 +127,9 @@ __attribute__((noinline, noclone)) long inner(mode m, int threads, share *sh, pp
     long rounds = 0;
     double end = now_sec() + seconds;
     do {
-        if (m == M_OMP) {
+        if (m == M_OMPFOR) {
+            work(&sh[0]); /* framejit splits it over OpenMP itself */
+        } else if (m == M_OMP) {
 #pragma omp parallel num_threads(threads)
             {
                 fj_origin_run(&o, work, &sh[omp_get_thread_num()]);
@@ -294,16 +309,22 @@ int main(int argc, char **argv) {
     int threads = argc > 2 ? atoi(argv[2]) : 2;
     double seconds = argc > 3 ? atof(argv[3]) : 3.0;
     int is_signal = !strcmp(ms, "signal");
-    mode m = !strcmp(ms, "pthread") ? M_PTHREAD : M_OMP;
-    if ((!is_signal && strcmp(ms, "omp") && strcmp(ms, "pthread")) || threads < 1 ||
+    mode m = !strcmp(ms, "pthread") ? M_PTHREAD : !strcmp(ms, "ompfor") ? M_OMPFOR : M_OMP;
+    if ((!is_signal && strcmp(ms, "omp") && strcmp(ms, "pthread") && strcmp(ms, "ompfor")) ||
+        threads < 1 ||
         threads > MAXT || seconds <= 0 || (is_signal && threads < 2)) {
-        fprintf(stderr, "usage: %s [omp|pthread] [THREADS] [SECONDS] | signal [THREADS >= 2]\n",
+        fprintf(stderr, "usage: %s [omp|pthread|ompfor] [THREADS] [SECONDS] | signal [THREADS >= 2]\n",
                 argv[0]);
         return 2;
     }
     fj_options opts;
     fj_options_init(&opts);
     opts.threads = 1; /* the embedder's threads are the parallelism */
+    if (m == M_OMPFOR) {
+        opts.threads = threads; /* framejit's split, run by OpenMP */
+        opts.parallel_for = omp_parallel_for;
+        opts.parallel_ctx = &threads;
+    }
     fj_runtime *rt;
     fj_status s = fj_runtime_create(&opts, &rt);
     if (s != FJ_OK) {
@@ -363,7 +384,7 @@ int main(int argc, char **argv) {
             rc = 1;
         }
     printf("callchain: pid %ld: %ld rounds on %d %s threads in %.2f s\n", (long)getpid(), rounds,
-           threads, m == M_OMP ? "OpenMP" : "pthread", dt);
+           threads, m == M_PTHREAD ? "pthread" : "OpenMP", dt);
     fflush(stdout);
     print_kernels();
     for (int t = 0; t < threads; t++) {

@@ -6,7 +6,8 @@
 #   - callchain with FRAMEJIT_THREADS=2 and =4 (GEMM and a large relu split
 #     over framejit's own workers), per process and system-wide (-a);
 #   - omp_pool: an OpenMP team of 2 and of 4 threads and a plain pthread
-#     pool of 4 threads running kernels through fj_origin_run.
+#     pool of 4 threads running kernels through fj_origin_run, and framejit
+#     handing its own parallel work to OpenMP (fj_options.parallel_for).
 # Pass, for each run: >= 100 JIT samples, on at least two threads, >= 100
 # of them off the main thread; >= 99% of all JIT samples have inner, outer
 # and main in their chain, and so do >= 99% of every thread's (a thread
@@ -83,6 +84,7 @@ per_process callchain-t4 FRAMEJIT_THREADS=4 -- "$CALLCHAIN" 2
 per_process omp-t2 OMP_WAIT_POLICY=passive -- "$OMP_POOL" omp 2 2
 per_process omp-t4 OMP_WAIT_POLICY=passive -- "$OMP_POOL" omp 4 2
 per_process pthread-t4 -- "$OMP_POOL" pthread 4 2
+per_process ompfor-t4 OMP_WAIT_POLICY=passive -- "$OMP_POOL" ompfor 4 2
 
 # system_wide NAME THREADS: perf record -a -g -- sleep 2 while callchain runs.
 system_wide() {
