@@ -229,24 +229,27 @@ static void *worker_main(void *arg) {
     return NULL;
 }
 
-/* Where the workers' stacks go: the first hint that the kernel grants.
- * 1 TiB is below a position-independent executable, its heap, the shared
+/* Where the workers' stacks go: the first free slot the kernel grants
+ * from 1 TiB up (each pool its own slot), else from 1 GiB up. 1 TiB is
+ * below a position-independent executable, its heap, the shared
  * libraries, every mmap and the main thread's stack, and far above a fixed
  * executable's heap; 1 GiB is the low application range that the
  * sanitizers' shadow layouts leave free (they hold 1 TiB). Failing both, the
  * kernel's choice: frame-pointer walks still cross to the caller, only the
  * step is then not guaranteed to go up. */
-static const uintptr_t stack_hints[] = {(uintptr_t)1 << 40, (uintptr_t)1 << 30};
-enum { WORKER_STACK_BYTES = 4 << 20 };
+static const uintptr_t stack_bases[] = {(uintptr_t)1 << 40, (uintptr_t)1 << 30};
+enum { WORKER_STACK_BYTES = 4 << 20, STACK_SLOTS = 16 };
 
 static void *map_stacks(size_t bytes) {
     const int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK;
-    for (size_t h = 0; h < sizeof stack_hints / sizeof stack_hints[0]; h++) {
-        void *want = (void *)stack_hints[h];
-        void *m = mmap(want, bytes, PROT_READ | PROT_WRITE, flags, -1, 0);
-        if (m == want) return m;
-        if (m != MAP_FAILED) munmap(m, bytes);
-    }
+    size_t stride = (bytes + ((size_t)1 << 30) - 1) & ~(((size_t)1 << 30) - 1);
+    for (size_t b = 0; b < sizeof stack_bases / sizeof stack_bases[0]; b++)
+        for (size_t k = 0; k < STACK_SLOTS; k++) {
+            void *want = (void *)(stack_bases[b] + k * stride);
+            void *m = mmap(want, bytes, PROT_READ | PROT_WRITE, flags, -1, 0);
+            if (m == want) return m;
+            if (m != MAP_FAILED) munmap(m, bytes);
+        }
     void *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, flags, -1, 0);
     return m == MAP_FAILED ? NULL : m;
 }
