@@ -81,7 +81,7 @@ if ((PERF_OK)); then
         grep '^callchain: kernel' "$TMP/bg.err" >"$TMP/thr.kernels" || true
         analyze_perf_script "$TMP/thr.kernels" "$BG" bytid <"$TMP/thr.script" | tail -n +2 |
             while read -r t tj to; do
-                echo "(thread ${t#tid=}$([[ "${t#tid=}" == "$BG" ]] && echo ', main')): ${tj#jit=} JIT samples, ${to#ok=} with inner, outer and main in their chain)"
+                echo "thread ${t#tid=}$([[ "${t#tid=}" == "$BG" ]] && echo ' (main)'): ${tj#jit=} JIT samples, ${to#ok=} with inner, outer and main in their chain"
             done
     } | clean)"
 
