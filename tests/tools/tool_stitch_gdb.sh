@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# tool_stitch_gdb.sh CALLCHAIN OMP_POOL: gdb's `thread apply all bt` on a
+# tool_stitch_gdb.sh CALLCHAIN OMP_POOL: gdb's `thread apply all bt` (and
+# elfutils' eu-stack) on a
 # busy process whose threads run stitched work (framejit's workers, an
 # OpenMP team under fj_origin_run) prints every thread, each from its own
 # stack to its thread start: no "corrupt stack" / "previous frame inner"
@@ -109,6 +110,36 @@ stop() {
 
 stop callchain-stop block_rows fj_worker_run env FRAMEJIT_THREADS=4 "$CALLCHAIN" 1
 stop omp-stop work fj_origin_run "$OMP_POOL" omp 4 1
+
+# ---- eu-stack (elfutils, DWARF): every worker ends at __clone3 without main,
+# and some attach finds a worker inside fj_worker_run.
+if command -v eu-stack >/dev/null 2>&1; then
+    FRAMEJIT_THREADS=4 "$CALLCHAIN" 4 >"$TMP/eu.out" 2>&1 &
+    pid=$!
+    sleep 0.5
+    inside=0
+    for i in $(seq 1 10); do
+        eu-stack -p "$pid" >"$TMP/eu.$i" 2>&1 || true
+        res="$(awk -v pid="$pid" '
+            function check() { if (tid != "" && tid != pid) { n++; if (!clone || main) bad = bad " " tid; if (tramp) in_tramp = 1 } }
+            /^TID [0-9]+:/ { check(); tid = $2; sub(/:/, "", tid); clone = 0; main = 0; tramp = 0; next }
+            / __clone3$/ { clone = 1 }
+            / main$/ { main = 1 }
+            / fj_worker_run$/ { tramp = 1 }
+            END { check(); printf "%d %d%s\n", n, in_tramp, bad }' "$TMP/eu.$i")"
+        read -r nw tr bad <<<"$res"
+        if ((nw < 3)) || [[ -n "${bad:-}" ]]; then
+            say "eu-stack: FAIL: attach $i: $nw worker stacks, bad:${bad:-}"; show "$TMP/eu.$i"; status=1; break
+        fi
+        ((tr)) && inside=$((inside + 1))
+        sleep 0.2
+    done
+    wait "$pid" || true
+    say "eu-stack: 10 attaches, every worker ended at __clone3 without main; $inside found a worker inside fj_worker_run"
+    if ((inside == 0)); then say "eu-stack: FAIL: never inside fj_worker_run"; status=1; fi
+else
+    say "eu-stack is not installed (elfutils): that part skipped"
+fi
 
 if ((status == 0)); then say "PASS"; fi
 exit "$status"
