@@ -79,6 +79,21 @@ typedef struct cc_config {
      * 32-bit offsets of the code, which free address space near code that
      * is never reused stops offering once many arenas have come and gone. */
     size_t (*aux_room)(size_t span);
+    /* 1: the executable view of file arenas is a shared mapping, which the
+     * default coredump_filter leaves out of core dumps (FRAMEJIT_CORE_CODE=0);
+     * 0: a private one whose code goes into cores (cc_arena.c). */
+    int shared_code_view;
+    /* Arena files at exit (process-wide: the last cache created says).
+     * keep_seconds > 0 and keep_bytes > 0: a normal exit leaves the files
+     * of the arenas still live in /dev/shm (read-only, for tools that
+     * symbolize after the process is gone), and whoever prunes (the exit
+     * itself, a later process's first cache) removes files of exited or
+     * dead processes older than keep_seconds, then the oldest until those
+     * left take at most keep_bytes. 0: files are removed at exit and any
+     * dead process's file at the next start (FRAMEJIT_KEEP_SECONDS,
+     * FRAMEJIT_KEEP_MB). */
+    int keep_seconds;
+    size_t keep_bytes;
 } cc_config;
 
 /* A placed kernel. start/size/name and the arena fields are immutable once

@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -127,7 +128,12 @@ const char *cc_kind_name(int kind) {
 static pthread_mutex_t va_lock = PTHREAD_MUTEX_INITIALIZER;
 static uintptr_t va_cur, va_end;
 
-void cc_arena_fork(int phase) { fj_fork_mutex(&va_lock, phase); }
+static pthread_mutex_t kept_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void cc_arena_fork(int phase) {
+    fj_fork_mutex(&va_lock, phase);
+    fj_fork_mutex(&kept_lock, phase);
+}
 
 /* n bytes at an address aligned to align (a power of two >= the page). */
 static fj_status va_carve(size_t n, size_t align, uintptr_t *out) {
@@ -262,7 +268,9 @@ static int file_extend(int fd, size_t from, size_t to, int code) {
  * exactly 0600 whatever it is) so no other user can read or write code. */
 static fj_status open_backing(cc_arena *a) {
     if (a->kind == CC_FILE) {
-        snprintf(a->path, sizeof a->path, "/dev/shm/framejit-%d-%u", (int)a->pid,
+        /* ".so": gperftools' pprof symbolizes only mappings of files so
+         * named (and the program itself). */
+        snprintf(a->path, sizeof a->path, "/dev/shm/framejit-%d-%u.so", (int)a->pid,
                  atomic_fetch_add(&file_seq, 1));
         a->fd = file_fault() ? -1
                              : os.open(a->path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
@@ -292,9 +300,32 @@ static size_t meta_room_for(size_t span) {
 }
 
 /* Maps one view of the file at a fixed address inside the arena's block. */
-static int map_fixed(uintptr_t at, size_t len, int prot, int fd, size_t off) {
-    void *p = sys_mmap((void *)at, len, prot, MAP_SHARED | MAP_FIXED, fd, (off_t)off);
+static int map_fixed(uintptr_t at, size_t len, int prot, int share, int fd, size_t off) {
+    void *p = sys_mmap((void *)at, len, prot, share | MAP_FIXED, fd, (off_t)off);
     return p == MAP_FAILED ? -1 : 0;
+}
+
+/* The executable view of a core-visible arena (a->core_view): a private
+ * mapping of the file, because the default coredump_filter (0x33) leaves
+ * shared mappings of linked files out of core dumps, and private file
+ * mappings too unless the mapping has anonymous pages (then the kernel
+ * dumps all of it, file pages included). The view gets its one anonymous
+ * page before any code exists: mapped read+write (nothing in it is
+ * executable yet, nothing ever runs there), one store into the span's last
+ * page (a private copy of its int3 bytes; that page is one more than the
+ * arena's code span and placement never uses it), then read+execute for
+ * good. Every other page of the
+ * view stays the file's own page, so code written through the writable
+ * view shows through it as with a shared mapping. */
+static int map_code_view(cc_arena *a, size_t span) {
+    size_t page = cc_page_size();
+    if (!a->core_view)
+        return map_fixed(a->lo, span, PROT_READ | PROT_EXEC, MAP_SHARED, a->fd, a->code_off);
+    if (file_extend(a->fd, a->code_off + span - page, a->code_off + span, 1) != 0) return -1;
+    if (map_fixed(a->lo, span, PROT_READ | PROT_WRITE, MAP_PRIVATE, a->fd, a->code_off) != 0)
+        return -1;
+    *(volatile uint8_t *)(a->hi - page) = 0xcc;
+    return sys_mprotect(a->lo, span, PROT_READ | PROT_EXEC);
 }
 
 /* The views, inside the arena's block (cc_impl.h):
@@ -314,7 +345,7 @@ static fj_status map_views(cc_arena *a, size_t span) {
         return fj_fail(FJ_ERR_OS, "codecache: sizing code file to %zu bytes: %s", a->file_len,
                        strerror(errno));
     uintptr_t rw = a->hi + a->meta_room;
-    if (map_fixed(rw, a->rw_len, PROT_READ | PROT_WRITE, a->fd, 0) != 0)
+    if (map_fixed(rw, a->rw_len, PROT_READ | PROT_WRITE, MAP_SHARED, a->fd, 0) != 0)
         return fj_fail(FJ_ERR_OS, "codecache: mapping RW view (%zu bytes): %s", a->rw_len,
                        strerror(errno));
     a->rw = (uint8_t *)rw;
@@ -322,12 +353,16 @@ static fj_status map_views(cc_arena *a, size_t span) {
      * whole span and the metadata view the whole room, even past the
      * current end of file: nothing executes or reads there before the file
      * has grown over it. */
-    if (map_fixed(a->lo, span, PROT_READ | PROT_EXEC, a->fd, a->code_off) != 0)
+    if (map_code_view(a, span) != 0)
         return fj_fail(FJ_ERR_OS, "codecache: mapping RX view (%zu bytes): %s", span,
                        strerror(errno));
+    /* Read-only views of a core-visible arena are private too: the header
+     * page, an ELF header at file offset 0, then goes into core dumps
+     * (coredump_filter bit 4), where debuggers find the build-id. */
+    int share = a->core_view ? MAP_PRIVATE : MAP_SHARED;
     if (a->meta_room &&
-        (map_fixed(a->blk, cc_page_size(), PROT_READ, a->fd, 0) != 0 ||
-         map_fixed(a->hi, a->meta_room, PROT_READ, a->fd, a->code_off + span) != 0))
+        (map_fixed(a->blk, cc_page_size(), PROT_READ, share, a->fd, 0) != 0 ||
+         map_fixed(a->hi, a->meta_room, PROT_READ, share, a->fd, a->code_off + span) != 0))
         return fj_fail(FJ_ERR_OS, "codecache: mapping the read-only views of %s: %s", a->path,
                        strerror(errno));
     return FJ_OK;
@@ -361,12 +396,15 @@ static void warm_views(cc_arena *a, size_t span) {
 
 static atomic_uint_least64_t arena_ids;
 
-fj_status cc_arena_new(int kind, size_t span, size_t min_code, int huge,
+fj_status cc_arena_new(int kind, size_t span, size_t min_code, int huge, int core_view,
                        size_t (*aux_room)(size_t span), cc_arena **out) {
     *out = NULL;
     size_t unit = huge ? CC_HUGE : cc_page_size();
     if (min_code > SIZE_MAX / 4) return fj_fail(FJ_ERR_INVALID_ARG, "codecache: kernel too large");
-    span = round_up(min_code > span ? min_code : span, unit);
+    /* Huge-page arenas keep the shared view: MADV_COLLAPSE does not take
+     * file pages of a mapping that has anonymous ones. */
+    core_view = core_view && kind == CC_FILE && !huge;
+    span = round_up(min_code > span ? min_code : span, unit) + (core_view ? cc_page_size() : 0);
     cc_arena *a = fj_calloc(1, sizeof *a);
     cc_vec *v = cc_vec_new(CC_VEC_INITIAL);
     if (!a || !v) {
@@ -383,6 +421,8 @@ fj_status cc_arena_new(int kind, size_t span, size_t min_code, int huge,
     a->fd = -1;
     a->slot = -1;
     a->pid = cc_self_pid();
+    a->core_view = core_view;
+    a->code_end = span - (core_view ? cc_page_size() : 0);
 
     /* The first page(s) of a file are kept for a header (the ELF image's
      * headers); code starts at a page-aligned offset after it. For huge
@@ -429,13 +469,54 @@ fail:
     return st;
 }
 
+/* Views of kept files still mapped after their cache was destroyed,
+ * oldest first, at most CC_KEPT_VIEWS of them and cc_keep_budget bytes of
+ * file in all (the process's share of what keeping may hold). */
+#define CC_KEPT_VIEWS 64
+static struct kept_view {
+    uintptr_t lo;
+    size_t len;
+    uint64_t bytes;
+} kept_views[CC_KEPT_VIEWS];
+static int nkept_views;
+static uint64_t kept_view_bytes;
+_Atomic size_t cc_keep_budget;
+
+/* A kept arena's header, code and metadata views stay mapped until exit,
+ * so that what reads the process's mappings at exit (gperftools' profile,
+ * LeakSanitizer's report) still finds the file behind the code when the
+ * runtime was destroyed first; older ones are given back past the budget.
+ * Their code is never reached again: its cache is gone and the addresses
+ * are never reused. Returns 0 when the views stay. */
+static int keep_views(cc_arena *a) {
+    struct stat st;
+    uint64_t bytes = fstat(a->fd, &st) == 0 ? (uint64_t)st.st_blocks * 512 : 0;
+    size_t budget = atomic_load_explicit(&cc_keep_budget, memory_order_relaxed);
+    if (bytes > budget) return -1;
+    pthread_mutex_lock(&kept_lock);
+    while (nkept_views == CC_KEPT_VIEWS || (nkept_views && kept_view_bytes + bytes > budget)) {
+        (void)rereserve(kept_views[0].lo, kept_views[0].len);
+        kept_view_bytes -= kept_views[0].bytes;
+        memmove(kept_views, kept_views + 1, --nkept_views * sizeof kept_views[0]);
+    }
+    kept_views[nkept_views++] = (struct kept_view){a->blk, a->hi + a->meta_room - a->blk, bytes};
+    kept_view_bytes += bytes;
+    pthread_mutex_unlock(&kept_lock);
+    return 0;
+}
+
 void cc_arena_release(cc_arena *a) {
     if (a->retired) return;
     a->retired = 1;
     /* The range stays reserved (PROT_NONE, no memory behind it) for the
      * life of the process; if even that fails the old mapping stays, which
-     * wastes memory but still never lets the addresses be reused. */
-    if (a->blk && rereserve(a->blk, a->blk_len) != 0)
+     * wastes memory but still never lets the addresses be reused. A kept
+     * file's read-only and executable views may stay (keep_views); its
+     * writable view goes in any case. */
+    uintptr_t from = a->blk;
+    if (a->blk && a->keep_file && a->pid == cc_self_pid() && a->fd >= 0 && keep_views(a) == 0)
+        from = a->hi + a->meta_room;
+    if (a->blk && rereserve(from, a->blk + a->blk_len - from) != 0)
         fj_log(1, "codecache: could not release arena %#lx: %s", (unsigned long)a->lo,
                strerror(errno));
     a->rw = NULL;
@@ -447,7 +528,10 @@ void cc_arena_release(cc_arena *a) {
     if (a->fd >= 0) os.close(a->fd);
     a->fd = -1;
     /* A forked child must not delete the file its parent still uses. */
-    if (a->path[0] && a->pid == cc_self_pid()) os.unlink(a->path);
+    if (a->path[0] && a->pid == cc_self_pid()) {
+        if (a->keep_file) cc_shm_keep(a->path);
+        else os.unlink(a->path);
+    }
 }
 
 void cc_arena_free(cc_arena *a) {
@@ -471,7 +555,7 @@ fj_status cc_arena_reserve(cc_arena *a, size_t len, cc_txn *t, int *fits) {
     /* Anonymous arenas place each kernel on pages of its own, so no page is
      * ever made writable while another kernel on it may be running. */
     size_t unit = a->kind == CC_ANON ? cc_page_size() : CC_ALIGN;
-    size_t size = a->hi - a->lo;
+    size_t size = a->code_end; /* a core-visible arena's last page is not for code */
     size_t off = round_up(a->cursor, unit);
     if (len > size || off > size - len) return FJ_OK;
     size_t span = round_up(len, unit);
@@ -628,35 +712,107 @@ uint64_t cc_now_ns(void) {
 }
 
 /* ------------------------------------------------------------------------
- * Stale files. A process that died without running its exit hook leaves
- * /dev/shm/framejit-<pid>-<seq>; remove ours (same uid) whose pid is gone.
- * Best effort and not fault-injected: a failure here only leaves a file.
+ * Files after exit. A normal exit keeps the live arenas' files (read-only,
+ * 0400) for tools that read them after the process is gone: perf at the
+ * end of `perf record -- prog`, pprof, sanitizers' symbolizers, eu-stack on
+ * a core. A process that died without its exit hook leaves its files as
+ * they were (0600). Both are removed by pruning, at a normal exit and when
+ * the next process creates its first code cache: past keep_seconds, then
+ * the oldest until the rest take at most keep_bytes. Only files with our
+ * exact names, regular and of the same user, are ever touched. Best effort
+ * and not fault-injected: a failure here only leaves a file until the
+ * next prune (or the next boot: /dev/shm is a tmpfs).
  * ---------------------------------------------------------------------- */
 
-void cc_shm_cleanup_stale(void) {
+void cc_shm_keep(const char *path) {
+    (void)chmod(path, 0400);
+    (void)utimensat(AT_FDCWD, path, NULL, 0);
+}
+
+typedef struct kept_file {
+    char name[48];
+    int64_t mtime_ns;
+    uint64_t bytes;
+} kept_file;
+
+static int newest_first(const void *x, const void *y) {
+    const kept_file *a = x, *b = y;
+    return a->mtime_ns < b->mtime_ns ? 1 : a->mtime_ns > b->mtime_ns ? -1 : 0;
+}
+
+static void prune_remove(int dfd, const char *name, const char *why) {
+    if (unlinkat(dfd, name, 0) == 0) fj_log(1, "codecache: removed /dev/shm/%s (%s)", name, why);
+}
+
+void cc_shm_prune(int at_exit, int keep_seconds, size_t keep_bytes) {
     DIR *d = opendir("/dev/shm");
     if (!d) return;
     int dfd = dirfd(d);
     uid_t me = geteuid();
     pid_t self = getpid();
+    int keep = keep_seconds > 0 && keep_bytes > 0;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    int64_t now_ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+    kept_file *files = NULL;
+    size_t n = 0, cap = 0;
     struct dirent *de;
     while ((de = readdir(d)) != NULL) {
         int pid;
         unsigned seq;
-        char canon[64];
+        char canon[48];
         if (strncmp(de->d_name, "framejit-", 9) != 0) continue;
-        if (sscanf(de->d_name, "framejit-%d-%u", &pid, &seq) != 2 || pid <= 0 || pid == self)
-            continue;
-        /* Only names we would have written, nothing that merely starts so. */
-        snprintf(canon, sizeof canon, "framejit-%d-%u", pid, seq);
-        if (strcmp(canon, de->d_name) != 0) continue;
+        if (sscanf(de->d_name, "framejit-%d-%u", &pid, &seq) != 2 || pid <= 0) continue;
+        /* Only names we would have written (without ".so" by versions
+         * before it), nothing that merely starts so. */
+        snprintf(canon, sizeof canon, "framejit-%d-%u.so", pid, seq);
+        if (strcmp(canon, de->d_name) != 0) {
+            canon[strlen(canon) - 3] = 0;
+            if (strcmp(canon, de->d_name) != 0) continue;
+        }
         struct stat st;
         if (fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
         if (!S_ISREG(st.st_mode) || st.st_uid != me) continue;
-        if (kill(pid, 0) == -1 && errno == ESRCH) {
-            if (unlinkat(dfd, de->d_name, 0) == 0)
-                fj_log(1, "codecache: removed stale /dev/shm/%s", de->d_name);
+        if (pid == self) {
+            /* Before our first arena: a file of an earlier process that had
+             * our pid. At exit: ours, kept a moment ago (or a live file of
+             * a cache still being made by another thread: left alone). */
+            if (!at_exit) {
+                prune_remove(dfd, de->d_name, "left by an earlier process with this pid");
+                continue;
+            }
+            if ((st.st_mode & 0777) != 0400) continue;
+        } else if ((st.st_mode & 0777) != 0400 && !(kill(pid, 0) == -1 && errno == ESRCH)) {
+            continue; /* a live process's */
         }
+        int64_t mt = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+        if (!keep) {
+            prune_remove(dfd, de->d_name, "its process is gone");
+            continue;
+        }
+        if (now_ns - mt > (int64_t)keep_seconds * 1000000000) {
+            prune_remove(dfd, de->d_name, "kept past FRAMEJIT_KEEP_SECONDS");
+            continue;
+        }
+        if (n == cap) {
+            size_t nc = cap ? 2 * cap : 64;
+            kept_file *nf = fj_realloc(files, nc * sizeof *nf);
+            if (!nf) break;
+            files = nf;
+            cap = nc;
+        }
+        memcpy(files[n].name, canon, sizeof canon);
+        files[n].mtime_ns = mt;
+        files[n].bytes = (uint64_t)st.st_blocks * 512;
+        n++;
     }
+    /* Newest first: what was kept last is what a tool is about to read. */
+    if (n > 1) qsort(files, n, sizeof *files, newest_first);
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        total += files[i].bytes;
+        if (total > keep_bytes) prune_remove(dfd, files[i].name, "over FRAMEJIT_KEEP_MB");
+    }
+    fj_free(files);
     closedir(d);
 }

@@ -13,6 +13,7 @@ struct cc_cache {
     pthread_mutex_t lock;  /* placement, removal, eviction, the arena lists */
     int kind;              /* backing of every arena of this cache */
     int huge;              /* huge-page arenas */
+    int core_view;         /* !cc_config.shared_code_view */
     size_t capacity;
     size_t span;           /* normal code span of an arena */
     size_t (*aux_room)(size_t span); /* cc_config.aux_room */
@@ -152,7 +153,7 @@ static void begin_retire(cc_cache *c, cc_arena *a, cc_arena **work) {
     a->state = CC_RETIRING;
     if (c->cur == a) c->cur = NULL;
     c->held -= a->cursor;
-    c->mapped -= a->hi - a->lo;
+    c->mapped -= a->code_end;
     c->narenas--;
     unlink_arena(&c->arenas, a);
     a->work_next = *work;
@@ -221,15 +222,30 @@ static void finish_retire(cc_cache *c, cc_arena *work) {
  * Exit hook: a cache still alive at exit must not leave its files behind.
  * ---------------------------------------------------------------------- */
 
+/* cc_config.keep_seconds / keep_bytes of the last cache created. */
+static atomic_int g_keep_s;
+static _Atomic size_t g_keep_bytes;
+
+/* Live arenas' files are either removed or marked as kept (cc_shm_keep),
+ * then the kept files of this user in /dev/shm are pruned to the bounds,
+ * these included: nothing kept ever outgrows keep_bytes, however many
+ * processes exit. */
 static void unlink_at_exit(void) {
     unsigned e = grace_enter();
-    pid_t me = getpid(); /* inherited by fork: only unlink our own files */
+    pid_t me = getpid(); /* inherited by fork: only our own files */
+    int keep_s = atomic_load_explicit(&g_keep_s, memory_order_relaxed);
+    size_t keep_bytes = atomic_load_explicit(&g_keep_bytes, memory_order_relaxed);
+    int keep = keep_s > 0 && keep_bytes > 0, own = 0;
     int n = atomic_load_explicit(&g_nslots, memory_order_acquire);
     for (int i = 0; i < n; i++) {
         cc_arena *a = atomic_load_explicit(&g_slots[i], memory_order_acquire);
-        if (a && a->path[0] && a->pid == me) unlink(a->path);
+        if (!a || !a->path[0] || a->pid != me) continue;
+        if (keep) cc_shm_keep(a->path);
+        else unlink(a->path);
+        own++;
     }
     grace_exit(e);
+    if (keep && own) cc_shm_prune(1, keep_s, keep_bytes);
 }
 
 static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
@@ -257,7 +273,7 @@ static fj_status attach(cc_cache *c, cc_arena *a) {
     a->next = c->arenas;
     c->arenas = a;
     c->cur = a;
-    c->mapped += a->hi - a->lo;
+    c->mapped += a->code_end;
     c->narenas++;
     return FJ_OK;
 }
@@ -272,11 +288,15 @@ static size_t span_for(size_t capacity, int huge) {
 }
 
 static pthread_once_t stale_once = PTHREAD_ONCE_INIT;
+static void cleanup_stale(void) {
+    cc_shm_prune(0, atomic_load_explicit(&g_keep_s, memory_order_relaxed),
+                 atomic_load_explicit(&g_keep_bytes, memory_order_relaxed));
+}
 
 fj_status cc_create(const cc_config *cfg, cc_cache **out) {
     if (!out) return fj_fail(FJ_ERR_INVALID_ARG, "codecache: cc_create: out is NULL");
     *out = NULL;
-    cc_config conf = {0, 1, 0, 0, NULL};
+    cc_config conf = {.code_file = 1};
     if (cfg) conf = *cfg;
     cc_cache *c = fj_calloc(1, sizeof *c);
     if (!c) return fj_fail(FJ_ERR_NO_MEMORY, "codecache: cache descriptor");
@@ -290,13 +310,19 @@ fj_status cc_create(const cc_config *cfg, cc_cache **out) {
 
     /* Once per process: files of processes that died meanwhile wait for
      * the next process (reading /dev/shm costs as much as making an arena). */
-    if (conf.code_file) pthread_once(&stale_once, cc_shm_cleanup_stale);
+    c->core_view = !conf.shared_code_view;
+    if (conf.code_file) {
+        atomic_store_explicit(&g_keep_s, conf.keep_seconds, memory_order_relaxed);
+        atomic_store_explicit(&g_keep_bytes, conf.keep_bytes, memory_order_relaxed);
+        atomic_store_explicit(&cc_keep_budget, conf.keep_bytes, memory_order_relaxed);
+        pthread_once(&stale_once, cleanup_stale);
+    }
     /* The first backing that works, probed by creating the first arena
      * (e.g. a noexec /dev/shm fails at the RX mapping). */
     fj_status st = FJ_ERR_OS;
     cc_arena *a = NULL;
     for (int kind = conf.code_file ? CC_FILE : CC_MEMFD; kind <= CC_ANON; kind++) {
-        st = cc_arena_new(kind, c->span, 0, c->huge, c->aux_room, &a);
+        st = cc_arena_new(kind, c->span, 0, c->huge, c->core_view, c->aux_room, &a);
         if (st == FJ_OK) break;
         if (kind != CC_ANON)
             fj_log(1, "codecache: %s backing unavailable (%s), trying the next", cc_kind_name(kind),
@@ -339,11 +365,24 @@ void cc_destroy(cc_cache *c) {
     if (!c) return;
     /* Arenas still holding memory retire like any other (the owner's
      * retire hook first), then everything is freed at once. */
+    int keep_s = atomic_load_explicit(&g_keep_s, memory_order_relaxed);
+    size_t keep_bytes = atomic_load_explicit(&g_keep_bytes, memory_order_relaxed);
+    int keep = keep_s > 0 && keep_bytes > 0, kept = 0;
     pthread_mutex_lock(&c->lock);
     cc_arena *work = NULL;
+    /* A cache destroyed whole is usually a program's last act before
+     * exit: its files are kept as at exit (cc_shm_keep), then pruned with
+     * every other kept file, so destroying caches again and again never
+     * keeps more than keep_bytes. Arenas retired while the cache lives are
+     * not kept: a long-running cache leaves nothing behind. */
+    for (cc_arena *a = c->arenas; a; a = a->next) {
+        a->keep_file = keep && a->path[0];
+        kept |= a->keep_file;
+    }
     while (c->arenas) begin_retire(c, c->arenas, &work);
     pthread_mutex_unlock(&c->lock);
     finish_retire(c, work);
+    if (kept) cc_shm_prune(1, keep_s, keep_bytes);
     reap(c, 1);
     pthread_mutex_destroy(&c->lock);
     fj_free(c);
@@ -381,7 +420,7 @@ static fj_status reserve(cc_cache *c, size_t len, cc_txn *t, cc_arena **work) {
         if (st != FJ_OK || fits) return st;
     }
     cc_arena *a;
-    st = cc_arena_new(c->kind, c->span, len, c->huge, c->aux_room, &a);
+    st = cc_arena_new(c->kind, c->span, len, c->huge, c->core_view, c->aux_room, &a);
     if (st != FJ_OK) return st;
     cc_arena *old = c->cur;
     st = attach(c, a);

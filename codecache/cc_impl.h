@@ -9,7 +9,7 @@
  *   └──────────┴──────────┴──────────┴───────────────────────── ─ ─
  *     RX view of file/memfd pages (or anonymous pages flipped RW -> RX)
  *
- *   file /dev/shm/framejit-<pid>-<seq>:  [header page(s)][code span][metadata]
+ *   file /dev/shm/framejit-<pid>-<seq>.so: [header page(s)][code span][metadata]
  *   one arena's block of the range, as a loaded ELF file would be mapped:
  *     [header R][code RX][metadata R][RW view of the whole file]
  *   (memfd: [gap][code RX][RW view of header and code]). The read-only
@@ -109,6 +109,9 @@ struct cc_arena {
     uint64_t meta_backed;            /* metadata bytes [0, meta_backed) allocated in the file */
     void (*image_free)(void *);
     size_t cursor;                   /* next free byte, relative to lo */
+    size_t code_end;                 /* placement limit, relative to lo (<= hi - lo) */
+    int core_view;                   /* file: private read-only views, code in cores */
+    int keep_file;                   /* release keeps the file (cc_shm_keep), not unlink */
     int tail_file;                   /* the cursor's page was written through the file */
     size_t rw_mapped;                /* code bytes [0, rw_mapped) written through the RW view */
     size_t collapsed;                /* bytes from lo already offered to MADV_COLLAPSE */
@@ -142,7 +145,8 @@ typedef struct cc_txn {
 /* The system's page size (asked once). */
 FJ_INTERNAL size_t cc_page_size(void);
 FJ_INTERNAL fj_status cc_arena_new(int kind, size_t span, size_t min_code, int huge,
-                                   size_t (*aux_room)(size_t span), cc_arena **out);
+                                   int core_view, size_t (*aux_room)(size_t span),
+                                   cc_arena **out);
 /* Gives the arena's memory back (keeps its addresses reserved as PROT_NONE
  * forever), closes and unlinks its file. The descriptor stays valid. */
 FJ_INTERNAL void cc_arena_release(cc_arena *a);
@@ -163,8 +167,21 @@ FJ_INTERNAL fj_status cc_arena_commit(cc_txn *t, int *huge_ok, int *huge_bad);
 FJ_INTERNAL void cc_populate_rw(cc_arena *a, size_t off, size_t len);
 /* Drops a reservation; its addresses are simply never used. */
 FJ_INTERNAL void cc_arena_abort(cc_txn *t);
-/* Removes /dev/shm/framejit-<pid>-* files of processes that are gone. */
-FJ_INTERNAL void cc_shm_cleanup_stale(void);
+/* Marks a live arena's file as kept after exit: read-only (0400, which
+ * tells later processes its owner has exited, whatever its pid is now)
+ * and its modification time now (when the keep time starts). */
+FJ_INTERNAL void cc_shm_keep(const char *path);
+/* Bytes of kept files whose views a process keeps mapped after their
+ * cache was destroyed (cc_config.keep_bytes of the last cache created). */
+FJ_INTERNAL extern _Atomic size_t cc_keep_budget;
+/* Removes this user's /dev/shm/framejit-<pid>-<seq>.so files that nobody
+ * uses any more past the bounds (cc_config.keep_seconds / keep_bytes; 0:
+ * all of them). Files of exited processes (0400) and of dead ones count;
+ * at_exit: the caller's own kept files too (cc_shm_keep: at exit or when
+ * its cache was destroyed),
+ * else the caller's pid has none yet, so any with its pid are an earlier
+ * process's. */
+FJ_INTERNAL void cc_shm_prune(int at_exit, int keep_seconds, size_t keep_bytes);
 FJ_INTERNAL const char *cc_kind_name(int kind);
 /* One line on what huge pages can do here (THP settings), for the log. */
 FJ_INTERNAL void cc_huge_describe(char *buf, size_t n);

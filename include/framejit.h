@@ -132,10 +132,15 @@ typedef struct fj_options {
 typedef struct fj_runtime fj_runtime;
 
 FJ_API void fj_options_init(fj_options *o);
-/* opts may be NULL (defaults). */
+/* opts may be NULL (defaults). FJ_ERR_INVALID_ARG for a bad FRAMEJIT_*
+ * value (FRAMEJIT_THREADS, FRAMEJIT_ISA, FRAMEJIT_UNWIND,
+ * FRAMEJIT_KEEP_SECONDS, FRAMEJIT_KEEP_MB). */
 FJ_API fj_status fj_runtime_create(const fj_options *opts, fj_runtime **out);
 /* Deregisters all unwind info and frees every kernel of the runtime. No
- * kernel of it may be running. NULL is ignored. */
+ * kernel of it may be running. NULL is ignored. Its code files in /dev/shm
+ * are kept read-only for tools that read them after the program (and their
+ * read-only views stay mapped until exit), within FRAMEJIT_KEEP_SECONDS and
+ * FRAMEJIT_KEEP_MB (docs/profiling.md, "Files after exit"). */
 FJ_API void fj_runtime_destroy(fj_runtime *rt);
 /* The ISA the runtime's generators use. */
 FJ_API fj_isa fj_runtime_isa(const fj_runtime *rt);

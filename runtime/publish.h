@@ -43,7 +43,7 @@ FJ_INTERNAL void rt_image_fork(int phase);
 /* ---- verbose.c -------------------------------------------------------------
  * FRAMEJIT_VERBOSE=1: rt_verbose_kernel prints one CSV line per kernel
  *     kernel,NAME,ISA,CODE_BYTES,GEN_MICROSECONDS,ARENA
- * where ARENA is file:/dev/shm/framejit-PID-SEQ, memfd:arena-ID or
+ * where ARENA is file:/dev/shm/framejit-PID-SEQ.so, memfd:arena-ID or
  * anonymous:arena-ID. FRAMEJIT_VERBOSE=2 also prints, per execution,
  *     exec,WHAT,MICROSECONDS,DETAIL
  * from

@@ -1,6 +1,7 @@
 /* runtime.c: runtime lifecycle, options and environment variables. */
 #include "runtime/rt.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -58,6 +59,26 @@ static uint32_t cpu_features(void) {
     return v & 0x7fffffffu;
 }
 
+/* After a normal exit the arena files stay in /dev/shm this long, at most
+ * this much in all (cc_config.keep_seconds): long enough for perf record's
+ * end, a sanitizer's report or pprof right after the program, small next
+ * to the code cache itself. */
+#define FJ_KEEP_SECONDS 3600
+#define FJ_KEEP_MB 32
+
+/* An integer environment variable in [lo, hi], left as *v when unset. */
+static fj_status env_long(const char *name, long lo, long hi, long *v) {
+    const char *e = getenv(name);
+    if (!e || !*e) return FJ_OK;
+    char *end;
+    errno = 0;
+    long x = strtol(e, &end, 10);
+    if (*end || errno || x < lo || x > hi)
+        return fj_fail(FJ_ERR_INVALID_ARG, "%s=%s: expected %ld..%ld", name, e, lo, hi);
+    *v = x;
+    return FJ_OK;
+}
+
 fj_status fj_runtime_create(const fj_options *opts, fj_runtime **out) {
     if (!out) return fj_fail(FJ_ERR_INVALID_ARG, "fj_runtime_create: out is NULL");
     *out = NULL;
@@ -100,11 +121,17 @@ fj_status fj_runtime_create(const fj_options *opts, fj_runtime **out) {
         fj_free(rt);
         return fj_fail(FJ_ERR_NO_MEMORY, "fj_runtime_create: out of memory");
     }
-    const char *cf = getenv("FRAMEJIT_CODE_FILE");
+    const char *cf = getenv("FRAMEJIT_CODE_FILE"), *cd = getenv("FRAMEJIT_CORE_CODE");
     cc_config cfg = {.capacity = o.cache_bytes, .code_file = !(cf && !strcmp(cf, "0")),
                      .huge_pages = o.huge_pages || fj_env_flag("FRAMEJIT_HUGEPAGES"),
-                     .aux_room = rt->uw_backends & UW_LIBUNWIND ? uw_arena_room : NULL};
-    s = cc_create(&cfg, &rt->cache);
+                     .aux_room = rt->uw_backends & UW_LIBUNWIND ? uw_arena_room : NULL,
+                     .shared_code_view = cd && !strcmp(cd, "0")};
+    long keep_s = FJ_KEEP_SECONDS, keep_mb = FJ_KEEP_MB;
+    if (s == FJ_OK) s = env_long("FRAMEJIT_KEEP_SECONDS", 0, 30L * 24 * 3600, &keep_s);
+    if (s == FJ_OK) s = env_long("FRAMEJIT_KEEP_MB", 0, 1L << 20, &keep_mb);
+    cfg.keep_seconds = (int)keep_s;
+    cfg.keep_bytes = (size_t)keep_mb << 20;
+    if (s == FJ_OK) s = cc_create(&cfg, &rt->cache);
     if (s != FJ_OK) {
         fj_free(rt->dump_dir);
         fj_free(rt);

@@ -45,6 +45,8 @@ if why="$(perf_usable)"; then
     echo "samples of callchain:        $total"
     echo "samples in JIT kernels:      $jit ($(awk -v a="$jit" -v b="$total" 'BEGIN { printf "%.1f%%", b ? 100 * a / b : 0 }') of all)"
     echo "JIT samples that reach main: $ok ($(awk -v a="$ok" -v b="$jit" 'BEGIN { printf "%.1f%%", b ? 100 * a / b : 0 }'), through inner and outer)"
+    kname="${res#*kname=}"; kname="${kname%% *}"
+    echo "JIT samples named by perf:   $kname ($(awk -v a="$kname" -v b="$jit" 'BEGIN { printf "%.1f%%", b ? 100 * a / b : 0 }'), from the arena file the program left)"
     if [[ -e "/tmp/perf-$pid.map" ]]; then
         echo "(a /tmp/perf-$pid.map exists: FRAMEJIT_PERFMAP was set)"
     else
@@ -79,9 +81,9 @@ if why="$(perf_usable)"; then
             for (p in count) printf "%6.2f%%  %s\n", 100 * count[p] / n, p
         }' "$TMP/perf.script" | sed 's/ <- /  ->  /g' | sort -rn | head -5
 
-    banner "perf report --stdio --no-children -g caller --sort dso (trimmed)"
+    banner "perf report --stdio --no-children -g caller --sort dso,sym (trimmed)"
     perf report -i "$TMP/perf.data" --stdio --no-children -g caller --percent-limit 2 \
-        --sort dso --comm callchain 2>/dev/null |
+        --sort dso,sym --comm callchain 2>/dev/null |
         grep -v '^#' | sed '/^$/N;/^\n$/D' | head -24
 
     banner "FRAMEJIT_THREADS=2 perf record -g -- callchain $SECONDS_RUN (a worker thread too)"

@@ -88,7 +88,7 @@ if ((PERF_OK)); then
     # ---- DWARF call graphs -----------------------------------------------------------
     bg_callchain 4
     perf record --call-graph dwarf -p "$BG" -o "$TMP/dw.data" -- sleep 1 >/dev/null 2>&1
-    grep ' r--s .*/dev/shm/framejit' "/proc/$BG/maps" >/dev/null 2>&1 && META=1 || META=0
+    grep -E ' r--[ps] .*/dev/shm/framejit' "/proc/$BG/maps" >/dev/null 2>&1 && META=1 || META=0
     wait "$BG"
     OUT[perf-dwarf]="$( {
         echo "\$ perf record --call-graph dwarf -p $BG -- sleep 1"

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <ucontext.h>
 #include <unistd.h>
 
@@ -531,6 +532,100 @@ START_TEST(test_exit_hook) {
 }
 END_TEST
 
+START_TEST(test_keep_after_exit) {
+    /* With keeping on, a child that exits with a live cache leaves its file
+     * read-only, with the code in it; the executable view was private. */
+    char path[128] = "";
+    int pfd[2];
+    ck_assert_int_eq(pipe(pfd), 0);
+    pid_t ch = fork();
+    if (ch == 0) {
+        cc_config cfg = {.code_file = 1, .keep_seconds = 3600, .keep_bytes = 64 << 20};
+        cc_cache *c;
+        cc_entry *e;
+        uint8_t b[6];
+        blob(b, 77);
+        if (cc_create(&cfg, &c) != FJ_OK || cc_place(c, b, 6, "x", &e) != FJ_OK) _exit(1);
+        const char *p = cc_entry_path(e);
+        if (!p || write(pfd[1], p, strlen(p) + 1) < 0) _exit(1);
+        FILE *m = fopen("/proc/self/maps", "r");
+        char line[512];
+        int private_rx = 0;
+        while (m && fgets(line, sizeof line, m))
+            if (strstr(line, p) && strstr(line, " r-xp ")) private_rx = 1;
+        if (m) fclose(m);
+        exit(private_rx ? 0 : 2); /* runs atexit handlers */
+    }
+    close(pfd[1]);
+    ck_assert_int_gt(read(pfd[0], path, sizeof path - 1), 0);
+    close(pfd[0]);
+    int status;
+    waitpid(ch, &status, 0);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %#x", status);
+    struct stat st;
+    ck_assert_msg(stat(path, &st) == 0, "%s not kept", path);
+    ck_assert_int_eq(st.st_mode & 0777, 0400);
+    long pg = sysconf(_SC_PAGESIZE);
+    uint8_t buf[6];
+    int fd = open(path, O_RDONLY);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(pread(fd, buf, 6, pg), 6);
+    close(fd);
+    ck_assert_int_eq(buf[0], 0xb8);
+    /* A prune with keeping off removes it (its process is gone). */
+    cc_shm_prune(0, 0, 0);
+    ck_assert(!file_exists(path));
+}
+END_TEST
+
+/* A kept file (0400) of pid with n bytes, modified age_s seconds ago. */
+static void kept_file(char *path, size_t n, pid_t pid, unsigned seq, size_t bytes, int age_s) {
+    snprintf(path, n, "/dev/shm/framejit-%d-%u.so", (int)pid, seq);
+    int fd = open(path, O_CREAT | O_EXCL | O_WRONLY, 0400);
+    ck_assert_msg(fd >= 0, "create %s: %s", path, strerror(errno));
+    char *b = calloc(1, bytes);
+    memset(b, 1, bytes);
+    ck_assert_int_eq(write(fd, b, bytes), (ssize_t)bytes);
+    free(b);
+    struct timespec t[2];
+    clock_gettime(CLOCK_REALTIME, &t[0]);
+    t[0].tv_sec -= age_s;
+    t[1] = t[0];
+    ck_assert_int_eq(futimens(fd, t), 0);
+    close(fd);
+}
+
+START_TEST(test_prune_bounds) {
+    /* Kept files count whatever their pid (here a live one: ours is the
+     * parent's, the files name a running child). */
+    pid_t live = fork();
+    if (live == 0) {
+        pause();
+        _exit(0);
+    }
+    char old[64], mid[64], young[64], live_file[64];
+    kept_file(old, sizeof old, live, 1, 64 << 10, 7200);  /* past the time bound */
+    kept_file(mid, sizeof mid, live, 2, 64 << 10, 20);
+    kept_file(young, sizeof young, live, 3, 64 << 10, 10);
+    snprintf(live_file, sizeof live_file, "/dev/shm/framejit-%d-4.so", (int)live);
+    make_shm_file(live_file); /* 0600 of a live process: never touched */
+    /* Room for one 64 KiB file, not two: the older goes. */
+    cc_shm_prune(1, 3600, 100 << 10);
+    int old_gone = !file_exists(old), mid_gone = !file_exists(mid);
+    int young_kept = file_exists(young), live_kept = file_exists(live_file);
+    unlink(old);
+    unlink(mid);
+    unlink(young);
+    unlink(live_file);
+    kill(live, SIGKILL);
+    waitpid(live, NULL, 0);
+    ck_assert_msg(old_gone, "a file past keep_seconds was kept");
+    ck_assert_msg(mid_gone, "the older file over keep_bytes was kept");
+    ck_assert_msg(young_kept, "the newest file within the bounds was removed");
+    ck_assert_msg(live_kept, "a live process's file was removed");
+}
+END_TEST
+
 /* ---- how code gets into the arena ------------------------------------------
  * File arenas write small kernels through their RW view and kernels that
  * reach a page not mapped in that view yet (the first page is, from the
@@ -764,6 +859,8 @@ static Suite *suite(void) {
     tcase_add_test(t, test_arena_retire);
     tcase_add_test(t, test_stale_cleanup);
     tcase_add_test(t, test_exit_hook);
+    tcase_add_test(t, test_keep_after_exit);
+    tcase_add_test(t, test_prune_bounds);
     tcase_add_test(t, test_write_paths);
     tcase_add_test(t, test_rw_view_populated);
     tcase_add_test(t, test_fault_mmap);

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -112,12 +113,19 @@ static void child_deadline(void) {
     alarm(CHILD_ALARM_S);
 }
 
-/* Code files a process left in /dev/shm. */
+/* Live code files of a process in /dev/shm (files kept after a runtime
+ * was destroyed are read-only, 0400, and belong to nobody any more). */
 static size_t files_of(pid_t pid) {
     char pat[64];
     snprintf(pat, sizeof pat, "/dev/shm/framejit-%d-*", (int)pid);
     glob_t g;
-    size_t n = glob(pat, 0, NULL, &g) == 0 ? g.gl_pathc : 0;
+    size_t n = 0;
+    if (glob(pat, 0, NULL, &g) == 0) {
+        for (size_t i = 0; i < g.gl_pathc; i++) {
+            struct stat st;
+            if (stat(g.gl_pathv[i], &st) == 0 && (st.st_mode & 0777) != 0400) n++;
+        }
+    }
     globfree(&g);
     return n;
 }
