@@ -105,6 +105,7 @@ static const section sections[] = {
     {"profiling", bench_profiling},
     {"cache", bench_cache},
     {"reduce", bench_reduce},
+    {"stitch", bench_stitch},
 };
 
 int main(int argc, char **argv) {

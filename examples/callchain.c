@@ -1,15 +1,21 @@
-/* callchain.c: main -> outer -> inner -> a JIT relu kernel, in a loop, for
+/* callchain.c: main -> outer -> inner -> JIT kernels, in a loop, for
  * profilers to look at.
  *
- *     callchain [SECONDS]        (default 3)
+ *     callchain [SECONDS [THREADS]]        (default 3 seconds, 1 thread)
  *
  * Runs fj_eltwise_f32(FJ_ELT_RELU) on 16K floats on the calling thread
- * (threads = 1) until SECONDS have passed. Profile it with
+ * until SECONDS have passed. Profile it with
  *
  *     perf record -g -- ./callchain 2 && perf report --no-children
  *
  * and every sample in the kernel carries inner, outer and main: the kernel
  * has a frame-pointer frame, so perf's default unwinder walks through it.
+ *
+ * With more than one thread (THREADS, or FRAMEJIT_THREADS, which
+ * overrides it) each round also runs a 256^3 GEMM and a relu on 4 MiB,
+ * both split over framejit's worker threads. Their samples on the workers
+ * carry inner, outer and main too: the workers run under a frame record
+ * that continues into this thread's frames (see fj_origin in framejit.h).
  *
  * At the end it prints the number of calls on stdout, and on stderr one line
  * per kernel it finds in the process's JIT code mappings:
@@ -28,6 +34,21 @@
 #include <unistd.h>
 
 #define N_FLOATS (16 * 1024)
+#define N_LARGE (1024 * 1024) /* large enough for eltwise to go parallel */
+#define GEMM_N 256
+
+/* The parallel part of a round (NULL when running on one thread). */
+typedef struct par_work {
+    float *a, *b, *c, *large;
+} par_work;
+
+static fj_status parallel_round(fj_runtime *rt, par_work *w) {
+    fj_status s = fj_gemm_f32(rt, 'N', 'N', GEMM_N, GEMM_N, GEMM_N, 1.0f, w->a, GEMM_N, w->b,
+                              GEMM_N, 0.0f, w->c, GEMM_N);
+    if (s == FJ_OK)
+        s = fj_eltwise_f32(rt, FJ_ELT_RELU, 0.0f, 0.0f, w->large, w->large, N_LARGE);
+    return s;
+}
 
 static double now_sec(void) {
     struct timespec ts;
@@ -40,13 +61,14 @@ static double now_sec(void) {
  * result, so no call is a tail call (a tail call removes the caller from
  * every unwinder's view). */
 __attribute__((noinline, noclone)) static long inner(fj_runtime *rt, float *buf, size_t n,
-                                                     double seconds) {
+                                                     double seconds, par_work *w) {
     long calls = 0;
     double end = now_sec() + seconds;
     do {
         /* 64 calls per clock read: the clock is cheap, but not free. */
         for (int i = 0; i < 64; i++) {
             fj_status s = fj_eltwise_f32(rt, FJ_ELT_RELU, 0.0f, 0.0f, buf, buf, n);
+            if (s == FJ_OK && w && i % 8 == 0) s = parallel_round(rt, w);
             if (s != FJ_OK) {
                 fprintf(stderr, "callchain: fj_eltwise_f32: %s: %s\n", fj_status_str(s),
                         fj_last_error());
@@ -62,8 +84,8 @@ __attribute__((noinline, noclone)) static long inner(fj_runtime *rt, float *buf,
 }
 
 __attribute__((noinline, noclone)) static long outer(fj_runtime *rt, float *buf, size_t n,
-                                                     double seconds) {
-    long calls = inner(rt, buf, n, seconds);
+                                                     double seconds, par_work *w) {
+    long calls = inner(rt, buf, n, seconds, w);
     __asm__ volatile("" ::: "memory");
     return calls;
 }
@@ -108,14 +130,17 @@ static void print_kernels(void) {
 
 int main(int argc, char **argv) {
     double seconds = argc > 1 ? atof(argv[1]) : 3.0;
-    if (seconds <= 0) {
-        fprintf(stderr, "usage: %s [SECONDS]\n", argv[0]);
+    int threads = argc > 2 ? atoi(argv[2]) : 1;
+    if (seconds <= 0 || threads < 1) {
+        fprintf(stderr, "usage: %s [SECONDS [THREADS]]\n", argv[0]);
         return 2;
     }
+    const char *te = getenv("FRAMEJIT_THREADS");
+    int parallel = (te && *te ? atoi(te) : threads) != 1;
 
     fj_options opts;
     fj_options_init(&opts);
-    opts.threads = 1; /* all samples on this thread, under main's stack */
+    opts.threads = threads; /* 1: all samples on this thread, under main's stack */
     fj_runtime *rt;
     fj_status s = fj_runtime_create(&opts, &rt);
     if (s != FJ_OK) {
@@ -130,9 +155,27 @@ int main(int argc, char **argv) {
         return 1;
     }
     for (size_t i = 0; i < N_FLOATS; i++) buf[i] = (float)((int)(i % 17) - 8);
+    par_work work = {0}, *w = NULL;
+    if (parallel) {
+        size_t g = (size_t)GEMM_N * GEMM_N;
+        work.a = malloc(g * sizeof(float));
+        work.b = malloc(g * sizeof(float));
+        work.c = malloc(g * sizeof(float));
+        work.large = malloc(N_LARGE * sizeof(float));
+        if (!work.a || !work.b || !work.c || !work.large) {
+            fprintf(stderr, "callchain: out of memory\n");
+            return 1;
+        }
+        for (size_t i = 0; i < g; i++) {
+            work.a[i] = (float)(i % 7) * 0.25f;
+            work.b[i] = (float)(i % 5) * 0.5f;
+        }
+        for (size_t i = 0; i < N_LARGE; i++) work.large[i] = (float)((int)(i % 13) - 6);
+        w = &work;
+    }
 
     double t0 = now_sec();
-    long calls = outer(rt, buf, N_FLOATS, seconds);
+    long calls = outer(rt, buf, N_FLOATS, seconds, w);
     double dt = now_sec() - t0;
     __asm__ volatile("" ::: "memory");
     if (calls < 0) {
@@ -146,6 +189,10 @@ int main(int argc, char **argv) {
     fflush(stdout);
     print_kernels();
 
+    free(work.a);
+    free(work.b);
+    free(work.c);
+    free(work.large);
     free(buf);
     fj_runtime_destroy(rt);
     return 0;

@@ -45,6 +45,63 @@ typedef enum fj_isa {
     FJ_ISA_AVX512 = 2,    /* AVX-512 F/BW/DQ/VL, zmm0-31, k1-7 */
 } fj_isa;
 
+/* ---- stitching: work on other threads attributed to its caller -------
+ *
+ * A frame-pointer walk (perf record -g, eBPF ustack) from work that runs on
+ * a worker thread normally ends at the worker's thread start: the profile
+ * cannot tell who asked for the work. framejit's own workers run every
+ * chunk under a frame record that points at the submitting thread's frame
+ * in the framejit call, so samples on them read
+ *     kernel -> ... -> fj_worker_run -> <framejit entry> -> your caller -> ... -> main
+ * (the submitter's frames stay live: the call returns only after every
+ * worker that joined is done). fj_origin does the same for an embedder's
+ * own threads (OpenMP, TBB, a pthread pool):
+ *
+ *     fj_origin o;
+ *     fj_origin_capture(&o);           // this function's place in its stack
+ *     #pragma omp parallel
+ *     fj_origin_run(&o, work, &arg);   // work(&arg), stitched to o
+ *
+ * Rules:
+ * - The function that called fj_origin_capture must not return (nor
+ *   longjmp past its frame) before every fj_origin_run using that origin
+ *   has returned: the stitched walk reads its frames. It must keep a frame
+ *   pointer (-fno-omit-frame-pointer), like the callers above it, for the
+ *   walk to go on past it.
+ * - fj_origin_run(o, fn, arg) calls fn(arg) on the calling thread, any
+ *   thread, the capturing one included. Only frame-pointer walks follow the
+ *   stitch: DWARF unwinders (backtrace(), C++ exceptions, libunwind, gdb)
+ *   see fj_origin_run's real caller on the same thread, so an exception
+ *   thrown in fn propagates out of fj_origin_run to its caller. libgomp's
+ *   GOMP_parallel frame (which keeps data in rbp, breaking walks) is simply
+ *   stepped over.
+ * - Linux 6.17+'s deferred user unwinder accepts a step only if it goes up
+ *   in address. framejit's workers have stacks mapped below any stack a
+ *   caller's thread can get from the system, so their steps always do; for
+ *   fj_origin_run on your threads that holds when the capturing thread's
+ *   stack is above the running thread's (the main thread's always is above
+ *   threads created with default stacks), and cannot be guaranteed
+ *   otherwise. perf's classic walk (perf record -g) has no such limit.
+ * Both functions are async-signal-safe and cost a few instructions. */
+typedef struct fj_origin {
+    uintptr_t opaque_[4];
+} fj_origin;
+FJ_API void fj_origin_capture(fj_origin *o);
+FJ_API void fj_origin_run(const fj_origin *o, void (*fn)(void *arg), void *arg);
+
+/* An embedder's pool running framejit's parallel work (fj_options
+ * .parallel_for), as OpenBLAS's threads callback and oneDNN's threadpool
+ * interface do: framejit calls parallel_for(ctx, n, body, body_arg), which
+ * must call body(body_arg, i) exactly once for every i in [0, n), on any
+ * threads (the calling one included) and in any order, and return after
+ * all have returned. framejit splits the work into chunks for
+ * fj_options.threads threads (set it to the pool's size), and results do
+ * not depend on which threads run which chunks. Each chunk runs stitched
+ * to the framejit call that made it. parallel_for may be called from
+ * several threads at once (one call per framejit call in flight). */
+typedef void (*fj_parallel_body)(void *body_arg, int64_t i);
+typedef void (*fj_parallel_for_fn)(void *ctx, int64_t n, fj_parallel_body body, void *body_arg);
+
 typedef struct fj_options {
     int threads;          /* 0 = all online CPUs; FRAMEJIT_THREADS overrides */
     size_t cache_bytes;   /* code cache capacity in bytes; 0 = default
@@ -66,6 +123,10 @@ typedef struct fj_options {
     int huge_pages;       /* back code arenas with huge pages where the
                              system allows (FRAMEJIT_HUGEPAGES=1 as well);
                              FRAMEJIT_VERBOSE=1 says what it got */
+    fj_parallel_for_fn parallel_for; /* NULL: framejit's own pool; else the
+                             embedder's pool runs parallel work (see
+                             fj_parallel_for_fn) */
+    void *parallel_ctx;   /* parallel_for's first argument */
 } fj_options;
 
 typedef struct fj_runtime fj_runtime;

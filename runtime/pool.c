@@ -30,13 +30,30 @@
  * wakes late (an idle vCPU can take milliseconds to come back) finds the
  * job closed and goes back to waiting: the caller has run its chunks
  * instead of waiting for it. Chunks are the same whoever runs them, so
- * results are too. */
+ * results are too.
+ *
+ * Stitching (invariant 7): the caller captures its own frame (an origin
+ * record) before it publishes a job, and a worker runs its chunks through
+ * fj_worker_run (stitch_x86_64.S), whose frame record points at the
+ * caller's: a frame-pointer walk from a kernel on a worker goes on through
+ * fj_worker_run into the caller's frames up to main. The caller returns
+ * only after every worker that joined is done, so those frames are live.
+ * DWARF unwinders keep to the worker's own stack (the trampoline's CFI).
+ *
+ * Worker stacks are mapped low in the address space, below the main
+ * thread's stack and below every later mmap (where the stacks of threads
+ * created afterwards come from), so a stitched step goes up in address:
+ * Linux's deferred user unwinder rejects a step whose frame is not above
+ * the current one. */
 #include "runtime/pool.h"
 
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdio.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "runtime/rt.h"
 
@@ -61,11 +78,15 @@ enum { WORKER_NAP_MAX_NS = 1000 * 1000 };
 struct rt_pool {
     int nworkers;
     pthread_t *threads;
+    void *stacks;           /* the workers' stacks, one mapping */
+    size_t stacks_bytes;
     /* The current job, written by the caller before it publishes `job`
      * and left alone until every worker that joined it has finished. */
     rt_chunk_fn fn;
     void *ctx;
     int64_t nchunks;
+    fj_origin origin;       /* the caller's frame in rt_parallel */
+    int stitch;             /* run the workers' chunks under origin */
     /* Claimed chunks, on its own line: every claim writes it. */
     _Alignas(64) atomic_llong next;
     /* (generation << 16) | workers allowed to join: one word, so a worker
@@ -92,7 +113,10 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-static void run_chunks(rt_pool *p) {
+/* Called through fj_worker_run on workers (the second argument unused). */
+static void run_chunks(void *pv, int64_t unused) {
+    (void)unused;
+    rt_pool *p = pv;
     for (;;) {
         int64_t i = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed);
         if (i >= p->nchunks) break;
@@ -141,12 +165,6 @@ static uint64_t wait_job(rt_pool *p, uint64_t seen) {
     return j;
 }
 
-/* Test hook: workers that see a job wait until it is cleared (a worker
- * that wakes late, at will). */
-static atomic_int test_hold;
-
-void rt_pool_test_hold(int on) { atomic_store(&test_hold, on); }
-
 int rt_pool_test_sleepers(fj_runtime *rt) {
     pthread_mutex_lock(&rt->pool_lock);
     int n = rt->pool ? atomic_load(&rt->pool->sleepers) : -1;
@@ -188,8 +206,6 @@ static void *worker_main(void *arg) {
         uint64_t j = wait_job(p, seen);
         if (!j) break;
         seen = j;
-        if (atomic_load_explicit(&test_hold, memory_order_relaxed))
-            while (atomic_load(&test_hold) && !atomic_load(&p->stop)) sched_yield();
         if (wa.index >= (int)(j & 0xffff) || !join(p, j >> 16)) continue;
         /* On the caller's CPU (see Placement above): move off, at most
          * once a millisecond (a busy machine may keep putting it back). */
@@ -201,7 +217,8 @@ static void *worker_main(void *arg) {
                 rt_cpu_leave(cc);
             }
         }
-        run_chunks(p);
+        if (p->stitch) fj_worker_run(&p->origin, run_chunks, p, 0);
+        else run_chunks(p, 0);
         atomic_fetch_add_explicit(&p->finished, 1, memory_order_seq_cst);
         if (atomic_load_explicit(&p->caller_waits, memory_order_seq_cst)) {
             pthread_mutex_lock(&p->lock);
@@ -212,6 +229,31 @@ static void *worker_main(void *arg) {
     return NULL;
 }
 
+/* Where the workers' stacks go: the first free slot the kernel grants
+ * from 1 TiB up (each pool its own slot), else from 1 GiB up. 1 TiB is
+ * below a position-independent executable, its heap, the shared
+ * libraries, every mmap and the main thread's stack, and far above a fixed
+ * executable's heap; 1 GiB is the low application range that the
+ * sanitizers' shadow layouts leave free (they hold 1 TiB). Failing both, the
+ * kernel's choice: frame-pointer walks still cross to the caller, only the
+ * step is then not guaranteed to go up. */
+static const uintptr_t stack_bases[] = {(uintptr_t)1 << 40, (uintptr_t)1 << 30};
+enum { WORKER_STACK_BYTES = 4 << 20, STACK_SLOTS = 16 };
+
+static void *map_stacks(size_t bytes) {
+    const int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK;
+    size_t stride = (bytes + ((size_t)1 << 30) - 1) & ~(((size_t)1 << 30) - 1);
+    for (size_t b = 0; b < sizeof stack_bases / sizeof stack_bases[0]; b++)
+        for (size_t k = 0; k < STACK_SLOTS; k++) {
+            void *want = (void *)(stack_bases[b] + k * stride);
+            void *m = mmap(want, bytes, PROT_READ | PROT_WRITE, flags, -1, 0);
+            if (m == want) return m;
+            if (m != MAP_FAILED) munmap(m, bytes);
+        }
+    void *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, flags, -1, 0);
+    return m == MAP_FAILED ? NULL : m;
+}
+
 fj_status rt_pool_create(int workers, rt_pool **out) {
     rt_pool *p = fj_calloc(1, sizeof *p);
     if (workers > 0xffff) workers = 0xffff;
@@ -219,26 +261,49 @@ fj_status rt_pool_create(int workers, rt_pool **out) {
         fj_free(p);
         return fj_fail(FJ_ERR_NO_MEMORY, "thread pool: out of memory");
     }
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    p->stacks_bytes = (size_t)workers * WORKER_STACK_BYTES;
+    p->stacks = workers ? map_stacks(p->stacks_bytes) : NULL;
+    if (workers && !p->stacks) {
+        fj_free(p->threads);
+        fj_free(p);
+        return fj_fail(FJ_ERR_OS, "thread pool: cannot map %zu bytes of worker stacks",
+                       (size_t)workers * WORKER_STACK_BYTES);
+    }
+    p->stitch = 1;
     pthread_mutex_init(&p->lock, NULL);
     pthread_cond_init(&p->wake, NULL);
     pthread_cond_init(&p->done, NULL);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
     for (int i = 0; i < workers; i++) {
+        /* Each stack's lowest page is its guard. */
+        char *lo = (char *)p->stacks + (size_t)i * WORKER_STACK_BYTES;
+        mprotect(lo, page, PROT_NONE);
+        pthread_attr_setstack(&attr, lo + page, WORKER_STACK_BYTES - page);
         worker_arg *wa = fj_malloc(sizeof *wa);
         if (wa) *wa = (worker_arg){p, i};
-        if (!wa || pthread_create(&p->threads[i], NULL, worker_main, wa) != 0) {
+        if (!wa || pthread_create(&p->threads[i], &attr, worker_main, wa) != 0) {
             fj_free(wa);
+            pthread_attr_destroy(&attr);
             p->nworkers = i;
             rt_pool_destroy(p);
             return fj_fail(FJ_ERR_OS, "thread pool: cannot start worker %d", i);
         }
         p->nworkers = i + 1;
+        /* Named by the creator: the name is there when the pool is. */
+        char name[16];
+        snprintf(name, sizeof name, "fj-worker-%hu", (unsigned short)(i + 1));
+        pthread_setname_np(p->threads[i], name);
     }
+    pthread_attr_destroy(&attr);
     *out = p;
     return FJ_OK;
 }
 
 void rt_pool_forget(rt_pool *p) {
     if (!p) return;
+    if (p->stacks) munmap(p->stacks, p->stacks_bytes);
     fj_free(p->threads);
     fj_free(p);
 }
@@ -253,16 +318,43 @@ void rt_pool_destroy(rt_pool *p) {
     pthread_mutex_destroy(&p->lock);
     pthread_cond_destroy(&p->wake);
     pthread_cond_destroy(&p->done);
+    if (p->stacks) munmap(p->stacks, p->stacks_bytes);
     fj_free(p->threads);
     fj_free(p);
 }
 
 int rt_threads(const fj_runtime *rt) { return rt->opts.threads; }
 
-void rt_parallel(fj_runtime *rt, int64_t nchunks, int nthreads, rt_chunk_fn fn, void *ctx) {
+void rt_set_stitch(fj_runtime *rt, int on) { rt->no_stitch = !on; }
+
+/* The embedder's pool runs the chunks (fj_options.parallel_for): each one
+ * under the caller's origin, wherever it runs. */
+typedef struct ext_job {
+    rt_chunk_fn fn;
+    void *ctx;
+    int stitch;
+    fj_origin origin;
+} ext_job;
+
+static void ext_body(void *arg, int64_t i) {
+    const ext_job *j = arg;
+    if (j->stitch) fj_worker_run(&j->origin, j->fn, j->ctx, i);
+    else j->fn(j->ctx, i);
+}
+
+/* noinline: its frame is the one the workers' stitch records point at. */
+__attribute__((noinline)) void rt_parallel(fj_runtime *rt, int64_t nchunks, int nthreads,
+                                           rt_chunk_fn fn, void *ctx) {
     if (nchunks <= 0) return;
     if (nthreads > rt->opts.threads) nthreads = rt->opts.threads;
     if (nthreads > nchunks) nthreads = (int)nchunks;
+    if (nthreads > 1 && rt->opts.parallel_for) {
+        ext_job j = {fn, ctx, !rt->no_stitch, {{0}}};
+        rt_origin_capture(&j.origin);
+        rt->opts.parallel_for(rt->opts.parallel_ctx, nchunks, ext_body, &j);
+        __asm__ volatile("" ::: "memory"); /* no tail call: j lives in this frame */
+        return;
+    }
     rt_pool *p = NULL;
     if (nthreads > 1) {
         pthread_mutex_lock(&rt->pool_lock);
@@ -283,6 +375,8 @@ void rt_parallel(fj_runtime *rt, int64_t nchunks, int nthreads, rt_chunk_fn fn, 
     p->fn = fn;
     p->ctx = ctx;
     p->nchunks = nchunks;
+    p->stitch = !rt->no_stitch;
+    rt_origin_capture(&p->origin);
     atomic_store_explicit(&p->caller_cpu, sched_getcpu(), memory_order_relaxed);
     atomic_store_explicit(&p->finished, 0, memory_order_relaxed);
     /* Chunk 0 is the caller's before anyone can claim: spinning workers
@@ -303,7 +397,7 @@ void rt_parallel(fj_runtime *rt, int64_t nchunks, int nthreads, rt_chunk_fn fn, 
         pthread_mutex_unlock(&p->lock);
     }
     fn(ctx, 0); /* the caller's share, from the caller's own frame */
-    run_chunks(p);
+    run_chunks(p, 0);
     /* Every chunk is claimed: close the job, then wait for the workers that
      * joined it (their chunks may still be running). */
     int joined = (int)(atomic_fetch_and_explicit(&p->entry, ~ENTRY_OPEN, memory_order_acq_rel) &

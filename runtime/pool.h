@@ -29,9 +29,17 @@ FJ_INTERNAL void rt_pool_forget(rt_pool *p);
  * (narrows the mask, then restores it: the thread stays where it landed).
  * Returns 1 if it narrowed the mask. */
 FJ_INTERNAL int rt_cpu_leave(int cpu);
-/* Test hook (not API): while on, workers that see a new job wait before
- * joining it, as a worker on a vCPU that is slow to wake would. */
-FJ_INTERNAL void rt_pool_test_hold(int on);
+/* Stitching (stitch_x86_64.S): rt_origin_capture is fj_origin_capture
+ * under the library's own name; fj_worker_run(o, fn, ctx, i) runs
+ * fn(ctx, i) on a frame record that continues into o's frames (the name
+ * is what profiles show for the worker's side). rt_stitch_end marks the
+ * end of the trampolines' code, for tests. */
+FJ_INTERNAL void rt_origin_capture(fj_origin *o);
+FJ_INTERNAL void fj_worker_run(const fj_origin *o, rt_chunk_fn fn, void *ctx, int64_t i);
+FJ_INTERNAL extern const char rt_stitch_end[];
+/* Measurement only (bench): turns the stitch off (0) or on for rt's
+ * parallel work; on by default. Not while rt runs parallel work. */
+FJ_INTERNAL void rt_set_stitch(fj_runtime *rt, int on);
 /* Test hook: how many of rt's workers sleep on the condvar (-1: no pool). */
 FJ_INTERNAL int rt_pool_test_sleepers(fj_runtime *rt);
 

@@ -57,6 +57,7 @@ struct fj_runtime {
     /* Thread pool, created on first parallel call (pool.c). */
     pthread_mutex_t pool_lock;
     rt_pool *pool;
+    int no_stitch;           /* rt_set_stitch(rt, 0): measurement only */
 };
 
 /* Frees a kernel: unpublishes its code. Its unwind info stays registered

@@ -4,6 +4,9 @@
 # 1. perf: runs examples/callchain (main -> outer -> inner -> JIT relu kernel)
 #    under `perf record -g` and prints how many samples landed in JIT
 #    kernels, how many of those unwound to main, and the top call paths;
+#    then again with two threads (GEMM and a large relu split over a
+#    framejit worker), with the share of JIT samples reaching main on
+#    every thread;
 # 2. gdb: the stack of a faulting kernel (examples/crash) as gdb shows it;
 # 3. libunwind and backtrace(): the same stack from a SIGSEGV handler.
 # Called by `scripts/dev demo`, which builds first.
@@ -82,6 +85,28 @@ if why="$(perf_usable)"; then
     perf report -i "$TMP/perf.data" --stdio --no-children -g caller --percent-limit 2 \
         --sort dso,sym --comm callchain 2>/dev/null |
         grep -v '^#' | sed '/^$/N;/^\n$/D' | head -24
+
+    banner "FRAMEJIT_THREADS=2 perf record -g -- callchain $SECONDS_RUN (a worker thread too)"
+    FRAMEJIT_THREADS=2 perf record -g -o "$TMP/perf2.data" -- "$CALLCHAIN" "$SECONDS_RUN" \
+        >"$TMP/cc2.out" 2>"$TMP/cc2.err" || { cat "$TMP/cc2.err"; exit 1; }
+    cat "$TMP/cc2.out"
+    pid="$(sed -n 's/^callchain: pid \([0-9]*\):.*/\1/p' "$TMP/cc2.out")"
+    perf script -i "$TMP/perf2.data" -F pid,tid,ip,sym,dso 2>/dev/null >"$TMP/perf2.script"
+    res="$(analyze_perf_script "$TMP/cc2.err" "$pid" bytid <"$TMP/perf2.script")"
+    line="$(head -1 <<<"$res")"
+    jit="${line#*jit=}"; jit="${jit%% *}"
+    ok="${line#*ok=}"; ok="${ok%% *}"
+    echo
+    echo "JIT samples, all threads:    $jit, $ok reach main ($(awk -v a="$ok" -v b="$jit" 'BEGIN { printf "%.1f%%", b ? 100 * a / b : 0 }'), through inner and outer)"
+    tail -n +2 <<<"$res" | while read -r t tj to; do
+        t="${t#tid=}"; tj="${tj#jit=}"; to="${to#ok=}"
+        name="$(if [[ "$t" == "$pid" ]]; then echo "callchain (main)"; else echo "worker"; fi)"
+        printf '  thread %-8s %-17s %6d JIT samples, %6d reach main (%s)\n' "$t" "$name" "$tj" "$to" \
+            "$(awk -v a="$to" -v b="$tj" 'BEGIN { printf "%.1f%%", b ? 100 * a / b : 0 }')"
+    done
+    echo "a worker's sample, leaf first:"
+    awk 'BEGIN { RS = "" } /fj_worker_run/ { print; exit }' "$TMP/perf2.script" |
+        tail -n +2 | awk '{ $1 = ""; print "   " $0 }' | head -14
 else
     echo "perf cannot record here: $why"
     echo "(perf needs perf_event_open: run as root, or lower"

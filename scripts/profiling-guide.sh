@@ -63,6 +63,28 @@ if ((PERF_OK)); then
             --sort sym --percent-limit 5 2>/dev/null | trim_report | head -16
     } | clean)"
 
+    # ---- worker threads: stitched to the caller --------------------------------
+    bg_callchain 5 FRAMEJIT_THREADS=2
+    perf record -a -g -o "$TMP/thr.data" -- sleep 2 2>&1 | clean >"$TMP/thr.rec"
+    wait "$BG"
+    OUT[perf-threads]="$( {
+        echo "\$ FRAMEJIT_THREADS=2 build/examples/callchain 5 &"
+        echo "\$ perf record -a -g -- sleep 2"
+        cat "$TMP/thr.rec"
+        echo "\$ perf report --stdio --no-children --sort comm,pid --comm callchain,fj-worker-1 -g none"
+        perf report -i "$TMP/thr.data" --stdio --no-children --sort comm,pid \
+            --comm callchain,fj-worker-1 -g none 2>/dev/null | trim_report | sed -n '1,4p'
+        echo "\$ perf script -F tid,ip,sym,dso --comm fj-worker-1   # a sample in a kernel on the worker"
+        perf script -i "$TMP/thr.data" -F tid,ip,sym,dso --comm fj-worker-1 2>/dev/null |
+            awk 'BEGIN { RS = "" } /framejit-/ && /fj_worker_run/ && !done { print; done = 1 }'
+        perf script -i "$TMP/thr.data" -F pid,tid,ip,sym,dso --pid "$BG" 2>/dev/null >"$TMP/thr.script"
+        grep '^callchain: kernel' "$TMP/bg.err" >"$TMP/thr.kernels" || true
+        analyze_perf_script "$TMP/thr.kernels" "$BG" bytid <"$TMP/thr.script" | tail -n +2 |
+            while read -r t tj to; do
+                echo "thread ${t#tid=}$([[ "${t#tid=}" == "$BG" ]] && echo ' (main)'): ${tj#jit=} JIT samples, ${to#ok=} with inner, outer and main in their chain"
+            done
+    } | clean)"
+
     # ---- DWARF call graphs -----------------------------------------------------------
     bg_callchain 4
     perf record --call-graph dwarf -p "$BG" -o "$TMP/dw.data" -- sleep 1 >/dev/null 2>&1
@@ -99,7 +121,7 @@ if ((PERF_OK)); then
         ls "$TMP"/jd/.debug/jit/*/ | sed 's/-[0-9]*\(\.dump\|-[0-9]*\.so\)$/-PID\1/' | sort -u
     } | clean)"
 else
-    for k in perf-system perf-caller perf-dwarf perf-exit perf-jitdump; do
+    for k in perf-system perf-caller perf-threads perf-dwarf perf-exit perf-jitdump; do
         OUT[$k]="(perf cannot record on the machine that generated this: $why)"
     done
 fi
@@ -135,7 +157,8 @@ OUT[verbose]="$( {
     echo "\$ FRAMEJIT_VERBOSE=1 build/examples/callchain 0.1"
     FRAMEJIT_VERBOSE=1 "$CALLCHAIN" 0.1 2>&1 | grep '^framejit:'
     echo "\$ FRAMEJIT_VERBOSE=2 build/examples/callchain 0.1 2>&1 | grep -E 'image|exec,' | head -4"
-    FRAMEJIT_VERBOSE=2 "$CALLCHAIN" 0.1 2>&1 | grep -E 'image|exec,' | head -4
+    # sed, not head: an early close would end the pipeline with SIGPIPE.
+    FRAMEJIT_VERBOSE=2 "$CALLCHAIN" 0.1 2>&1 | grep -E 'image|exec,' | sed -n '1,4p'
 } | clean)"
 mkdir -p "$TMP/dump"
 FRAMEJIT_DUMP="$TMP/dump" "$CALLCHAIN" 0.1 >/dev/null 2>&1

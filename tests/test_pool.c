@@ -1,14 +1,18 @@
 /* test_pool.c: Check suite for the runtime's thread pool (runtime/pool.c):
  * every chunk runs exactly once, the caller always runs a share, a worker
  * that comes late never holds the caller up, an idle worker naps (not in
- * the condvar) for a while before it sleeps, and a thread moves off a CPU
- * when its mask allows. */
+ * the condvar) for a while before it sleeps, a thread moves off a CPU
+ * when its mask allows, and workers are named fj-worker-N. */
 #include <check.h>
+#include <dirent.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -80,6 +84,71 @@ START_TEST(every_chunk_once) {
 }
 END_TEST
 
+/* Holding workers back from outside the pool (the pool has no test hook
+ * on its hot path): a signal whose handler waits until released stops a
+ * worker wherever it is between jobs, as a vCPU that is slow to wake
+ * would. Workers are found by name (fj-worker-N). */
+static atomic_int hold_on, held;
+
+static void hold_handler(int sig) {
+    (void)sig;
+    atomic_fetch_add(&held, 1);
+    struct timespec t = {0, 100000};
+    while (atomic_load(&hold_on)) nanosleep(&t, NULL);
+    atomic_fetch_sub(&held, 1);
+}
+
+/* Thread ids of the process's threads named prefix*, up to max. */
+static int tids_named(const char *prefix, pid_t *out, int max) {
+    DIR *d = opendir("/proc/self/task");
+    if (!d) return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < max) {
+        if (e->d_name[0] == '.') continue;
+        char path[300], comm[32] = {0};
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        if (fgets(comm, sizeof comm, f) && !strncmp(comm, prefix, strlen(prefix)))
+            out[n++] = (pid_t)atoi(e->d_name);
+        fclose(f);
+    }
+    closedir(d);
+    return n;
+}
+
+static void hold_workers(int on) {
+    if (!on) {
+        atomic_store(&hold_on, 0);
+        return;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = hold_handler;
+    sigemptyset(&sa.sa_mask);
+    ck_assert_int_eq(sigaction(SIGUSR1, &sa, NULL), 0);
+    pid_t tids[64];
+    int n = tids_named("fj-worker-", tids, 64);
+    ck_assert_int_gt(n, 0);
+    atomic_store(&hold_on, 1);
+    for (int i = 0; i < n; i++) syscall(SYS_tgkill, getpid(), tids[i], SIGUSR1);
+    for (int ms = 0; ms < 10000 && atomic_load(&held) < n; ms++) usleep(1000);
+    ck_assert_int_eq(atomic_load(&held), n);
+}
+
+START_TEST(workers_named) {
+    fj_runtime *rt = fjt_runtime(FJ_ISA_AVX2, 3);
+    job j = {.spin_ns = 0};
+    run(rt, &j, 8, 3);
+    pid_t tids[8];
+    ck_assert_int_eq(tids_named("fj-worker-", tids, 8), 2);
+    ck_assert_int_eq(tids_named("fj-worker-1\n", tids, 8), 1);
+    ck_assert_int_eq(tids_named("fj-worker-2\n", tids, 8), 1);
+    fj_runtime_destroy(rt);
+}
+END_TEST
+
 /* With the workers held back (as if their vCPU took milliseconds to wake),
  * the caller runs every chunk and returns: it must not wait for a worker
  * that never joined. Before the join protocol it waited until the worker
@@ -104,12 +173,12 @@ START_TEST(late_worker_does_not_stall) {
     late_ctx *c = calloc(1, sizeof *c);
     ck_assert_ptr_nonnull(c);
     c->rt = rt;
-    rt_pool_test_hold(1);
+    hold_workers(1);
     pthread_t t;
     ck_assert_int_eq(pthread_create(&t, NULL, late_caller, c), 0);
     for (int ms = 0; ms < 10000 && !atomic_load(&c->done); ms++) usleep(1000);
     int done = atomic_load(&c->done);
-    rt_pool_test_hold(0); /* lets a stalled caller finish, so the test ends */
+    hold_workers(0); /* lets a stalled caller finish, so the test ends */
     pthread_join(t, NULL);
     ck_assert_msg(done, "20 jobs with the worker held back did not finish in 10 s");
     /* All of the last job ran on the caller. */
@@ -204,6 +273,7 @@ static Suite *suite(void) {
     TCase *tc = tcase_create("pool");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, every_chunk_once);
+    tcase_add_test(tc, workers_named);
     tcase_add_test(tc, late_worker_does_not_stall);
     tcase_add_test(tc, idle_worker_naps_then_sleeps);
     tcase_add_test(tc, cpu_leave);

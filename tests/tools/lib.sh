@@ -70,10 +70,12 @@ perf_usable() {
 # in that order (leaf first). A JIT sample is "named" when perf gave its leaf
 # a symbol (from the arena file's .symtab), and "kname" when that symbol is
 # one of the kernel names callchain printed. Prints
-# "jit=N ok=M named=K total=T kname=L".
+# "jit=N ok=M named=K total=T kname=L"; with a third argument "bytid" (and
+# `perf script -F pid,tid,...` input) also one "tid=T jit=N ok=M" line per
+# thread that had JIT samples, after it.
 analyze_perf_script() {
-    local kernels="$1" pid="$2"
-    awk -v pid="$pid" -v kfile="$kernels" '
+    local kernels="$1" pid="$2" bytid="${3:-}"
+    awk -v pid="$pid" -v kfile="$kernels" -v bytid="$bytid" '
     function pad(h) { h = tolower(h); sub(/^0x/, "", h); while (length(h) < 16) h = "0" h; return h }
     function base(s) { sub(/\+0x[0-9a-f]+$/, "", s); sub(/\..*$/, "", s); return s }
     BEGIN {
@@ -93,7 +95,8 @@ analyze_perf_script() {
         total++
         if (!isjit) return
         jit++
-        if (stage == 3) ok++
+        tjit[mytid]++
+        if (stage == 3) { ok++; tok[mytid]++ }
         if (leafnamed) named++
         if (leafk) knamed++
     }
@@ -103,6 +106,7 @@ analyze_perf_script() {
         finish()
         insample = 1; leafseen = 0; isjit = 0; leafnamed = 0; leafk = 0; stage = 0
         h = $1; sub(/\/.*/, "", h); mypid = h
+        mytid = $1; sub(/^[0-9]+\//, "", mytid)
         next
     }
     insample {
@@ -131,6 +135,9 @@ analyze_perf_script() {
         else if (stage == 1 && s == "outer") stage = 2
         else if (stage == 2 && s == "main") stage = 3
     }
-    END { finish(); printf "jit=%d ok=%d named=%d total=%d kname=%d\n", jit, ok, named, total, knamed }
+    END {
+        finish(); printf "jit=%d ok=%d named=%d total=%d kname=%d\n", jit, ok, named, total, knamed
+        if (bytid != "") for (t in tjit) printf "tid=%s jit=%d ok=%d\n", t, tjit[t], tok[t] + 0
+    }
     '
 }
