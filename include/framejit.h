@@ -66,7 +66,18 @@ typedef struct fj_options {
     int huge_pages;       /* back code arenas with huge pages where the
                              system allows (FRAMEJIT_HUGEPAGES=1 as well);
                              FRAMEJIT_VERBOSE=1 says what it got */
+    unsigned cpu_disable; /* FJ_CPU_NO_* bits: instruction families the
+                             generators must not use even where the CPU has
+                             them (to test the fallbacks); FRAMEJIT_CPU_DISABLE
+                             =vnni,bf16 adds to them */
 } fj_options;
+
+/* fj_options.cpu_disable bits. */
+enum {
+    FJ_CPU_NO_VNNI = 1,   /* no vpdpbusd (AVX512_VNNI, AVX-VNNI): int8 GEMM uses
+                             vpmaddubsw + vpmaddwd */
+    FJ_CPU_NO_BF16 = 2,   /* no vdpbf16ps (AVX512_BF16): bf16 is widened to f32 */
+};
 
 typedef struct fj_runtime fj_runtime;
 
