@@ -196,6 +196,43 @@ FJ_API fj_status fj_gemm_f64_create(fj_runtime *rt, const fj_gemm_f64_desc *d, f
 FJ_API fj_status fj_gemm_f64_execute(const fj_gemm *g, const double *a, const double *b,
                                      const double *bias, double *c);
 
+/* ---- low-precision GEMM (int8, bf16) ------------------------------------ */
+
+/* Integer GEMM with dnnl_gemm_u8s8s32's semantics (row-major): op(A) is
+ * m x k u8 (s8 for fj_gemm_s8s8s32), op(B) k x n s8, C m x n int32;
+ * offsetc 'F' (co[0] for all of C), 'C' (co[i] per row: oneDNN's column
+ * vector) or 'R' (co[j] per column: its row vector), upper or lower case.
+ *   acc = sum_k (op(A)(i,k) - ao) * (op(B)(k,j) - bo)        int32, mod 2^32
+ *   alpha == 1, beta 0 or 1: C = acc + beta*C + co              mod 2^32
+ *   otherwise: C = sat(round(alpha*acc + beta*C)) + co (the last add mod 2^32)
+ * with alpha*acc + beta*C in double, round half away from zero and sat
+ * clamping to int32 (as oneDNN 2.6). beta == 0 never reads C. The result
+ * is exact on every ISA path but one: without a dot-product instruction
+ * (AVX-512 or AVX2 without VNNI, or FJ_CPU_NO_VNNI) the products are
+ * summed in pairs of consecutive k (k = 2p, 2p+1) into int16 with
+ * saturation (vpmaddubsw), so an element differs from the exact result
+ * exactly when some pair has x(i,2p)*op(B)(2p,j) + x(i,2p+1)*op(B)(2p+1,j)
+ * outside [-32768, 32767], with x = op(A) (u8s8) or op(A) + 128 (s8s8):
+ * never with A < 128 (u8s8), or with |B| <= 64. C may share no memory with
+ * A, B or co. Sizes and leading dimensions as fj_gemm_f32. */
+FJ_API fj_status fj_gemm_u8s8s32(fj_runtime *rt, char transa, char transb, char offsetc,
+                                 int64_t m, int64_t n, int64_t k, float alpha, const uint8_t *a,
+                                 int64_t lda, uint8_t ao, const int8_t *b, int64_t ldb, int8_t bo,
+                                 float beta, int32_t *c, int64_t ldc, const int32_t *co);
+FJ_API fj_status fj_gemm_s8s8s32(fj_runtime *rt, char transa, char transb, char offsetc,
+                                 int64_t m, int64_t n, int64_t k, float alpha, const int8_t *a,
+                                 int64_t lda, int8_t ao, const int8_t *b, int64_t ldb, int8_t bo,
+                                 float beta, int32_t *c, int64_t ldc, const int32_t *co);
+/* C = alpha * op(A) * op(B) + beta * C with A and B bf16 (the upper 16 bits
+ * of an IEEE float, stored as uint16_t) and C f32, row-major. Products are
+ * exact in f32 and summed in f32 (in pairs of consecutive k, then along k);
+ * with AVX512_BF16 (vdpbf16ps) denormal inputs and products count as zero.
+ * beta == 0 never reads C. */
+FJ_API fj_status fj_gemm_bf16bf16f32(fj_runtime *rt, char transa, char transb, int64_t m,
+                                     int64_t n, int64_t k, float alpha, const uint16_t *a,
+                                     int64_t lda, const uint16_t *b, int64_t ldb, float beta,
+                                     float *c, int64_t ldc);
+
 /* ---- reductions and softmax ------------------------------------------- */
 
 typedef enum fj_reduce_op {

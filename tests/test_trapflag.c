@@ -313,6 +313,81 @@ START_TEST(chain_check_rejects) {
 }
 END_TEST
 
+/* ---- int8 and bf16 GEMM kernels --------------------------------------------- */
+
+typedef struct lowp_arg {
+    fj_runtime *rt;
+    int bf16;
+    const void *a, *b;
+    void *c;
+    fj_status s;
+} lowp_arg;
+
+enum { LM = 19, LN = 21, LK = 9 };
+
+static void lowp_body(void *p) {
+    lowp_arg *g = p;
+    static const int32_t co[LN];
+    if (g->bf16)
+        g->s = fj_gemm_bf16bf16f32(g->rt, 'N', 'N', LM, LN, LK, 1.0f, g->a, LK, g->b, LN, 0.0f,
+                                   g->c, LN);
+    else
+        g->s = fj_gemm_u8s8s32(g->rt, 'N', 'N', 'R', LM, LN, LK, 1.0f, g->a, LK, 1, g->b, LN, 0,
+                               0.0f, g->c, LN, co);
+    __asm__ volatile("" ::: "memory");
+}
+
+/* Loop index: bit 0 ISA, bit 1 without the dot-product instructions, bit 2 bf16. */
+START_TEST(lowp_every_instruction) {
+    fj_options o;
+    fj_options_init(&o);
+    o.isa = (_i & 1) ? FJ_ISA_AVX2 : FJ_ISA_AVX512;
+    o.threads = 1;
+    o.cpu_disable = (_i & 2) ? FJ_CPU_NO_VNNI | FJ_CPU_NO_BF16 : 0;
+    int bf16 = _i >> 2 & 1;
+    fj_runtime *rt = NULL;
+    if (fj_runtime_create(&o, &rt) != FJ_OK) {
+        printf("lowp %d: skipped: %s\n", _i, fj_last_error());
+        return;
+    }
+    static uint16_t a[LM * LK], b[LK * LN];
+    static float c[LM * LN];
+    for (int i = 0; i < LM * LK; i++) a[i] = bf16 ? 0x3f80 + (uint16_t)(i % 3 << 7) /* 1, 2, 4 */ : (uint16_t)(i % 7);
+    for (int i = 0; i < LK * LN; i++) b[i] = bf16 ? 0x4000 : (uint16_t)(i % 5);
+    memset(c, 0, sizeof c);
+    /* int8: A and B as bytes (the first LM*LK / LK*LN bytes of the arrays) */
+    if (!bf16) {
+        uint8_t *a8 = (uint8_t *)a, *b8 = (uint8_t *)b;
+        for (int i = 0; i < LM * LK; i++) a8[i] = (uint8_t)(i % 7);
+        for (int i = 0; i < LK * LN; i++) b8[i] = (uint8_t)(i % 5);
+    }
+    lowp_arg g = {rt, bf16, a, b, c, FJ_ERR_INVALID_ARG};
+    fjt_trace_opts to = {.root = (const void *)main};
+    fjt_trace_result *r = malloc(sizeof *r);
+    ck_assert_ptr_nonnull(r);
+    char what[96];
+    snprintf(what, sizeof what, "lowp %s isa=%d disable=%u", bf16 ? "bf16" : "u8s8",
+             (int)o.isa, o.cpu_disable);
+    int ok = fjt_trace_kernel(lowp_body, &g, &to, r);
+    ck_assert_msg(g.s == FJ_OK, "%s: %s", what, fj_last_error());
+    assert_trace(what, ok, r);
+    ck_assert_msg(r->first_name && strstr(r->first_name, bf16 ? "fj_gemm_bf16bf16f32_"
+                                                             : "fj_gemm_u8s8s32_"),
+                  "%s: traced %s", what, r->first_name ? r->first_name : "?");
+    for (int i = 0; i < LM; i++)
+        for (int j = 0; j < LN; j++) {
+            double want = 0;
+            for (int p = 0; p < LK; p++)
+                want += bf16 ? (double)(1 << (i * LK + p) % 3) * 2.0
+                             : (double)((i * LK + p) % 7 - 1) * (double)((p * LN + j) % 5);
+            double got = bf16 ? c[i * LN + j] : ((int32_t *)c)[i * LN + j];
+            ck_assert_msg(got == want, "%s: C(%d,%d) = %g, want %g", what, i, j, got, want);
+        }
+    free(r);
+    fj_runtime_destroy(rt);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("trapflag");
     TCase *t = tcase_create("every_instruction");
@@ -320,6 +395,7 @@ static Suite *suite(void) {
     tcase_add_loop_test(t, relu_every_instruction, 0, (int)(4 * NRELU));
     tcase_add_loop_test(t, csr_kernel_every_instruction, 0, 4);
     tcase_add_loop_test(t, gemm_every_instruction, 0, 8);
+    tcase_add_loop_test(t, lowp_every_instruction, 0, 8);
     tcase_add_loop_test(t, loop_kernel_every_instruction, 0, 2);
     tcase_add_test(t, chain_check_rejects);
     suite_add_tcase(s, t);

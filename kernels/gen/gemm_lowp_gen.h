@@ -1,0 +1,64 @@
+/* gemm_lowp_gen.h: generator of int8 (u8 x s8 -> s32) and bf16 (bf16 x bf16 -> f32) GEMM kernels. */
+#ifndef FJ_KG_GEMM_LOWP_H
+#define FJ_KG_GEMM_LOWP_H
+
+#include <stdint.h>
+#include "base/base.h"
+
+/* Input types of a low-precision kernel. */
+enum {
+    KG_LP_U8S8 = 1,  /* A u8, B s8, int32 accumulators (s8 A arrives shifted by +128) */
+    KG_LP_BF16,      /* A and B bf16, f32 accumulators */
+};
+
+/* Everything that changes the generated code; also the kernel cache key
+ * (only 32-bit fields: no padding). */
+typedef struct kg_lowp_cfg {
+    int32_t tag;   /* KG_LOWP_TAG */
+    int32_t isa;   /* fj_isa */
+    int32_t dt;    /* KG_LP_* */
+    int32_t dot;   /* 1: vpdpbusd / vdpbf16ps; 0: the fallback sequence
+                      (vpmaddubsw + vpmaddwd; bf16 widened to f32 + FMA) */
+    int32_t mr, nv;
+    int32_t add;   /* int8: C += result (else C = result); bf16: beta != 0 (C is read) */
+} kg_lowp_cfg;
+
+#define KG_LOWP_TAG 0x4c4f5731 /* "LOW1" */
+
+/* A k group is the 4 bytes one dword lane of the dot instruction takes:
+ * 4 int8 or 2 bf16 values of consecutive k. Packed layouts:
+ *   A tile:  for each k group g, mr rows: a + (g*mr + i)*4
+ *   B panel: for each k group g, nv*lanes columns: b + (g*nv*lanes + j)*4
+ * both zero-padded (rows, columns and k). For each of ntiles row tiles the
+ * kernel computes acc = A_tile * B_panel over kq groups, then
+ *   int8: r = acc + colterm[j] + rowterm[i]; C = r (add: C += r), mod 2^32
+ *   bf16: C = alpha*acc (add: + beta*C)
+ * storing rows < last_rows of the last tile and the lanes of kmask / ymask.
+ * Offsets are read by the generated code (offsetof). */
+typedef struct kg_lowp_args {
+    const void *a;           /* first row tile of packed A */
+    const void *b;           /* packed B panel */
+    void *c;                 /* C(0, j0) of the first tile (int32 or f32) */
+    const int32_t *colterm;  /* int8: nv*lanes terms of the panel's columns */
+    const int32_t *rowterm;  /* int8: mr terms per tile, from the first tile's */
+    int64_t kq;              /* k groups, >= 1 */
+    int64_t ntiles;          /* >= 1 */
+    int64_t last_rows;       /* 1..mr */
+    int64_t a_tile, c_tile;  /* bytes between row tiles */
+    int64_t ldc;             /* bytes */
+    float alpha, beta;       /* bf16 */
+    uint32_t kmask[4];       /* AVX-512: lanes of vector v to store */
+    int32_t ymask[4][8];     /* AVX2: the same as -1/0 lane masks */
+} kg_lowp_args;
+
+typedef void (*kg_lowp_fn)(const kg_lowp_args *args);
+enum { KG_LOWP_NARGS = 1 };
+
+/* 0 if cfg can be generated, else FJ_ERR_INVALID_ARG with a message. */
+FJ_INTERNAL fj_status kg_lowp_check(const kg_lowp_cfg *cfg);
+/* Emits the kernel for cfg (an rt_gen_fn: ctx is the cfg). */
+FJ_INTERNAL void kg_lowp(fj_builder *b, const void *cfg);
+/* "fj_gemm_u8s8s32_8x48_vnni_avx512" ("_add"), "fj_gemm_bf16_..." into buf. */
+FJ_INTERNAL void kg_lowp_name(const kg_lowp_cfg *cfg, char *buf, size_t n);
+
+#endif
