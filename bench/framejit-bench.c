@@ -100,6 +100,7 @@ static const section sections[] = {
     {"encode", bench_encode},
     {"peak", bench_peak},
     {"gemm", bench_gemm},
+    {"lowp", bench_lowp},
     {"unwind", bench_unwind},
     {"profiling", bench_profiling},
     {"cache", bench_cache},

@@ -90,6 +90,31 @@ static void pack_a_tile(void *ctx, int64_t t) {
     for (int i = 0; i < mr; i++) {
         int64_t gi = t * mr + i;
         if (gi >= x->m) break;
+        if (!x->ta) {
+            /* Row-major A: a row's k groups are 4 contiguous bytes each. */
+            const uint8_t *src = (const uint8_t *)x->a + gi * x->lda * r->es;
+            int64_t bytes = x->k * r->es, full = bytes / 4;
+            uint32_t flip = x->kind == LP_S8S8 ? 0x80808080u : 0u, sum = 0;
+            for (int64_t gq = 0; gq < full; gq++) {
+                uint32_t w;
+                memcpy(&w, src + gq * 4, 4);
+                w ^= flip;
+                memcpy(d + (gq * mr + i) * 4, &w, 4);
+            }
+            if (bytes > full * 4) {
+                uint32_t w = 0;
+                memcpy(&w, src + full * 4, (size_t)(bytes - full * 4));
+                uint32_t pad = flip & ((1u << ((bytes - full * 4) * 8)) - 1u);
+                w ^= pad;
+                memcpy(d + (full * mr + i) * 4, &w, 4);
+            }
+            if (x->kind == LP_INT8)
+                for (int64_t kk = 0; kk < x->k; kk++) sum += src[kk];
+            else if (x->kind == LP_S8S8)
+                for (int64_t kk = 0; kk < x->k; kk++) sum += (uint32_t)(int32_t)(int8_t)src[kk];
+            if (x->kind != LP_BF16) r->rowsum[gi] = (int32_t)sum;
+            continue;
+        }
         if (x->kind == LP_BF16) {
             for (int64_t kk = 0; kk < x->k; kk++) {
                 uint16_t v = a_bf(x, gi, kk);
@@ -115,6 +140,30 @@ static void pack_b_panel(void *ctx, int64_t q) {
     int nr = r->nr;
     uint8_t *d = r->pb + q * r->b_pan;
     memset(d, 0, (size_t)r->b_pan);
+    int64_t j0 = q * nr, cols = x->n - j0 < nr ? x->n - j0 : nr;
+    if (!x->tb) {
+        /* Row-major B: the kgrp rows of a group, interleaved column by column. */
+        int kg = r->kgrp, es = r->es;
+        for (int j = 0; j < cols; j++) r->colsum[j0 + j] = 0;
+        for (int64_t g = 0; g < r->kq; g++) {
+            uint8_t *dg = d + g * nr * 4;
+            for (int qq = 0; qq < kg; qq++) {
+                int64_t kk = g * kg + qq;
+                if (kk >= x->k) break;
+                const uint8_t *row = (const uint8_t *)x->b + (kk * x->ldb + j0) * es;
+                if (es == 1) {
+                    for (int j = 0; j < cols; j++) {
+                        dg[j * 4 + qq] = row[j];
+                        r->colsum[j0 + j] = (int32_t)((uint32_t)r->colsum[j0 + j] +
+                                                     (uint32_t)(int32_t)(int8_t)row[j]);
+                    }
+                } else {
+                    for (int j = 0; j < cols; j++) memcpy(dg + j * 4 + qq * 2, row + j * 2, 2);
+                }
+            }
+        }
+        return;
+    }
     for (int j = 0; j < nr; j++) {
         int64_t gj = q * nr + j;
         if (gj >= x->n) break;
