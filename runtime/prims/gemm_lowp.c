@@ -62,6 +62,8 @@ typedef struct lp_run {
     int64_t a_tile, b_pan;   /* bytes per tile / panel */
     int32_t *colterm, *rowterm;  /* int8: npan*nr, mtiles*mr */
     int32_t *rowsum, *colsum;
+    uint32_t *cspart;        /* pack_b_rows: per-chunk column sums */
+    int64_t nbch;            /* pack_b_rows chunks */
     int32_t *scratch;        /* general alpha/beta: acc, m x n (ld n) */
     int general;
 } lp_run;
@@ -133,6 +135,18 @@ static void pack_a_tile(void *ctx, int64_t t) {
     }
 }
 
+/* dst[j] = the bytes of four rows' column j; cs[j] += their sum. restrict:
+ * the compiler may vectorize (the byte rows cannot alias the dwords). */
+static void interleave4(const int8_t *restrict r0, int64_t ld, uint32_t *restrict dst,
+                        uint32_t *restrict cs, int cols) {
+    const int8_t *restrict r1 = r0 + ld, *restrict r2 = r1 + ld, *restrict r3 = r2 + ld;
+    for (int j = 0; j < cols; j++) {
+        dst[j] = (uint32_t)(uint8_t)r0[j] | (uint32_t)(uint8_t)r1[j] << 8 |
+                 (uint32_t)(uint8_t)r2[j] << 16 | (uint32_t)(uint8_t)r3[j] << 24;
+        cs[j] += (uint32_t)(r0[j] + r1[j] + r2[j] + r3[j]);
+    }
+}
+
 /* Column panel q of B: for each k group, nr columns of 4 bytes; column sums. */
 static void pack_b_panel(void *ctx, int64_t q) {
     lp_run *r = ctx;
@@ -145,7 +159,17 @@ static void pack_b_panel(void *ctx, int64_t q) {
         /* Row-major B: the kgrp rows of a group, interleaved column by column. */
         int kg = r->kgrp, es = r->es;
         for (int j = 0; j < cols; j++) r->colsum[j0 + j] = 0;
-        for (int64_t g = 0; g < r->kq; g++) {
+        int64_t g = 0;
+        if (es == 1) {
+            /* Whole groups: one dword per column from four rows. */
+            uint32_t cs[64] = {0};
+            for (; (g + 1) * 4 <= x->k; g++) {
+                const int8_t *r0 = (const int8_t *)x->b + g * 4 * x->ldb + j0;
+                interleave4(r0, x->ldb, (uint32_t *)(void *)(d + g * nr * 4), cs, cols);
+            }
+            for (int j = 0; j < cols; j++) r->colsum[j0 + j] = (int32_t)cs[j];
+        }
+        for (; g < r->kq; g++) {
             uint8_t *dg = d + g * nr * 4;
             for (int qq = 0; qq < kg; qq++) {
                 int64_t kk = g * kg + qq;
@@ -182,6 +206,40 @@ static void pack_b_panel(void *ctx, int64_t q) {
         }
         r->colsum[gj] = (int32_t)sum;
     }
+}
+
+/* Row-major int8 B, k groups [ch*LP_GCH, ...): every panel's part of each
+ * group, reading B's rows front to back; column sums into the chunk's own
+ * partial sums (added up once all chunks are done). */
+enum { LP_GCH = 64 };
+static void pack_b_rows(void *ctx, int64_t ch) {
+    lp_run *r = ctx;
+    const lp_call *x = r->x;
+    int nr = r->nr;
+    int64_t g0 = ch * LP_GCH, g1 = g0 + LP_GCH < r->kq ? g0 + LP_GCH : r->kq;
+    uint32_t *cs = r->cspart + ch * r->npan * nr;
+    memset(cs, 0, (size_t)(r->npan * nr) * 4);
+    const int8_t *b = x->b;
+    for (int64_t g = g0; g < g1; g++)
+        for (int64_t q = 0; q < r->npan; q++) {
+            int64_t j0 = q * nr;
+            int cols = (int)(x->n - j0 < nr ? x->n - j0 : nr);
+            uint32_t *dg = (uint32_t *)(void *)(r->pb + q * r->b_pan + g * nr * 4);
+            if ((g + 1) * 4 <= x->k) {
+                interleave4(b + g * 4 * x->ldb + j0, x->ldb, dg, cs + j0, cols);
+            } else {
+                for (int j = 0; j < cols; j++) {
+                    uint32_t w = 0;
+                    for (int qq = 0; qq < 4 && g * 4 + qq < x->k; qq++) {
+                        int8_t v = b[(g * 4 + qq) * x->ldb + j0 + j];
+                        w |= (uint32_t)(uint8_t)v << (8 * qq);
+                        cs[j0 + j] += (uint32_t)(int32_t)v;
+                    }
+                    dg[j] = w;
+                }
+            }
+            for (int j = cols; j < nr; j++) dg[j] = 0;
+        }
 }
 
 /* ---- the driver ------------------------------------------------------- */
@@ -338,7 +396,9 @@ static fj_status lp_run_call(fj_runtime *rt, const lp_call *x) {
     r.tiles_per_blk = tpb;
     r.nblk = (r.mtiles + tpb - 1) / tpb;
 
-    size_t bytes = (size_t)(r.mtiles * r.a_tile + r.npan * r.b_pan) + 6 * 64 +
+    r.nbch = (r.kq + LP_GCH - 1) / LP_GCH;
+    size_t bytes = (size_t)(r.mtiles * r.a_tile + r.npan * r.b_pan) + 7 * 64 +
+                   (size_t)(r.nbch * r.npan * r.nr) * 4 +
                    (size_t)(r.npan * r.nr + r.mtiles * r.cfg.mr) * 4 * 2 +
                    (r.general ? (size_t)(x->m * x->n) * 4 : 0);
     uint8_t *mem = fj_malloc(bytes), *cur = mem;
@@ -348,6 +408,7 @@ static fj_status lp_run_call(fj_runtime *rt, const lp_call *x) {
     r.pb = aligned_part(&cur, (size_t)(r.npan * r.b_pan));
     r.colterm = aligned_part(&cur, (size_t)(r.npan * r.nr) * 4);
     r.colsum = aligned_part(&cur, (size_t)(r.npan * r.nr) * 4);
+    r.cspart = aligned_part(&cur, (size_t)(r.nbch * r.npan * r.nr) * 4);
     r.rowterm = aligned_part(&cur, (size_t)(r.mtiles * r.cfg.mr) * 4);
     r.rowsum = aligned_part(&cur, (size_t)(r.mtiles * r.cfg.mr) * 4);
     if (r.general) r.scratch = aligned_part(&cur, (size_t)(x->m * x->n) * 4);
@@ -358,7 +419,16 @@ static fj_status lp_run_call(fj_runtime *rt, const lp_call *x) {
     r.fn = (kg_lowp_fn)rt_kernel_fn(kern);
 
     rt_parallel(rt, r.mtiles, threads, pack_a_tile, &r);
-    rt_parallel(rt, r.npan, threads, pack_b_panel, &r);
+    if (!bf16 && !x->tb) {
+        rt_parallel(rt, r.nbch, threads, pack_b_rows, &r);
+        for (int64_t j = 0; j < r.npan * r.nr; j++) {
+            uint32_t t = 0;
+            for (int64_t ch = 0; ch < r.nbch; ch++) t += r.cspart[ch * r.npan * r.nr + j];
+            r.colsum[j] = (int32_t)t;
+        }
+    } else {
+        rt_parallel(rt, r.npan, threads, pack_b_panel, &r);
+    }
     if (!bf16) {
         /* Offsets folded into per-column and per-row terms (mod 2^32). */
         uint32_t ao = (uint32_t)x->ao + (x->kind == LP_S8S8 ? 128u : 0u);
