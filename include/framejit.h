@@ -233,6 +233,50 @@ FJ_API fj_status fj_gemm_bf16bf16f32(fj_runtime *rt, char transa, char transb, i
                                      int64_t lda, const uint16_t *b, int64_t ldb, float beta,
                                      float *c, int64_t ldc);
 
+/* Create-once / execute-many low-precision GEMM for inference, with the
+ * epilogue fused into the kernel's store:
+ *   int8 (a_type u8 or s8, b_type s8):
+ *     acc = sum_k (op(A)(i,k) - ao) * (op(B)(k,j) - bo)      int32, mod 2^32
+ *     y   = act(scale * float(acc) + bias[j])   scale = scales[j] per column
+ *                                               (scale_per_column) or scales[0]
+ *   bf16 (a_type, b_type bf16): y = act(op(A) * op(B) + bias[j]) in f32
+ * with act the eltwise post_op (0 = none; the same code as fj_eltwise_f32)
+ * and bias only if has_bias. The result C(i,j) is y (c_type f32), y
+ * rounded to bf16, nearest even (bf16 inputs only), or requantized
+ * (int8 inputs, c_type u8 or s8):
+ *     q = clamp(rint(y * out_scale), lo - out_zero, hi - out_zero) + out_zero
+ * rint to nearest even, [lo, hi] the output type's range; NaN gives lo.
+ * float(acc) rounds to nearest even; scale*x + bias is a product then a
+ * sum (no fused multiply-add), so results are reproducible exactly in C.
+ * ldc counts elements of c_type. AVX2 kernels store u8/s8/bf16 results as
+ * dwords into a scratch buffer that the driver narrows. */
+typedef enum fj_dtype {
+    FJ_DT_F32 = 1, FJ_DT_S32, FJ_DT_U8, FJ_DT_S8, FJ_DT_BF16,
+} fj_dtype;
+
+typedef struct fj_gemm_lowp_desc {
+    fj_dtype a_type, b_type, c_type;
+    char transa, transb;
+    int64_t m, n, k;
+    int64_t lda, ldb, ldc;
+    int32_t ao, bo;            /* int8: zero points of A and B (in their types' range) */
+    int scale_per_column;      /* int8: scales[j] (else scales[0] for all of C) */
+    int has_bias;              /* bias[j] (f32) added before the activation */
+    fj_eltwise_op post_op;     /* 0: none */
+    float post_alpha, post_beta;
+    float out_scale;           /* u8/s8 output: y * out_scale, then + out_zero */
+    int32_t out_zero;
+} fj_gemm_lowp_desc;
+
+typedef struct fj_gemm_lowp fj_gemm_lowp;
+FJ_API fj_status fj_gemm_lowp_create(fj_runtime *rt, const fj_gemm_lowp_desc *d,
+                                     fj_gemm_lowp **out);
+/* a, b: the input types; scales: int8 only (NULL for bf16); bias: only
+ * read if has_bias; c: c_type. C may share no memory with A or B. */
+FJ_API fj_status fj_gemm_lowp_execute(const fj_gemm_lowp *g, const void *a, const void *b,
+                                      const float *scales, const float *bias, void *c);
+FJ_API void fj_gemm_lowp_destroy(fj_gemm_lowp *g);
+
 /* ---- reductions and softmax ------------------------------------------- */
 
 typedef enum fj_reduce_op {

@@ -362,6 +362,215 @@ START_TEST(int8_threads_same) {
 }
 END_TEST
 
+/* ---- handles with the quantized epilogue ----------------------------------- */
+
+static float q_ref(float y, float os, int sgn, int zp) {
+    float lo = (float)((sgn ? -128 : 0) - zp), hi = (float)((sgn ? 127 : 255) - zp);
+    float v = y * os;
+    v = v > lo ? v : lo;  /* NaN: lo */
+    v = v < hi ? v : hi;
+    return nearbyintf(v) + (float)zp;
+}
+
+START_TEST(int8_handle_random) {
+    int sat, bfd;
+    fj_runtime *rt = path_rt(_i, 1 + _i % 2, &sat, &bfd);
+    if (!rt) return;
+    rs = 0xabcdefull + (uint64_t)_i * 7;
+    long iters = fjt_iters("FJT_LOWP_ITERS", 1000) / 5, bad = 0;
+    static const fj_eltwise_op acts[] = {0, 0, FJ_ELT_RELU, FJ_ELT_GELU_TANH, FJ_ELT_TANH};
+    for (long it = 0; it < iters; it++) {
+        fj_gemm_lowp_desc d;
+        memset(&d, 0, sizeof d);
+        int s8a = (int)rn(2);
+        d.a_type = s8a ? FJ_DT_S8 : FJ_DT_U8;
+        d.b_type = FJ_DT_S8;
+        static const fj_dtype outs[] = {FJ_DT_F32, FJ_DT_U8, FJ_DT_S8};
+        d.c_type = outs[rn(3)];
+        d.transa = rn(2) ? 'T' : 'N';
+        d.transb = rn(2) ? 'T' : 'N';
+        d.m = dims[rn(NDIMS)];
+        d.n = dims[rn(NDIMS)];
+        d.k = dims[rn(NDIMS)];
+        int ta = d.transa == 'T', tb = d.transb == 'T';
+        d.lda = (ta ? d.m : d.k) + (rn(3) ? 0 : rn(5));
+        d.ldb = (tb ? d.k : d.n) + (rn(3) ? 0 : rn(5));
+        d.ldc = d.n + (rn(3) ? 0 : rn(5));
+        d.ao = rn(2) ? 0 : (s8a ? (int)rn(256) - 128 : (int)rn(256));
+        d.bo = rn(2) ? 0 : (int)rn(256) - 128;
+        d.scale_per_column = (int)rn(2);
+        d.has_bias = (int)rn(2);
+        d.post_op = acts[rn(5)];
+        d.out_scale = 0.5f + (float)rn(100) / 50.0f;
+        d.out_zero = d.c_type == FJ_DT_U8 ? (int)rn(256) : d.c_type == FJ_DT_S8 ? (int)rn(256) - 128 : 0;
+        fj_gemm_lowp *g = NULL;
+        ck_assert_msg(fj_gemm_lowp_create(rt, &d, &g) == FJ_OK, "%s", fj_last_error());
+        int64_t arow = ta ? d.k : d.m, brow = tb ? d.n : d.k;
+        uint8_t *a = malloc((size_t)(arow * d.lda) + 1);
+        int8_t *b = malloc((size_t)(brow * d.ldb) + 1);
+        float *sc = malloc((size_t)d.n * 4), *bias = malloc((size_t)d.n * 4);
+        float *y = malloc((size_t)(d.m * d.n) * 4);
+        int ec = d.c_type == FJ_DT_F32 ? 4 : 1;
+        uint8_t *c = malloc((size_t)(d.m * d.ldc) * (size_t)ec), *c0 = malloc((size_t)(d.m * d.ldc) * (size_t)ec);
+        for (int64_t i = 0; i < arow * d.lda; i++) a[i] = (uint8_t)(sat ? rnd() & 127 : rnd());
+        for (int64_t i = 0; i < brow * d.ldb; i++)
+            b[i] = (int8_t)(sat && s8a ? (int)rn(129) - 64 : (int)(rnd() & 255) - 128);
+        if (sat && s8a) for (int64_t i = 0; i < arow * d.lda; i++) a[i] = (uint8_t)rnd();
+        for (int64_t j = 0; j < d.n; j++) {
+            sc[j] = (float)(1 + rn(64)) / 4096.0f;
+            bias[j] = (float)((int)rn(2001) - 1000) / 100.0f;
+        }
+        for (int64_t i = 0; i < d.m * d.ldc * ec; i++) c[i] = c0[i] = (uint8_t)rnd();
+        ck_assert_msg(fj_gemm_lowp_execute(g, a, b, sc, bias, c) == FJ_OK, "%s", fj_last_error());
+        /* reference: y before the activation, then fj_eltwise_f32 (the same code) */
+        for (int64_t i = 0; i < d.m; i++)
+            for (int64_t j = 0; j < d.n; j++) {
+                uint32_t acc = 0;
+                for (int64_t q = 0; q < d.k; q++) {
+                    int32_t av = ta ? a[q * d.lda + i] : a[i * d.lda + q];
+                    if (s8a) av = (int8_t)av;
+                    int32_t bv = tb ? b[j * d.ldb + q] : b[q * d.ldb + j];
+                    acc += (uint32_t)((av - d.ao) * (bv - d.bo));
+                }
+                float t = (float)(int32_t)acc * sc[d.scale_per_column ? j : 0];
+                if (d.has_bias) t += bias[j];
+                y[i * d.n + j] = t;
+            }
+        if (d.post_op)
+            ck_assert_int_eq(fj_eltwise_f32(rt, d.post_op, d.post_alpha, d.post_beta, y, y,
+                                            (size_t)(d.m * d.n)), FJ_OK);
+        long e = 0;
+        for (int64_t i = 0; i < d.m; i++)
+            for (int64_t j = 0; j < d.ldc; j++) {
+                size_t o = (size_t)(i * d.ldc + j);
+                if (j >= d.n) {
+                    e += memcmp(c + o * (size_t)ec, c0 + o * (size_t)ec, (size_t)ec) != 0;
+                    continue;
+                }
+                float want = y[i * d.n + j], got;
+                if (d.c_type == FJ_DT_F32) memcpy(&got, c + o * 4, 4);
+                else {
+                    want = q_ref(want, d.out_scale, d.c_type == FJ_DT_S8, d.out_zero);
+                    got = d.c_type == FJ_DT_S8 ? (float)(int8_t)c[o] : (float)c[o];
+                }
+                if (memcmp(&got, &want, 4) && e++ == 0)
+                    fprintf(stderr, "%s handle %s out %d %c%c %lldx%lldx%lld act %d pcs %d bias %d "
+                            "ao %d bo %d: C(%lld,%lld) = %.9g, want %.9g\n", paths[_i].name,
+                            s8a ? "s8" : "u8", (int)d.c_type, d.transa, d.transb, (long long)d.m,
+                            (long long)d.n, (long long)d.k, (int)d.post_op, d.scale_per_column,
+                            d.has_bias, d.ao, d.bo, (long long)i, (long long)j, got, want);
+            }
+        bad += e != 0;
+        free(a); free(b); free(sc); free(bias); free(y); free(c); free(c0);
+        fj_gemm_lowp_destroy(g);
+    }
+    fj_runtime_destroy(rt);
+    ck_assert_msg(bad == 0, "%s: %ld of %ld handle cases differ", paths[_i].name, bad, iters);
+}
+END_TEST
+
+static float bf_round(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u = (u + 0x7fffu + (u >> 16 & 1u)) & 0xffff0000u;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+START_TEST(bf16_handle_random) {
+    int sat, bfd;
+    fj_runtime *rt = path_rt(_i, 1 + _i % 2, &sat, &bfd);
+    if (!rt) return;
+    rs = 0x5151ull + (uint64_t)_i * 3;
+    long iters = fjt_iters("FJT_LOWP_ITERS", 1000) / 5, bad = 0;
+    for (long it = 0; it < iters; it++) {
+        fj_gemm_lowp_desc d;
+        memset(&d, 0, sizeof d);
+        d.a_type = d.b_type = FJ_DT_BF16;
+        d.c_type = rn(2) ? FJ_DT_F32 : FJ_DT_BF16;
+        d.transa = rn(2) ? 'T' : 'N';
+        d.transb = rn(2) ? 'T' : 'N';
+        d.m = dims[rn(NDIMS)];
+        d.n = dims[rn(NDIMS)];
+        d.k = dims[rn(NDIMS)];
+        int ta = d.transa == 'T', tb = d.transb == 'T';
+        d.lda = (ta ? d.m : d.k) + (rn(3) ? 0 : rn(5));
+        d.ldb = (tb ? d.k : d.n) + (rn(3) ? 0 : rn(5));
+        d.ldc = d.n + (rn(3) ? 0 : rn(5));
+        d.has_bias = (int)rn(2);
+        d.post_op = rn(2) ? FJ_ELT_RELU : 0;
+        fj_gemm_lowp *g = NULL;
+        ck_assert_msg(fj_gemm_lowp_create(rt, &d, &g) == FJ_OK, "%s", fj_last_error());
+        int64_t arow = ta ? d.k : d.m, brow = tb ? d.n : d.k;
+        uint16_t *a = malloc((size_t)(arow * d.lda) * 2), *b = malloc((size_t)(brow * d.ldb) * 2);
+        float *bias = malloc((size_t)d.n * 4);
+        int ec = d.c_type == FJ_DT_F32 ? 4 : 2;
+        uint8_t *c = malloc((size_t)(d.m * d.ldc * ec)), *c0 = malloc((size_t)(d.m * d.ldc * ec));
+        for (int64_t i = 0; i < arow * d.lda; i++) a[i] = rand_bf16();
+        for (int64_t i = 0; i < brow * d.ldb; i++) b[i] = rand_bf16();
+        for (int64_t j = 0; j < d.n; j++) bias[j] = (float)((int)rn(2001) - 1000) / 64.0f;
+        for (int64_t i = 0; i < d.m * d.ldc * ec; i++) c[i] = c0[i] = (uint8_t)rnd();
+        ck_assert_msg(fj_gemm_lowp_execute(g, a, b, NULL, bias, c) == FJ_OK, "%s", fj_last_error());
+        long e = 0;
+        for (int64_t i = 0; i < d.m; i++)
+            for (int64_t j = 0; j < d.ldc; j++) {
+                size_t o = (size_t)(i * d.ldc + j);
+                if (j >= d.n) {
+                    e += memcmp(c + o * (size_t)ec, c0 + o * (size_t)ec, (size_t)ec) != 0;
+                    continue;
+                }
+                double s = 0, sa = 0;
+                for (int64_t q = 0; q < d.k; q++) {
+                    double pr = (double)bf2f(ta ? a[q * d.lda + i] : a[i * d.lda + q]) *
+                                (double)bf2f(tb ? b[j * d.ldb + q] : b[q * d.ldb + j]);
+                    s += pr;
+                    sa += fabs(pr);
+                }
+                if (d.has_bias) { s += bias[j]; sa += fabs(bias[j]); }
+                if (d.post_op && s < 0) s = 0;
+                double bound = (double)(d.k + 4) * ldexp(1.0, -23) * sa;
+                float got;
+                if (ec == 4) memcpy(&got, c + o * 4, 4);
+                else got = bf2f((uint16_t)(c[o * 2] | c[o * 2 + 1] << 8));
+                if (ec == 2) bound += fabs((double)bf_round((float)s) - s) + ldexp(fabs(s), -8);
+                if (!(fabs((double)got - s) <= bound) && e++ == 0)
+                    fprintf(stderr, "%s bf16 handle out %d: C(%lld,%lld) = %.9g want %.9g (bound %.3g)\n",
+                            paths[_i].name, (int)d.c_type, (long long)i, (long long)j, got, s, bound);
+            }
+        bad += e != 0;
+        free(a); free(b); free(bias); free(c); free(c0);
+        fj_gemm_lowp_destroy(g);
+    }
+    fj_runtime_destroy(rt);
+    ck_assert_msg(bad == 0, "%s: %ld of %ld bf16 handle cases out of bound", paths[_i].name, bad, iters);
+}
+END_TEST
+
+START_TEST(handle_bad_args) {
+    fj_runtime *rt = fjt_runtime(FJ_ISA_AUTO, 1);
+    fj_gemm_lowp_desc d;
+    memset(&d, 0, sizeof d);
+    d.a_type = FJ_DT_U8; d.b_type = FJ_DT_S8; d.c_type = FJ_DT_BF16;
+    d.transa = d.transb = 'N';
+    d.m = d.n = d.k = 4; d.lda = d.ldb = d.ldc = 4;
+    fj_gemm_lowp *g = NULL;
+    ck_assert_int_eq(fj_gemm_lowp_create(rt, &d, &g), FJ_ERR_INVALID_ARG);
+    d.c_type = FJ_DT_U8; d.out_zero = 300;
+    ck_assert_int_eq(fj_gemm_lowp_create(rt, &d, &g), FJ_ERR_INVALID_ARG);
+    d.out_zero = 0; d.b_type = FJ_DT_U8;
+    ck_assert_int_eq(fj_gemm_lowp_create(rt, &d, &g), FJ_ERR_INVALID_ARG);
+    d.b_type = FJ_DT_S8; d.ldc = 3;
+    ck_assert_int_eq(fj_gemm_lowp_create(rt, &d, &g), FJ_ERR_INVALID_ARG);
+    d.ldc = 4;
+    ck_assert_int_eq(fj_gemm_lowp_create(rt, &d, &g), FJ_OK);
+    uint8_t a[16] = {0}, c[16];
+    int8_t b[16] = {0};
+    ck_assert_int_eq(fj_gemm_lowp_execute(g, a, b, NULL, NULL, c), FJ_ERR_INVALID_ARG);
+    fj_gemm_lowp_destroy(g);
+    fj_runtime_destroy(rt);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("gemm_lowp");
     TCase *t = tcase_create("lowp");
@@ -371,6 +580,9 @@ static Suite *suite(void) {
     tcase_add_test(t, int8_bad_args);
     tcase_add_loop_test(t, bf16_random, 0, NPATHS);
     tcase_add_test(t, int8_threads_same);
+    tcase_add_loop_test(t, int8_handle_random, 0, NPATHS);
+    tcase_add_loop_test(t, bf16_handle_random, 0, NPATHS);
+    tcase_add_test(t, handle_bad_args);
     suite_add_tcase(s, t);
     return s;
 }

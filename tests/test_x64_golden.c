@@ -325,6 +325,10 @@ static const golden cases[] = {
     { "vdpbf16ps zmm20, zmm21, zmmword ptr [rdx+0x40]", "62 e2 56 40 52 62 01", X(VDPBF16PS), 3, { ZMM(20), ZMM(21), M(512, RDX, 0x40) } },
     { "vdpbf16ps zmm4, zmm5, dword ptr [rax+8]{1to16}", "62 f2 56 58 52 60 02", X(VDPBF16PS), 3, { ZMM(4), ZMM(5), BC(RAX, 8) } },
     { "vdpbf16ps ymm4, ymm5, ymm6", "62 f2 56 28 52 e6", X(VDPBF16PS), 3, { YMM(4), YMM(5), YMM(6) } },
+    { "vpmovdb xmmword ptr [rax+0x10]{k1}, zmm2", "62 f2 7e 49 31 50 01", X(VPMOVDB), 2, { MK(128, RAX, 0x10, 1), ZMM(2) } },
+    { "vpmovdb xmm3, zmm20", "62 e2 7e 48 31 e3", X(VPMOVDB), 2, { XMM(3), ZMM(20) } },
+    { "vpmovdw ymmword ptr [r9+0x40]{k2}, zmm5", "62 d2 7e 4a 33 69 02", X(VPMOVDW), 2, { MK(256, R9, 0x40, 2), ZMM(5) } },
+    { "vpmovdw ymm1, zmm2", "62 f2 7e 48 33 d1", X(VPMOVDW), 2, { YMM(1), ZMM(2) } },
 };
 
 static int unhex(const char *s, uint8_t *out) {

@@ -21,7 +21,21 @@ typedef struct kg_lowp_cfg {
                       (vpmaddubsw + vpmaddwd; bf16 widened to f32 + FMA) */
     int32_t mr, nv;
     int32_t add;   /* int8: C += result (else C = result); bf16: beta != 0 (C is read) */
+    /* The quantized epilogue (post = 1) instead of the plain store:
+     *   y = act(scale * float(r) + bias[j])      int8 (r as above, without co)
+     *   y = act(acc + bias[j])                    bf16
+     * stored as f32, or q = clamp(rint(y*out_scale), lo, hi) + zp as
+     * bytes, or y rounded to bf16 (nearest even). AVX2 kernels store q and
+     * bf16 as dwords (the caller narrows them). */
+    int32_t post;
+    int32_t out;       /* KG_LP_OUT_* */
+    int32_t scale_pc;  /* scale[j] per column (else scale[0]) */
+    int32_t has_bias;
+    int32_t act;       /* fj_eltwise_op, 0 = none */
+    float act_alpha, act_beta;
 } kg_lowp_cfg;
+
+enum { KG_LP_OUT_F32 = 0, KG_LP_OUT_Q8, KG_LP_OUT_BF16 };
 
 #define KG_LOWP_TAG 0x4c4f5731 /* "LOW1" */
 
@@ -49,6 +63,11 @@ typedef struct kg_lowp_args {
     float alpha, beta;       /* bf16 */
     uint32_t kmask[4];       /* AVX-512: lanes of vector v to store */
     int32_t ymask[4][8];     /* AVX2: the same as -1/0 lane masks */
+    const float *scale;      /* post: scales of the panel's columns (or the one scale) */
+    const float *bias;       /* post: bias of the panel's columns */
+    float out_scale;         /* post, Q8: y*out_scale, clamped to [lo, hi], rounded, + zp */
+    float lo, hi;
+    int32_t zp;
 } kg_lowp_args;
 
 typedef void (*kg_lowp_fn)(const kg_lowp_args *args);

@@ -48,8 +48,21 @@ typedef struct lp_call {
     const int32_t *co;
 } lp_call;
 
+/* A handle's epilogue (kg_lowp_cfg.post) and its per-call operands. */
+typedef struct lp_post {
+    const kg_lowp_cfg *cfg;  /* the handle's kernel configuration */
+    kg_lowp_fn fn;
+    const float *scale, *bias;  /* padded copies (panel-wide loads stay inside) */
+    float out_scale, lo, hi;
+    int32_t zp;
+    int narrow_after;        /* AVX2 u8/s8/bf16 out: the kernel wrote dwords to scratch */
+    int out;                 /* KG_LP_OUT_* */
+    int out_signed;          /* Q8: s8 */
+} lp_post;
+
 typedef struct lp_run {
     const lp_call *x;
+    const lp_post *post;
     kg_lowp_cfg cfg;
     kg_lowp_fn fn;
     int es;                  /* input element bytes: 1 or 2 */
@@ -281,9 +294,12 @@ static void run_block(void *ctx, int64_t blk) {
     int64_t t0 = blk * r->tiles_per_blk;
     int64_t t1 = t0 + r->tiles_per_blk < r->mtiles ? t0 + r->tiles_per_blk : r->mtiles;
     int64_t i0 = t0 * mr, i1 = t1 * mr < x->m ? t1 * mr : x->m;
+    const lp_post *po = r->post;
+    int staged = r->general || (po && po->narrow_after);
     int es_c = 4;
-    char *cbase = r->general ? (char *)r->scratch : (char *)x->c;
-    int64_t ldc = r->general ? x->n : x->ldc;
+    if (po && !staged) es_c = po->out == KG_LP_OUT_Q8 ? 1 : po->out == KG_LP_OUT_BF16 ? 2 : 4;
+    char *cbase = staged ? (char *)r->scratch : (char *)x->c;
+    int64_t ldc = staged ? x->n : x->ldc;
     for (int64_t q = 0; q < r->npan; q++) {
         int64_t j0 = q * r->nr;
         int64_t cols = x->n - j0 < r->nr ? x->n - j0 : r->nr;
@@ -302,6 +318,14 @@ static void run_block(void *ctx, int64_t blk) {
         g.ldc = ldc * es_c;
         g.alpha = x->alpha;
         g.beta = x->beta;
+        if (po) {
+            g.scale = po->scale ? po->scale + (r->cfg.scale_pc ? j0 : 0) : NULL;
+            g.bias = po->bias ? po->bias + j0 : NULL;
+            g.out_scale = po->out_scale;
+            g.lo = po->lo;
+            g.hi = po->hi;
+            g.zp = po->zp;
+        }
         for (int v = 0; v < r->cfg.nv; v++) {
             int64_t w = cols - (int64_t)v * r->lanes;
             w = w < 0 ? 0 : w > r->lanes ? r->lanes : w;
@@ -311,6 +335,15 @@ static void run_block(void *ctx, int64_t blk) {
         r->fn(&g);
     }
     if (r->general) finish_rows(r, i0, i1);
+    if (po && po->narrow_after) {
+        /* AVX2: q (int32, in range) or the bf16 bits from the staged dwords */
+        for (int64_t i = i0; i < i1; i++)
+            for (int64_t j = 0; j < x->n; j++) {
+                int32_t v = r->scratch[i * x->n + j];
+                if (po->out == KG_LP_OUT_BF16) ((uint16_t *)x->c)[i * x->ldc + j] = (uint16_t)v;
+                else ((uint8_t *)x->c)[i * x->ldc + j] = (uint8_t)v;
+            }
+    }
 }
 
 /* The tile and whether the dot instruction is used, for the runtime. */
@@ -367,21 +400,27 @@ static void no_product(const lp_call *x) {
         }
 }
 
-static fj_status lp_run_call(fj_runtime *rt, const lp_call *x) {
+static fj_status lp_run_call(fj_runtime *rt, const lp_call *x, const lp_post *po) {
     if (x->m == 0 || x->n == 0) return FJ_OK;
-    if (x->k == 0) { no_product(x); return FJ_OK; }
     int bf16 = x->kind == LP_BF16;
+    if (x->k == 0 && !po) { no_product(x); return FJ_OK; }
     lp_run r;
     memset(&r, 0, sizeof r);
     r.x = x;
-    choose_cfg(rt, bf16, &r.cfg);
-    r.general = !bf16 && !(x->alpha == 1.0f && (x->beta == 0.0f || x->beta == 1.0f));
-    r.cfg.add = bf16 ? x->beta != 0.0f : (!r.general && x->beta == 1.0f);
+    r.post = po;
+    if (po) {
+        r.cfg = *po->cfg;
+    } else {
+        choose_cfg(rt, bf16, &r.cfg);
+        r.general = !bf16 && !(x->alpha == 1.0f && (x->beta == 0.0f || x->beta == 1.0f));
+        r.cfg.add = bf16 ? x->beta != 0.0f : (!r.general && x->beta == 1.0f);
+    }
     r.es = bf16 ? 2 : 1;
     r.kgrp = 4 / r.es;
     r.lanes = rt->isa == FJ_ISA_AVX512 ? 16 : 8;
     r.nr = r.cfg.nv * r.lanes;
     r.kq = (x->k + r.kgrp - 1) / r.kgrp;
+    if (r.kq == 0) r.kq = 1;  /* a handle with k = 0: one group of zeros */
     r.mtiles = (x->m + r.cfg.mr - 1) / r.cfg.mr;
     r.npan = (x->n + r.nr - 1) / r.nr;
     r.a_tile = r.kq * r.cfg.mr * 4;
@@ -400,7 +439,7 @@ static fj_status lp_run_call(fj_runtime *rt, const lp_call *x) {
     size_t bytes = (size_t)(r.mtiles * r.a_tile + r.npan * r.b_pan) + 7 * 64 +
                    (size_t)(r.nbch * r.npan * r.nr) * 4 +
                    (size_t)(r.npan * r.nr + r.mtiles * r.cfg.mr) * 4 * 2 +
-                   (r.general ? (size_t)(x->m * x->n) * 4 : 0);
+                   (r.general || (po && po->narrow_after) ? (size_t)(x->m * x->n) * 4 : 0);
     uint8_t *mem = fj_malloc(bytes), *cur = mem;
     if (!mem) return fj_fail(FJ_ERR_NO_MEMORY, "gemm: out of memory (%zu bytes of packed operands)",
                              bytes);
@@ -411,12 +450,17 @@ static fj_status lp_run_call(fj_runtime *rt, const lp_call *x) {
     r.cspart = aligned_part(&cur, (size_t)(r.nbch * r.npan * r.nr) * 4);
     r.rowterm = aligned_part(&cur, (size_t)(r.mtiles * r.cfg.mr) * 4);
     r.rowsum = aligned_part(&cur, (size_t)(r.mtiles * r.cfg.mr) * 4);
-    if (r.general) r.scratch = aligned_part(&cur, (size_t)(x->m * x->n) * 4);
+    if (r.general || (po && po->narrow_after))
+        r.scratch = aligned_part(&cur, (size_t)(x->m * x->n) * 4);
 
     fj_kernel *kern = NULL;
-    fj_status s = get_kernel(rt, &r.cfg, &kern);
-    if (s != FJ_OK) { fj_free(mem); return s; }
-    r.fn = (kg_lowp_fn)rt_kernel_fn(kern);
+    if (po) {
+        r.fn = po->fn;
+    } else {
+        fj_status s = get_kernel(rt, &r.cfg, &kern);
+        if (s != FJ_OK) { fj_free(mem); return s; }
+        r.fn = (kg_lowp_fn)rt_kernel_fn(kern);
+    }
 
     rt_parallel(rt, r.mtiles, threads, pack_a_tile, &r);
     if (!bf16 && !x->tb) {
@@ -434,7 +478,7 @@ static fj_status lp_run_call(fj_runtime *rt, const lp_call *x) {
         uint32_t ao = (uint32_t)x->ao + (x->kind == LP_S8S8 ? 128u : 0u);
         uint32_t kab = (uint32_t)x->k * (uint32_t)x->ao * (uint32_t)x->bo;
         char o = x->offsetc;
-        int fused_co = !r.general;
+        int fused_co = !r.general && !po;
         for (int64_t j = 0; j < r.npan * r.nr; j++) {
             uint32_t t = 0;
             if (j < x->n) {
@@ -454,7 +498,7 @@ static fj_status lp_run_call(fj_runtime *rt, const lp_call *x) {
         }
     }
     rt_parallel(rt, r.nblk, threads, run_block, &r);
-    rt_kernel_unref(kern);
+    if (kern) rt_kernel_unref(kern);
     fj_free(mem);
     return FJ_OK;
 }
@@ -520,7 +564,7 @@ static fj_status lp_entry(fj_runtime *rt, const char *fn, lp_call *x, char trans
         uintptr_t o0 = (uintptr_t)x->co, o1 = o0 + (uintptr_t)nco * 4;
         if (o0 < c1 && c0 < o1) return fj_fail(FJ_ERR_INVALID_ARG, "%s: C overlaps co", fn);
     }
-    return lp_run_call(rt, x);
+    return lp_run_call(rt, x, NULL);
 }
 
 fj_status fj_gemm_u8s8s32(fj_runtime *rt, char transa, char transb, char offsetc, int64_t m,
@@ -546,4 +590,143 @@ fj_status fj_gemm_bf16bf16f32(fj_runtime *rt, char transa, char transb, int64_t 
                               const uint16_t *b, int64_t ldb, float beta, float *c, int64_t ldc) {
     lp_call x = {LP_BF16, 0, 0, 'F', m, n, k, lda, ldb, ldc, alpha, beta, a, b, c, 0, 0, NULL};
     return lp_entry(rt, "fj_gemm_bf16bf16f32", &x, transa, transb);
+}
+
+/* ---- handles with the quantized epilogue ------------------------------- */
+
+struct fj_gemm_lowp {
+    fj_runtime *rt;
+    fj_gemm_lowp_desc d;
+    int kind;                /* LP_* */
+    kg_lowp_cfg cfg;
+    fj_kernel *kern;
+};
+
+static int dt_size(fj_dtype t) {
+    return t == FJ_DT_U8 || t == FJ_DT_S8 ? 1 : t == FJ_DT_BF16 ? 2 : 4;
+}
+
+fj_status fj_gemm_lowp_create(fj_runtime *rt, const fj_gemm_lowp_desc *d, fj_gemm_lowp **out) {
+    static const char fn[] = "fj_gemm_lowp_create";
+    if (!out) return fj_fail(FJ_ERR_INVALID_ARG, "%s: out is NULL", fn);
+    *out = NULL;
+    if (!rt || !d) return fj_fail(FJ_ERR_INVALID_ARG, "%s: runtime or descriptor is NULL", fn);
+    int kind;
+    if ((d->a_type == FJ_DT_U8 || d->a_type == FJ_DT_S8) && d->b_type == FJ_DT_S8) {
+        kind = d->a_type == FJ_DT_U8 ? LP_INT8 : LP_S8S8;
+        if (d->c_type != FJ_DT_F32 && d->c_type != FJ_DT_U8 && d->c_type != FJ_DT_S8)
+            return fj_fail(FJ_ERR_INVALID_ARG, "%s: int8 GEMM output must be f32, u8 or s8", fn);
+    } else if (d->a_type == FJ_DT_BF16 && d->b_type == FJ_DT_BF16) {
+        kind = LP_BF16;
+        if (d->c_type != FJ_DT_F32 && d->c_type != FJ_DT_BF16)
+            return fj_fail(FJ_ERR_INVALID_ARG, "%s: bf16 GEMM output must be f32 or bf16", fn);
+    } else {
+        return fj_fail(FJ_ERR_INVALID_ARG, "%s: input types %d x %d: expected u8/s8 x s8 or bf16 "
+                       "x bf16", fn, (int)d->a_type, (int)d->b_type);
+    }
+    if ((int)d->post_op < 0 || d->post_op >= FJ_ELT__COUNT)
+        return fj_fail(FJ_ERR_INVALID_ARG, "%s: post_op %d is not an fj_eltwise_op", fn,
+                       (int)d->post_op);
+    if (kind != LP_BF16 && ((kind == LP_INT8 && (d->ao < 0 || d->ao > 255)) ||
+                            (kind == LP_S8S8 && (d->ao < -128 || d->ao > 127)) ||
+                            d->bo < -128 || d->bo > 127))
+        return fj_fail(FJ_ERR_INVALID_ARG, "%s: zero points %d/%d out of their types' range", fn,
+                       (int)d->ao, (int)d->bo);
+    if ((d->c_type == FJ_DT_U8 && (d->out_zero < 0 || d->out_zero > 255)) ||
+        (d->c_type == FJ_DT_S8 && (d->out_zero < -128 || d->out_zero > 127)))
+        return fj_fail(FJ_ERR_INVALID_ARG, "%s: out_zero %d out of the output type's range", fn,
+                       (int)d->out_zero);
+    /* The shape checks of the plain entry points (no data yet). */
+    lp_call x = {kind, 0, 0, 'F', d->m, d->n, d->k, d->lda, d->ldb, d->ldc, 1.0f, 0.0f,
+                 NULL, NULL, NULL, 0, 0, NULL};
+    if (!trans_of(d->transa, &x.ta) || !trans_of(d->transb, &x.tb))
+        return fj_fail(FJ_ERR_INVALID_ARG, "%s: transa/transb must be 'N' or 'T'", fn);
+    if (d->m < 0 || d->n < 0 || d->k < 0 || d->m > (INT64_C(1) << 40) ||
+        d->n > (INT64_C(1) << 40) || d->k > (INT64_C(1) << 40))
+        return fj_fail(FJ_ERR_INVALID_ARG, "%s: bad size %lldx%lldx%lld", fn, (long long)d->m,
+                       (long long)d->n, (long long)d->k);
+    int64_t acol = x.ta ? d->m : d->k, bcol = x.tb ? d->k : d->n;
+    if (d->lda < (acol > 1 ? acol : 1) || d->ldb < (bcol > 1 ? bcol : 1) ||
+        d->ldc < (d->n > 1 ? d->n : 1))
+        return fj_fail(FJ_ERR_INVALID_ARG, "%s: leading dimensions too small", fn);
+    fj_gemm_lowp *g = fj_calloc(1, sizeof *g);
+    if (!g) return fj_fail(FJ_ERR_NO_MEMORY, "%s: out of memory", fn);
+    g->rt = rt;
+    g->d = *d;
+    g->kind = kind;
+    choose_cfg(rt, kind == LP_BF16, &g->cfg);
+    g->cfg.post = 1;
+    g->cfg.out = d->c_type == FJ_DT_F32 ? KG_LP_OUT_F32 : d->c_type == FJ_DT_BF16 ? KG_LP_OUT_BF16
+                                                                                : KG_LP_OUT_Q8;
+    g->cfg.scale_pc = kind != LP_BF16 && d->scale_per_column;
+    g->cfg.has_bias = d->has_bias != 0;
+    g->cfg.act = (int32_t)d->post_op;
+    g->cfg.act_alpha = d->post_op ? d->post_alpha : 0.0f;
+    g->cfg.act_beta = d->post_op ? d->post_beta : 0.0f;
+    /* An activation needs registers beside the accumulators: fewer rows. */
+    while (g->cfg.mr > 1 && kg_lowp_check(&g->cfg) != FJ_OK) g->cfg.mr--;
+    fj_status s = get_kernel(rt, &g->cfg, &g->kern);
+    if (s != FJ_OK) {
+        fj_free(g);
+        return s;
+    }
+    *out = g;
+    return FJ_OK;
+}
+
+fj_status fj_gemm_lowp_execute(const fj_gemm_lowp *g, const void *a, const void *b,
+                               const float *scales, const float *bias, void *c) {
+    static const char fn[] = "fj_gemm_lowp_execute";
+    if (!g) return fj_fail(FJ_ERR_INVALID_ARG, "%s: handle is NULL", fn);
+    const fj_gemm_lowp_desc *d = &g->d;
+    if (d->m == 0 || d->n == 0) return FJ_OK;
+    if (!c || (d->k > 0 && (!a || !b)))
+        return fj_fail(FJ_ERR_INVALID_ARG, "%s: A, B or C is NULL", fn);
+    if (g->kind != LP_BF16 && !scales) return fj_fail(FJ_ERR_INVALID_ARG, "%s: scales is NULL", fn);
+    if (d->has_bias && !bias) return fj_fail(FJ_ERR_INVALID_ARG, "%s: bias is NULL", fn);
+    int ea = g->kind == LP_BF16 ? 2 : 1, ec = dt_size(d->c_type);
+    int ta = d->transa == 'T' || d->transa == 't', tb = d->transb == 'T' || d->transb == 't';
+    int64_t arow = ta ? d->k : d->m, acol = ta ? d->m : d->k;
+    int64_t brow = tb ? d->n : d->k, bcol = tb ? d->k : d->n;
+    uintptr_t c0 = (uintptr_t)c, c1 = c0 + span_bytes(d->m, d->n, d->ldc, ec);
+    if (d->k > 0) {
+        uintptr_t a0 = (uintptr_t)a, a1 = a0 + span_bytes(arow, acol, d->lda, ea);
+        uintptr_t b0 = (uintptr_t)b, b1 = b0 + span_bytes(brow, bcol, d->ldb, ea);
+        if ((a0 < c1 && c0 < a1) || (b0 < c1 && c0 < b1))
+            return fj_fail(FJ_ERR_INVALID_ARG, "%s: C overlaps A or B", fn);
+    }
+    int lanes = g->cfg.isa == FJ_ISA_AVX512 ? 16 : 8, nr = g->cfg.nv * lanes;
+    int64_t npad = (d->n + nr - 1) / nr * nr;
+    float *pad = fj_malloc((size_t)npad * 2 * sizeof(float));
+    if (!pad) return fj_fail(FJ_ERR_NO_MEMORY, "%s: out of memory", fn);
+    float *ps = pad, *pb = pad + npad;
+    int64_t ns = g->cfg.scale_pc ? d->n : 1;
+    for (int64_t j = 0; j < npad; j++) {
+        ps[j] = g->kind != LP_BF16 && j < ns ? scales[j] : 0.0f;
+        pb[j] = d->has_bias && j < d->n ? bias[j] : 0.0f;
+    }
+    lp_post po;
+    memset(&po, 0, sizeof po);
+    po.cfg = &g->cfg;
+    po.fn = (kg_lowp_fn)rt_kernel_fn(g->kern);
+    po.scale = ps;
+    po.bias = d->has_bias ? pb : NULL;
+    po.out = g->cfg.out;
+    po.out_signed = d->c_type == FJ_DT_S8;
+    po.out_scale = d->out_scale;
+    po.zp = d->out_zero;
+    po.lo = (float)((po.out_signed ? -128 : 0) - d->out_zero);
+    po.hi = (float)((po.out_signed ? 127 : 255) - d->out_zero);
+    po.narrow_after = g->cfg.isa != FJ_ISA_AVX512 && g->cfg.out != KG_LP_OUT_F32;
+    lp_call x = {g->kind, ta, tb, 'F', d->m, d->n, d->k, d->lda, d->ldb, d->ldc, 1.0f, 0.0f,
+                 a, b, c, d->ao, d->bo, NULL};
+    fj_status s = lp_run_call(g->rt, &x, &po);
+    fj_free(pad);
+    return s;
+}
+
+void fj_gemm_lowp_destroy(fj_gemm_lowp *g) {
+    if (!g) return;
+    if (g->kern) rt_kernel_unref(g->kern);
+    fj_free(g);
 }
