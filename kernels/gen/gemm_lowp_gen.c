@@ -33,7 +33,7 @@ void kg_lowp_name(const kg_lowp_cfg *c, char *buf, size_t n) {
     static const char *outs[] = {"f32", "q8", "bf16"};
     snprintf(buf, n, "fj_gemm_%s_%dx%d_%s_%s%s%s%s%s%s%s", c->dt == KG_LP_BF16 ? "bf16bf16f32" : "u8s8s32",
              c->mr, c->nv * lanes, c->dot ? "dot" : "widen",
-             c->isa == FJ_ISA_AVX512 ? "avx512" : "avx2", c->add ? "_add" : "",
+             c->isa == FJ_ISA_AVX512 ? "avx512" : "avx2", c->add ? (c->a_rows ? "_ra_add" : "_add") : c->a_rows ? "_ra" : "",
              c->post ? "_to_" : "", c->post ? outs[c->out % 3] : "",
              c->post && c->scale_pc ? "_pcs" : "", c->post && c->has_bias ? "_bias" : "",
              c->post && c->act ? "_act" : "");
@@ -75,6 +75,8 @@ fj_status kg_lowp_check(const kg_lowp_cfg *c) {
             return fj_fail(FJ_ERR_INVALID_ARG, "lowp gemm kernel: %dx%d tile with activation %d "
                            "needs %d vector registers", c->mr, c->nv, c->act, need);
     }
+    if (c->a_rows && (c->mr > 8 || c->post))
+        return fj_fail(FJ_ERR_INVALID_ARG, "lowp gemm kernel: in-place A needs mr <= 8, no post");
     if (c->dt == KG_LP_BF16 && c->dot && c->isa != FJ_ISA_AVX512)
         return fj_fail(FJ_ERR_INVALID_ARG, "lowp gemm kernel: bf16 dot product needs AVX-512");
     return FJ_OK;
@@ -90,7 +92,7 @@ typedef struct gen {
 static fj_opnd V(const gen *g, fj_reg r) { return fj_vec(g->b, r); }
 
 /* One k group of the tile: B loads, broadcasts, dot products. */
-static void k_group(gen *g, fj_reg ap, fj_reg bp) {
+static void k_group(gen *g, fj_reg ap, fj_reg bp, fj_reg a4, fj_reg lda, fj_reg lda3) {
     fj_builder *b = g->b;
     const kg_lowp_cfg *c = g->c;
     int bf16 = c->dt == KG_LP_BF16;
@@ -104,7 +106,15 @@ static void k_group(gen *g, fj_reg ap, fj_reg bp) {
         }
     }
     for (int i = 0; i < c->mr; i++) {
-        fj_emit(b, FJ_VPBROADCASTD, V(g, g->x), fj_mem(32, ap, i * 4));
+        fj_opnd am = fj_mem(32, ap, i * 4);
+        if (c->a_rows) {
+            /* rows 0-3 from a, 4-7 from a + 4*lda: [base + {0, lda, 2*lda, lda3}] */
+            fj_reg base = i < 4 ? ap : a4;
+            int r = i & 3;
+            am = r == 0 ? fj_mem(32, base, 0) : r == 3 ? fj_memx(32, base, lda3, 1, 0)
+                                                      : fj_memx(32, base, lda, (uint8_t)r, 0);
+        }
+        fj_emit(b, FJ_VPBROADCASTD, V(g, g->x), am);
         if (bf16 && !c->dot) {
             fj_emit(b, FJ_VANDPS, V(g, g->xo), V(g, g->x), V(g, g->hi));
             fj_emit(b, FJ_VPSLLD, V(g, g->x), V(g, g->x), fj_imm(16));
@@ -250,6 +260,12 @@ void kg_lowp(fj_builder *b, const void *ctx) {
     fj_reg cr = fj_gpr(b), k = fj_gpr(b), nt = fj_gpr(b), rows = fj_gpr(b);
     fj_reg ct = {0}, rt = {0}, sp = {0}, bip = {0};
     if (!bf16) { ct = fj_gpr(b); rt = fj_gpr(b); }
+    fj_reg a4 = {0}, lda = {0}, lda3 = {0};
+    if (c->a_rows) {
+        a4 = fj_gpr(b);
+        lda = fj_gpr(b);
+        lda3 = fj_gpr(b);
+    }
     if (c->post && !bf16) sp = fj_gpr(b);
     if (c->post && c->has_bias) bip = fj_gpr(b);
     for (int i = 0; i < c->mr; i++)
@@ -295,11 +311,21 @@ void kg_lowp(fj_builder *b, const void *ctx) {
             fj_emit(b, FJ_VXORPS, r, r, r);
         }
     fj_emit(b, FJ_MOV, fj_r64(a), fj_r64(ap));
+    if (c->a_rows) {
+        fj_emit(b, FJ_MOV, fj_r64(lda), fj_mem(64, p, OFF(lda)));
+        fj_emit(b, FJ_LEA, fj_r64(lda3), fj_memx(64, lda, lda, 2, 0));
+        fj_emit(b, FJ_LEA, fj_r64(a4), fj_memx(64, ap, lda, 4, 0));
+    }
     fj_emit(b, FJ_MOV, fj_r64(bp), fj_mem(64, p, OFF(b)));
     fj_emit(b, FJ_MOV, fj_r64(k), fj_mem(64, p, OFF(kq)));
     fj_label_bind(b, kloop);
-    k_group(g, a, bp);
-    fj_emit(b, FJ_ADD, fj_r64(a), fj_imm(c->mr * 4));
+    k_group(g, a, bp, a4, lda, lda3);
+    if (c->a_rows) {
+        fj_emit(b, FJ_ADD, fj_r64(a), fj_imm(4));
+        fj_emit(b, FJ_ADD, fj_r64(a4), fj_imm(4));
+    } else {
+        fj_emit(b, FJ_ADD, fj_r64(a), fj_imm(c->mr * 4));
+    }
     fj_emit(b, FJ_ADD, fj_r64(bp), fj_imm(c->nv * lanes * 4));
     fj_emit(b, FJ_DEC, fj_r64(k));
     fj_emit(b, FJ_JNE, fj_lbl(kloop));

@@ -21,6 +21,9 @@ typedef struct kg_lowp_cfg {
                       (vpmaddubsw + vpmaddwd; bf16 widened to f32 + FMA) */
     int32_t mr, nv;
     int32_t add;   /* int8: C += result (else C = result); bf16: beta != 0 (C is read) */
+    int32_t a_rows;  /* A read in place: row-major, row i of the tile at a + i*lda
+                        (k groups 4 bytes apart, k a multiple of the group; mr <= 8,
+                        no post) instead of the packed tile */
     /* The quantized epilogue (post = 1) instead of the plain store:
      *   y = act(scale * float(r) + bias[j])      int8 (r as above, without co)
      *   y = act(acc + bias[j])                    bf16
@@ -68,6 +71,7 @@ typedef struct kg_lowp_args {
     float out_scale;         /* post, Q8: y*out_scale, clamped to [lo, hi], rounded, + zp */
     float lo, hi;
     int32_t zp;
+    int64_t lda;             /* a_rows: bytes between rows of A */
 } kg_lowp_args;
 
 typedef void (*kg_lowp_fn)(const kg_lowp_args *args);

@@ -26,6 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <immintrin.h>
 
 #include "kernels/gen/gemm_lowp_gen.h"
 #include "kernels/x64/x64.h"
@@ -65,6 +66,7 @@ typedef struct lp_run {
     const lp_post *post;
     kg_lowp_cfg cfg;
     kg_lowp_fn fn;
+    kg_lowp_fn fn_rows;      /* the in-place A kernel (u8 row-major A, k % 4 == 0), or NULL */
     int es;                  /* input element bytes: 1 or 2 */
     int kgrp;                /* elements per k group: 4 or 2 */
     int lanes, nr;           /* columns per vector, per panel */
@@ -150,10 +152,32 @@ static void pack_a_tile(void *ctx, int64_t t) {
 
 /* dst[j] = the bytes of four rows' column j; cs[j] += their sum. restrict:
  * the compiler may vectorize (the byte rows cannot alias the dwords). */
-static void interleave4(const int8_t *restrict r0, int64_t ld, uint32_t *restrict dst,
-                        uint32_t *restrict cs, int cols) {
+__attribute__((target("ssse3"))) static void interleave4(const int8_t *restrict r0, int64_t ld,
+                                                        uint32_t *restrict dst,
+                                                        uint32_t *restrict cs, int cols) {
     const int8_t *restrict r1 = r0 + ld, *restrict r2 = r1 + ld, *restrict r3 = r2 + ld;
-    for (int j = 0; j < cols; j++) {
+    /* 16 columns at a time: byte and word unpacks make the dwords; the
+     * column sums are vpmaddubsw against bytes of 1 (u8 1 x s8) and
+     * vpmaddwd against words of 1. (Every CPU with AVX2 has SSSE3.) */
+    const __m128i ones8 = _mm_set1_epi8(1), ones16 = _mm_set1_epi16(1);
+    int j = 0;
+    for (; j + 16 <= cols; j += 16) {
+        __m128i a = _mm_loadu_si128((const __m128i *)(const void *)(r0 + j));
+        __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(r1 + j));
+        __m128i c = _mm_loadu_si128((const __m128i *)(const void *)(r2 + j));
+        __m128i d = _mm_loadu_si128((const __m128i *)(const void *)(r3 + j));
+        __m128i abl = _mm_unpacklo_epi8(a, b), abh = _mm_unpackhi_epi8(a, b);
+        __m128i cdl = _mm_unpacklo_epi8(c, d), cdh = _mm_unpackhi_epi8(c, d);
+        __m128i o[4] = {_mm_unpacklo_epi16(abl, cdl), _mm_unpackhi_epi16(abl, cdl),
+                        _mm_unpacklo_epi16(abh, cdh), _mm_unpackhi_epi16(abh, cdh)};
+        for (int q = 0; q < 4; q++) {
+            _mm_storeu_si128((__m128i *)(void *)(dst + j + 4 * q), o[q]);
+            __m128i sum = _mm_madd_epi16(_mm_maddubs_epi16(ones8, o[q]), ones16);
+            __m128i old = _mm_loadu_si128((const __m128i *)(const void *)(cs + j + 4 * q));
+            _mm_storeu_si128((__m128i *)(void *)(cs + j + 4 * q), _mm_add_epi32(old, sum));
+        }
+    }
+    for (; j < cols; j++) {
         dst[j] = (uint32_t)(uint8_t)r0[j] | (uint32_t)(uint8_t)r1[j] << 8 |
                  (uint32_t)(uint8_t)r2[j] << 16 | (uint32_t)(uint8_t)r3[j] << 24;
         cs[j] += (uint32_t)(r0[j] + r1[j] + r2[j] + r3[j]);
@@ -300,20 +324,27 @@ static void run_block(void *ctx, int64_t blk) {
     if (po && !staged) es_c = po->out == KG_LP_OUT_Q8 ? 1 : po->out == KG_LP_OUT_BF16 ? 2 : 4;
     char *cbase = staged ? (char *)r->scratch : (char *)x->c;
     int64_t ldc = staged ? x->n : x->ldc;
+    /* In-place A: full tiles read A itself, a partial last tile its packed copy. */
+    int64_t tin = r->fn_rows ? (i1 - t0 * mr == (t1 - t0) * mr ? t1 : t1 - 1) : t0;
     for (int64_t q = 0; q < r->npan; q++) {
+      for (int part = 0; part < 2; part++) {
+        int64_t ta = part ? tin : t0, tb = part ? t1 : tin;
+        if (ta >= tb) continue;
         int64_t j0 = q * r->nr;
         int64_t cols = x->n - j0 < r->nr ? x->n - j0 : r->nr;
         kg_lowp_args g;
         memset(&g, 0, sizeof g);
-        g.a = r->pa + t0 * r->a_tile;
+        g.a = part ? (const void *)(r->pa + ta * r->a_tile)
+                   : (const void *)((const uint8_t *)x->a + ta * mr * x->lda);
+        g.lda = x->lda;
         g.b = r->pb + q * r->b_pan;
-        g.c = cbase + (i0 * ldc + j0) * es_c;
+        g.c = cbase + (ta * mr * ldc + j0) * es_c;
         g.colterm = bf16 ? NULL : r->colterm + j0;
-        g.rowterm = bf16 ? NULL : r->rowterm + t0 * mr;
+        g.rowterm = bf16 ? NULL : r->rowterm + ta * mr;
         g.kq = r->kq;
-        g.ntiles = t1 - t0;
-        g.last_rows = i1 - (t1 - 1) * mr;
-        g.a_tile = r->a_tile;
+        g.ntiles = tb - ta;
+        g.last_rows = (tb == t1 ? i1 : tb * mr) - (tb - 1) * mr;
+        g.a_tile = part ? r->a_tile : mr * x->lda;
         g.c_tile = (int64_t)mr * ldc * es_c;
         g.ldc = ldc * es_c;
         g.alpha = x->alpha;
@@ -332,7 +363,8 @@ static void run_block(void *ctx, int64_t blk) {
             g.kmask[v] = (uint32_t)((1u << w) - 1u);
             for (int l = 0; l < 8; l++) g.ymask[v][l] = l < w ? -1 : 0;
         }
-        r->fn(&g);
+        (part ? r->fn : r->fn_rows)(&g);
+      }
     }
     if (r->general) finish_rows(r, i0, i1);
     if (po && po->narrow_after) {
@@ -347,7 +379,7 @@ static void run_block(void *ctx, int64_t blk) {
 }
 
 /* The tile and whether the dot instruction is used, for the runtime. */
-static void choose_cfg(const fj_runtime *rt, int bf16, kg_lowp_cfg *c) {
+static void choose_cfg(const fj_runtime *rt, int bf16, int64_t n, kg_lowp_cfg *c) {
     memset(c, 0, sizeof *c);
     c->tag = KG_LOWP_TAG;
     c->isa = rt->isa;
@@ -358,6 +390,13 @@ static void choose_cfg(const fj_runtime *rt, int bf16, kg_lowp_cfg *c) {
     if (avx512) {
         c->nv = 3;
         c->mr = c->dot ? 8 : bf16 ? 6 : 8;
+        /* Narrow C: a panel as wide as C instead of padded 48-wide ones. */
+        if (n > 48 && n <= 64 && (c->dot || !bf16)) {
+            c->nv = 4;
+            c->mr = 6;
+        } else if (n <= 32) {
+            c->nv = 2;
+        }
     } else {
         c->nv = 2;
         c->mr = c->dot ? 6 : bf16 ? 3 : 5;
@@ -411,7 +450,7 @@ static fj_status lp_run_call(fj_runtime *rt, const lp_call *x, const lp_post *po
     if (po) {
         r.cfg = *po->cfg;
     } else {
-        choose_cfg(rt, bf16, &r.cfg);
+        choose_cfg(rt, bf16, x->n, &r.cfg);
         r.general = !bf16 && !(x->alpha == 1.0f && (x->beta == 0.0f || x->beta == 1.0f));
         r.cfg.add = bf16 ? x->beta != 0.0f : (!r.general && x->beta == 1.0f);
     }
@@ -453,16 +492,41 @@ static fj_status lp_run_call(fj_runtime *rt, const lp_call *x, const lp_post *po
     if (r.general || (po && po->narrow_after))
         r.scratch = aligned_part(&cur, (size_t)(x->m * x->n) * 4);
 
-    fj_kernel *kern = NULL;
+    fj_kernel *kern = NULL, *kern_rows = NULL;
     if (po) {
         r.fn = po->fn;
     } else {
         fj_status s = get_kernel(rt, &r.cfg, &kern);
-        if (s != FJ_OK) { fj_free(mem); return s; }
+        /* Row-major u8 A whose rows hold whole k groups: full tiles read A
+         * in place (no packing pass over A). */
+        if (s == FJ_OK && x->kind == LP_INT8 && !x->ta && x->k % 4 == 0 && r.cfg.mr <= 8) {
+            kg_lowp_cfg cr = r.cfg;
+            cr.a_rows = 1;
+            s = get_kernel(rt, &cr, &kern_rows);
+        }
+        if (s != FJ_OK) {
+            if (kern) rt_kernel_unref(kern);
+            fj_free(mem);
+            return s;
+        }
         r.fn = (kg_lowp_fn)rt_kernel_fn(kern);
+        if (kern_rows) r.fn_rows = (kg_lowp_fn)rt_kernel_fn(kern_rows);
     }
 
-    rt_parallel(rt, r.mtiles, threads, pack_a_tile, &r);
+    if (r.fn_rows) {
+        /* Row sums only matter with bo; only a partial last tile is packed. */
+        for (int64_t i = 0; i < r.mtiles * r.cfg.mr; i++) r.rowsum[i] = 0;
+        if (x->bo)
+            for (int64_t i = 0; i < x->m; i++) {
+                const uint8_t *row = (const uint8_t *)x->a + i * x->lda;
+                uint32_t sum = 0;
+                for (int64_t kk = 0; kk < x->k; kk++) sum += row[kk];
+                r.rowsum[i] = (int32_t)sum;
+            }
+        if (x->m % r.cfg.mr) pack_a_tile(&r, r.mtiles - 1);
+    } else {
+        rt_parallel(rt, r.mtiles, threads, pack_a_tile, &r);
+    }
     if (!bf16 && !x->tb) {
         rt_parallel(rt, r.nbch, threads, pack_b_rows, &r);
         for (int64_t j = 0; j < r.npan * r.nr; j++) {
@@ -499,6 +563,7 @@ static fj_status lp_run_call(fj_runtime *rt, const lp_call *x, const lp_post *po
     }
     rt_parallel(rt, r.nblk, threads, run_block, &r);
     if (kern) rt_kernel_unref(kern);
+    if (kern_rows) rt_kernel_unref(kern_rows);
     fj_free(mem);
     return FJ_OK;
 }
@@ -654,7 +719,7 @@ fj_status fj_gemm_lowp_create(fj_runtime *rt, const fj_gemm_lowp_desc *d, fj_gem
     g->rt = rt;
     g->d = *d;
     g->kind = kind;
-    choose_cfg(rt, kind == LP_BF16, &g->cfg);
+    choose_cfg(rt, kind == LP_BF16, d->n, &g->cfg);
     g->cfg.post = 1;
     g->cfg.out = d->c_type == FJ_DT_F32 ? KG_LP_OUT_F32 : d->c_type == FJ_DT_BF16 ? KG_LP_OUT_BF16
                                                                                 : KG_LP_OUT_Q8;
