@@ -184,6 +184,20 @@ __attribute__((target("ssse3"))) static void interleave4(const int8_t *restrict 
     }
 }
 
+/* dst[j] = row0[j] | row1[j] << 16 (bf16 pairs along k). */
+__attribute__((target("ssse3"))) static void interleave2(const uint16_t *restrict r0, int64_t ld,
+                                                        uint32_t *restrict dst, int cols) {
+    const uint16_t *restrict r1 = r0 + ld;
+    int j = 0;
+    for (; j + 8 <= cols; j += 8) {
+        __m128i a = _mm_loadu_si128((const __m128i *)(const void *)(r0 + j));
+        __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(r1 + j));
+        _mm_storeu_si128((__m128i *)(void *)(dst + j), _mm_unpacklo_epi16(a, b));
+        _mm_storeu_si128((__m128i *)(void *)(dst + j + 4), _mm_unpackhi_epi16(a, b));
+    }
+    for (; j < cols; j++) dst[j] = (uint32_t)r0[j] | (uint32_t)r1[j] << 16;
+}
+
 /* Column panel q of B: for each k group, nr columns of 4 bytes; column sums. */
 static void pack_b_panel(void *ctx, int64_t q) {
     lp_run *r = ctx;
@@ -192,6 +206,18 @@ static void pack_b_panel(void *ctx, int64_t q) {
     uint8_t *d = r->pb + q * r->b_pan;
     memset(d, 0, (size_t)r->b_pan);
     int64_t j0 = q * nr, cols = x->n - j0 < nr ? x->n - j0 : nr;
+    if (!x->tb && r->es == 2) {
+        /* Row-major bf16 B: pairs of rows interleaved into dwords. */
+        const uint16_t *b = x->b;
+        int64_t g = 0;
+        for (; (g + 1) * 2 <= x->k; g++)
+            interleave2(b + g * 2 * x->ldb + j0, x->ldb, (uint32_t *)(void *)(d + g * nr * 4), cols);
+        if (g < r->kq) {
+            uint32_t *dg = (uint32_t *)(void *)(d + g * nr * 4);
+            for (int j = 0; j < cols; j++) dg[j] = b[g * 2 * x->ldb + j0 + j];
+        }
+        return;
+    }
     if (!x->tb) {
         /* Row-major B: the kgrp rows of a group, interleaved column by column. */
         int kg = r->kgrp, es = r->es;
@@ -335,8 +361,8 @@ static void run_block(void *ctx, int64_t blk) {
         kg_lowp_args g;
         memset(&g, 0, sizeof g);
         g.a = part ? (const void *)(r->pa + ta * r->a_tile)
-                   : (const void *)((const uint8_t *)x->a + ta * mr * x->lda);
-        g.lda = x->lda;
+                   : (const void *)((const uint8_t *)x->a + ta * mr * x->lda * r->es);
+        g.lda = x->lda * r->es;
         g.b = r->pb + q * r->b_pan;
         g.c = cbase + (ta * mr * ldc + j0) * es_c;
         g.colterm = bf16 ? NULL : r->colterm + j0;
@@ -344,7 +370,7 @@ static void run_block(void *ctx, int64_t blk) {
         g.kq = r->kq;
         g.ntiles = tb - ta;
         g.last_rows = (tb == t1 ? i1 : tb * mr) - (tb - 1) * mr;
-        g.a_tile = part ? r->a_tile : mr * x->lda;
+        g.a_tile = part ? r->a_tile : mr * x->lda * r->es;
         g.c_tile = (int64_t)mr * ldc * es_c;
         g.ldc = ldc * es_c;
         g.alpha = x->alpha;
@@ -499,7 +525,8 @@ static fj_status lp_run_call(fj_runtime *rt, const lp_call *x, const lp_post *po
         fj_status s = get_kernel(rt, &r.cfg, &kern);
         /* Row-major u8 A whose rows hold whole k groups: full tiles read A
          * in place (no packing pass over A). */
-        if (s == FJ_OK && x->kind == LP_INT8 && !x->ta && x->k % 4 == 0 && r.cfg.mr <= 8) {
+        if (s == FJ_OK && (x->kind == LP_INT8 || x->kind == LP_BF16) && !x->ta &&
+            x->k % r.kgrp == 0 && r.cfg.mr <= 8) {
             kg_lowp_cfg cr = r.cfg;
             cr.a_rows = 1;
             s = get_kernel(rt, &cr, &kern_rows);
@@ -516,7 +543,7 @@ static fj_status lp_run_call(fj_runtime *rt, const lp_call *x, const lp_post *po
     if (r.fn_rows) {
         /* Row sums only matter with bo; only a partial last tile is packed. */
         for (int64_t i = 0; i < r.mtiles * r.cfg.mr; i++) r.rowsum[i] = 0;
-        if (x->bo)
+        if (x->kind == LP_INT8 && x->bo)
             for (int64_t i = 0; i < x->m; i++) {
                 const uint8_t *row = (const uint8_t *)x->a + i * x->lda;
                 uint32_t sum = 0;
