@@ -174,7 +174,7 @@ static long run_icase(fj_runtime *rt, const icase *t, int sat, const char *pname
         b[i] = (int8_t)(t->full || !t->s8a ? (int)(rnd() & 255) - 128 : (int)rn(129) - 64);
     for (size_t i = 0; i < nc; i++) c0[i] = c[i] = (int32_t)(rnd() % 200001) - 100000;
     if (rn(10) == 0)
-        for (size_t i = 0; i < nc; i++) c0[i] = c[i] = (int32_t)rnd() * 2 + (int32_t)(rnd() & 1);
+        for (size_t i = 0; i < nc; i++) c0[i] = c[i] = (int32_t)(rnd() << 1 | (rnd() & 1));
     for (int64_t i = 0; i < t->m + t->n + 1; i++) co[i] = (int32_t)(rnd() % 2001) - 1000;
     memcpy(r, c0, nc * 4);
     ref_int8(t, a, b, c0, co, sat, r);
