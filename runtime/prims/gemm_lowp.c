@@ -27,6 +27,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <immintrin.h>
+#include <pthread.h>
 
 #include "kernels/gen/gemm_lowp_gen.h"
 #include "kernels/x64/x64.h"
@@ -438,6 +439,57 @@ static fj_status get_kernel(fj_runtime *rt, const kg_lowp_cfg *c, fj_kernel **ou
     return rt_kernel_acquire(rt, &d, out);
 }
 
+/* This thread's last kernels (the packed-A one and the in-place one):
+ * calls repeating a shape skip naming the kernel and the kernel table.
+ * The memo holds a reference (rt_khold_set bounds how many may), dropped
+ * when the thread exits or the slot is reused. */
+static _Thread_local struct lp_memo {
+    kg_lowp_cfg cfg;
+    uint64_t serial;   /* the runtime's: tells it from a later one at its address */
+    rt_khold hold;
+} lp_memo[2];
+static _Thread_local int lp_memo_hook;
+static pthread_key_t lp_memo_key;
+static pthread_once_t lp_memo_once = PTHREAD_ONCE_INIT;
+static int lp_memo_key_ok;
+
+static void lp_memo_exit(void *arg) {
+    (void)arg;
+    for (int i = 0; i < 2; i++) rt_khold_drop(&lp_memo[i].hold);
+}
+static void lp_memo_key_init(void) {
+    lp_memo_key_ok = pthread_key_create(&lp_memo_key, lp_memo_exit) == 0;
+}
+
+/* The kernel of cfg: *fn to call; *ref a reference the caller drops after
+ * the call (NULL when the memo holds the kernel). */
+static fj_status memo_kernel(fj_runtime *rt, const kg_lowp_cfg *cfg, int slot, kg_lowp_fn *fn,
+                             fj_kernel **ref) {
+    struct lp_memo *m = &lp_memo[slot];
+    *ref = NULL;
+    if (m->hold.k && m->hold.rt == rt && m->serial == rt->serial &&
+        !memcmp(&m->cfg, cfg, sizeof *cfg)) {
+        *fn = (kg_lowp_fn)rt_kernel_fn(m->hold.k);
+        return FJ_OK;
+    }
+    fj_kernel *k = NULL;
+    fj_status s = get_kernel(rt, cfg, &k);
+    if (s != FJ_OK) return s;
+    if (!lp_memo_hook) {
+        pthread_once(&lp_memo_once, lp_memo_key_init);
+        lp_memo_hook = 1;
+        if (lp_memo_key_ok) pthread_setspecific(lp_memo_key, lp_memo);
+    }
+    if (rt_khold_set(&m->hold, rt, k)) {
+        m->cfg = *cfg;
+        m->serial = rt->serial;
+    } else {
+        *ref = k;
+    }
+    *fn = (kg_lowp_fn)rt_kernel_fn(k);
+    return FJ_OK;
+}
+
 static void *aligned_part(uint8_t **cur, size_t bytes) {
     uint8_t *p = (uint8_t *)(((uintptr_t)*cur + 63) & ~(uintptr_t)63);
     *cur = p + bytes;
@@ -522,22 +574,20 @@ static fj_status lp_run_call(fj_runtime *rt, const lp_call *x, const lp_post *po
     if (po) {
         r.fn = po->fn;
     } else {
-        fj_status s = get_kernel(rt, &r.cfg, &kern);
+        fj_status s = memo_kernel(rt, &r.cfg, 0, &r.fn, &kern);
         /* Row-major u8 A whose rows hold whole k groups: full tiles read A
          * in place (no packing pass over A). */
         if (s == FJ_OK && (x->kind == LP_INT8 || x->kind == LP_BF16) && !x->ta &&
             x->k % r.kgrp == 0 && r.cfg.mr <= 8) {
             kg_lowp_cfg cr = r.cfg;
             cr.a_rows = 1;
-            s = get_kernel(rt, &cr, &kern_rows);
+            s = memo_kernel(rt, &cr, 1, &r.fn_rows, &kern_rows);
         }
         if (s != FJ_OK) {
             if (kern) rt_kernel_unref(kern);
             fj_free(mem);
             return s;
         }
-        r.fn = (kg_lowp_fn)rt_kernel_fn(kern);
-        if (kern_rows) r.fn_rows = (kg_lowp_fn)rt_kernel_fn(kern_rows);
     }
 
     if (r.fn_rows) {
