@@ -62,6 +62,7 @@ void bench_profiling(const bench_ctx *c);
 void bench_cache(const bench_ctx *c);
 void bench_reduce(const bench_ctx *c);
 void bench_stitch(const bench_ctx *c);
+void bench_lowp(const bench_ctx *c);
 #ifdef FJ_BENCH_DNNL
 #include <dnnl.h>
 /* oneDNN's kernel generation: CPU time of make (one primitive created on

@@ -101,6 +101,7 @@ static const section sections[] = {
     {"peak", bench_peak},
     {"gemm", bench_gemm},
     {"gemm_f64", bench_gemm_f64},
+    {"lowp", bench_lowp},
     {"unwind", bench_unwind},
     {"profiling", bench_profiling},
     {"cache", bench_cache},

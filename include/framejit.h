@@ -127,7 +127,18 @@ typedef struct fj_options {
                              embedder's pool runs parallel work (see
                              fj_parallel_for_fn) */
     void *parallel_ctx;   /* parallel_for's first argument */
+    unsigned cpu_disable; /* FJ_CPU_NO_* bits: instruction families the
+                             generators must not use even where the CPU has
+                             them (to test the fallbacks); FRAMEJIT_CPU_DISABLE
+                             =vnni,bf16 adds to them */
 } fj_options;
+
+/* fj_options.cpu_disable bits. */
+enum {
+    FJ_CPU_NO_VNNI = 1,   /* no vpdpbusd (AVX512_VNNI, AVX-VNNI): int8 GEMM uses
+                             vpmaddubsw + vpmaddwd */
+    FJ_CPU_NO_BF16 = 2,   /* no vdpbf16ps (AVX512_BF16): bf16 is widened to f32 */
+};
 
 typedef struct fj_runtime fj_runtime;
 
@@ -253,6 +264,87 @@ FJ_API fj_status fj_gemm_f64_create(fj_runtime *rt, const fj_gemm_f64_desc *d, f
 /* bias is ignored (may be NULL) unless the descriptor has has_bias. */
 FJ_API fj_status fj_gemm_f64_execute(const fj_gemm *g, const double *a, const double *b,
                                      const double *bias, double *c);
+
+/* ---- low-precision GEMM (int8, bf16) ------------------------------------ */
+
+/* Integer GEMM with dnnl_gemm_u8s8s32's semantics (row-major): op(A) is
+ * m x k u8 (s8 for fj_gemm_s8s8s32), op(B) k x n s8, C m x n int32;
+ * offsetc 'F' (co[0] for all of C), 'C' (co[i] per row: oneDNN's column
+ * vector) or 'R' (co[j] per column: its row vector), upper or lower case.
+ *   acc = sum_k (op(A)(i,k) - ao) * (op(B)(k,j) - bo)        int32, mod 2^32
+ *   alpha == 1, beta 0 or 1: C = acc + beta*C + co              mod 2^32
+ *   otherwise: C = sat(round(alpha*acc + beta*C)) + co (the last add mod 2^32)
+ * with alpha*acc + beta*C in double, round half away from zero and sat
+ * clamping to int32 (as oneDNN 2.6). beta == 0 never reads C. The result
+ * is exact on every ISA path but one: without a dot-product instruction
+ * (AVX-512 or AVX2 without VNNI, or FJ_CPU_NO_VNNI) the products are
+ * summed in pairs of consecutive k (k = 2p, 2p+1) into int16 with
+ * saturation (vpmaddubsw), so an element differs from the exact result
+ * exactly when some pair has x(i,2p)*op(B)(2p,j) + x(i,2p+1)*op(B)(2p+1,j)
+ * outside [-32768, 32767], with x = op(A) (u8s8) or op(A) + 128 (s8s8):
+ * never with A < 128 (u8s8), or with |B| <= 64. C may share no memory with
+ * A, B or co. Sizes and leading dimensions as fj_gemm_f32. */
+FJ_API fj_status fj_gemm_u8s8s32(fj_runtime *rt, char transa, char transb, char offsetc,
+                                 int64_t m, int64_t n, int64_t k, float alpha, const uint8_t *a,
+                                 int64_t lda, uint8_t ao, const int8_t *b, int64_t ldb, int8_t bo,
+                                 float beta, int32_t *c, int64_t ldc, const int32_t *co);
+FJ_API fj_status fj_gemm_s8s8s32(fj_runtime *rt, char transa, char transb, char offsetc,
+                                 int64_t m, int64_t n, int64_t k, float alpha, const int8_t *a,
+                                 int64_t lda, int8_t ao, const int8_t *b, int64_t ldb, int8_t bo,
+                                 float beta, int32_t *c, int64_t ldc, const int32_t *co);
+/* C = alpha * op(A) * op(B) + beta * C with A and B bf16 (the upper 16 bits
+ * of an IEEE float, stored as uint16_t) and C f32, row-major. Products are
+ * exact in f32 and summed in f32 (in pairs of consecutive k, then along k);
+ * with AVX512_BF16 (vdpbf16ps) denormal inputs and products count as zero.
+ * beta == 0 never reads C. */
+FJ_API fj_status fj_gemm_bf16bf16f32(fj_runtime *rt, char transa, char transb, int64_t m,
+                                     int64_t n, int64_t k, float alpha, const uint16_t *a,
+                                     int64_t lda, const uint16_t *b, int64_t ldb, float beta,
+                                     float *c, int64_t ldc);
+
+/* Create-once / execute-many low-precision GEMM for inference, with the
+ * epilogue fused into the kernel's store:
+ *   int8 (a_type u8 or s8, b_type s8):
+ *     acc = sum_k (op(A)(i,k) - ao) * (op(B)(k,j) - bo)      int32, mod 2^32
+ *     y   = act(scale * float(acc) + bias[j])   scale = scales[j] per column
+ *                                               (scale_per_column) or scales[0]
+ *   bf16 (a_type, b_type bf16): y = act(op(A) * op(B) + bias[j]) in f32
+ * with act the eltwise post_op (0 = none; the same code as fj_eltwise_f32)
+ * and bias only if has_bias. The result C(i,j) is y (c_type f32), y
+ * rounded to bf16, nearest even (bf16 inputs only), or requantized
+ * (int8 inputs, c_type u8 or s8):
+ *     q = clamp(rint(y * out_scale), lo - out_zero, hi - out_zero) + out_zero
+ * rint to nearest even, [lo, hi] the output type's range; NaN gives lo.
+ * float(acc) rounds to nearest even; scale*x + bias is a product then a
+ * sum (no fused multiply-add), so results are reproducible exactly in C.
+ * ldc counts elements of c_type. AVX2 kernels store u8/s8/bf16 results as
+ * dwords into a scratch buffer that the driver narrows. */
+typedef enum fj_dtype {
+    FJ_DT_F32 = 1, FJ_DT_S32, FJ_DT_U8, FJ_DT_S8, FJ_DT_BF16,
+} fj_dtype;
+
+typedef struct fj_gemm_lowp_desc {
+    fj_dtype a_type, b_type, c_type;
+    char transa, transb;
+    int64_t m, n, k;
+    int64_t lda, ldb, ldc;
+    int32_t ao, bo;            /* int8: zero points of A and B (in their types' range) */
+    int scale_per_column;      /* int8: scales[j] (else scales[0] for all of C) */
+    int has_bias;              /* bias[j] (f32) added before the activation */
+    fj_eltwise_op post_op;     /* 0: none */
+    float post_alpha, post_beta;
+    float out_scale;           /* u8/s8 output: y * out_scale, then + out_zero */
+    int32_t out_zero;
+} fj_gemm_lowp_desc;
+
+typedef struct fj_gemm_lowp fj_gemm_lowp;
+FJ_API fj_status fj_gemm_lowp_create(fj_runtime *rt, const fj_gemm_lowp_desc *d,
+                                     fj_gemm_lowp **out);
+/* a, b: the input types; scales: int8 only (NULL for bf16); bias: only
+ * read if has_bias; c: c_type. C may share no memory with A or B. */
+FJ_API fj_status fj_gemm_lowp_execute(const fj_gemm_lowp *g, const void *a, const void *b,
+                                      const float *scales, const float *bias, void *c);
+FJ_API void fj_gemm_lowp_destroy(fj_gemm_lowp *g);
 
 /* ---- reductions and softmax ------------------------------------------- */
 

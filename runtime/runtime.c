@@ -104,6 +104,23 @@ fj_status fj_runtime_create(const fj_options *opts, fj_runtime **out) {
     if (!rt) return fj_fail(FJ_ERR_NO_MEMORY, "fj_runtime_create: out of memory");
     rt->opts = o;
     rt->features = cpu_features();
+    unsigned dis = o.cpu_disable;
+    const char *de = getenv("FRAMEJIT_CPU_DISABLE");
+    if (de && *de) {
+        for (const char *p = de; *p;) {
+            size_t n = strcspn(p, ",");
+            if (n == 4 && !strncmp(p, "vnni", 4)) dis |= FJ_CPU_NO_VNNI;
+            else if (n == 4 && !strncmp(p, "bf16", 4)) dis |= FJ_CPU_NO_BF16;
+            else if (n) {
+                fj_free(rt);
+                return fj_fail(FJ_ERR_INVALID_ARG, "FRAMEJIT_CPU_DISABLE=%s: expected a list of "
+                               "vnni, bf16", de);
+            }
+            p += n + (p[n] == ',');
+        }
+    }
+    if (dis & FJ_CPU_NO_VNNI) rt->features &= ~(uint32_t)(X64_F_AVX512VNNI | X64_F_AVXVNNI);
+    if (dis & FJ_CPU_NO_BF16) rt->features &= ~(uint32_t)X64_F_AVX512BF16;
     fj_status s = choose_isa(&o, rt->features, &rt->isa);
     if (s == FJ_OK) s = uw_parse_backends(getenv("FRAMEJIT_UNWIND"), &rt->uw_backends);
     if (s != FJ_OK) { fj_free(rt); return s; }

@@ -328,6 +328,108 @@ START_TEST(chain_check_rejects) {
 }
 END_TEST
 
+/* ---- int8 and bf16 GEMM kernels --------------------------------------------- */
+
+typedef struct lowp_arg {
+    fj_runtime *rt;
+    int bf16;
+    fj_gemm_lowp *h;   /* the handle variant (relu epilogue), else NULL */
+    const void *a, *b;
+    void *c;
+    fj_status s;
+} lowp_arg;
+
+enum { LM = 19, LN = 21, LK = 9 };
+
+static void lowp_body(void *p) {
+    lowp_arg *g = p;
+    static const int32_t co[LN];
+    static const float one = 1.0f;
+    if (g->h)
+        g->s = fj_gemm_lowp_execute(g->h, g->a, g->b, g->bf16 ? NULL : &one, NULL, g->c);
+    else if (g->bf16)
+        g->s = fj_gemm_bf16bf16f32(g->rt, 'N', 'N', LM, LN, LK, 1.0f, g->a, LK, g->b, LN, 0.0f,
+                                   g->c, LN);
+    else
+        g->s = fj_gemm_u8s8s32(g->rt, 'N', 'N', 'R', LM, LN, LK, 1.0f, g->a, LK, 1, g->b, LN, 0,
+                               0.0f, g->c, LN, co);
+    __asm__ volatile("" ::: "memory");
+}
+
+/* Loop index: bit 0 ISA, bit 1 without the dot-product instructions, bit 2 bf16,
+ * bit 3 a handle with the fused epilogue (relu; int8 to f32, bf16 to bf16). */
+START_TEST(lowp_every_instruction) {
+    fj_options o;
+    fj_options_init(&o);
+    o.isa = (_i & 1) ? FJ_ISA_AVX2 : FJ_ISA_AVX512;
+    o.threads = 1;
+    o.cpu_disable = (_i & 2) ? FJ_CPU_NO_VNNI | FJ_CPU_NO_BF16 : 0;
+    int bf16 = _i >> 2 & 1;
+    fj_runtime *rt = NULL;
+    if (fj_runtime_create(&o, &rt) != FJ_OK) {
+        printf("lowp %d: skipped: %s\n", _i, fj_last_error());
+        return;
+    }
+    static uint16_t a[LM * LK], b[LK * LN];
+    static float c[LM * LN];
+    for (int i = 0; i < LM * LK; i++) a[i] = bf16 ? 0x3f80 + (uint16_t)(i % 3 << 7) /* 1, 2, 4 */ : (uint16_t)(i % 7);
+    for (int i = 0; i < LK * LN; i++) b[i] = bf16 ? 0x4000 : (uint16_t)(i % 5);
+    memset(c, 0, sizeof c);
+    /* int8: A and B as bytes (the first LM*LK / LK*LN bytes of the arrays) */
+    if (!bf16) {
+        uint8_t *a8 = (uint8_t *)a, *b8 = (uint8_t *)b;
+        for (int i = 0; i < LM * LK; i++) a8[i] = (uint8_t)(i % 7);
+        for (int i = 0; i < LK * LN; i++) b8[i] = (uint8_t)(i % 5);
+    }
+    int handle = _i >> 3 & 1;
+    fj_gemm_lowp *h = NULL;
+    if (handle) {
+        fj_gemm_lowp_desc d = {0};
+        d.a_type = bf16 ? FJ_DT_BF16 : FJ_DT_U8;
+        d.b_type = bf16 ? FJ_DT_BF16 : FJ_DT_S8;
+        d.c_type = bf16 ? FJ_DT_BF16 : FJ_DT_F32;
+        d.transa = d.transb = 'N';
+        d.m = LM; d.n = LN; d.k = LK; d.lda = LK; d.ldb = LN; d.ldc = LN;
+        d.ao = 1;
+        d.post_op = FJ_ELT_RELU;
+        ck_assert_msg(fj_gemm_lowp_create(rt, &d, &h) == FJ_OK, "%s", fj_last_error());
+    }
+    lowp_arg g = {rt, bf16, h, a, b, c, FJ_ERR_INVALID_ARG};
+    fjt_trace_opts to = {.root = (const void *)main};
+    fjt_trace_result *r = malloc(sizeof *r);
+    ck_assert_ptr_nonnull(r);
+    char what[96];
+    snprintf(what, sizeof what, "lowp %s%s isa=%d disable=%u", bf16 ? "bf16" : "u8s8",
+             handle ? " handle" : "", (int)o.isa, o.cpu_disable);
+    int ok = fjt_trace_kernel(lowp_body, &g, &to, r);
+    ck_assert_msg(g.s == FJ_OK, "%s: %s", what, fj_last_error());
+    assert_trace(what, ok, r);
+    ck_assert_msg(r->first_name && strstr(r->first_name, bf16 ? "fj_gemm_bf16bf16f32_"
+                                                             : "fj_gemm_u8s8s32_"),
+                  "%s: traced %s", what, r->first_name ? r->first_name : "?");
+    for (int i = 0; i < LM; i++)
+        for (int j = 0; j < LN; j++) {
+            double want = 0;
+            for (int p = 0; p < LK; p++)
+                want += bf16 ? (double)(1 << (i * LK + p) % 3) * 2.0
+                             : (double)((i * LK + p) % 7 - 1) * (double)((p * LN + j) % 5);
+            double got = bf16 ? c[i * LN + j] : ((int32_t *)c)[i * LN + j];
+            if (handle) {
+                if (want < 0) want = 0;
+                uint16_t hb = ((uint16_t *)c)[i * LN + j];
+                uint32_t u = (uint32_t)hb << 16;
+                float f;
+                memcpy(&f, &u, 4);
+                got = bf16 ? f : c[i * LN + j];
+            }
+            ck_assert_msg(got == want, "%s: C(%d,%d) = %g, want %g", what, i, j, got, want);
+        }
+    free(r);
+    fj_gemm_lowp_destroy(h);
+    fj_runtime_destroy(rt);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("trapflag");
     TCase *t = tcase_create("every_instruction");
@@ -335,6 +437,7 @@ static Suite *suite(void) {
     tcase_add_loop_test(t, relu_every_instruction, 0, (int)(4 * NRELU));
     tcase_add_loop_test(t, csr_kernel_every_instruction, 0, 4);
     tcase_add_loop_test(t, gemm_every_instruction, 0, 16);
+    tcase_add_loop_test(t, lowp_every_instruction, 0, 16);
     tcase_add_loop_test(t, loop_kernel_every_instruction, 0, 2);
     tcase_add_test(t, chain_check_rejects);
     suite_add_tcase(s, t);

@@ -313,6 +313,26 @@ static const golden cases[] = {
     { "vmaxpd ymm1, ymm2, ymmword ptr [rax+0x20]", "c5 ed 5f 48 20", X(VMAXPD), 3, { YMM(1), YMM(2), M(256, RAX, 0x20) } },
     { "vminpd zmm17{k1}, zmm2, zmmword ptr [rcx+0x40]", "62 e1 ed 49 5d 49 01", X(VMINPD), 3, { ZMMK(17, 1, 0), ZMM(2), M(512, RCX, 0x40) } },
     { "vminpd ymm4, ymm5, ymm6", "c5 d5 5d e6", X(VMINPD), 3, { YMM(4), YMM(5), YMM(6) } },
+    /* low-precision dot products */
+    { "vpdpbusd zmm1, zmm2, zmm3", "62 f2 6d 48 50 cb", X(VPDPBUSD), 3, { ZMM(1), ZMM(2), ZMM(3) } },
+    { "vpdpbusd zmm17, zmm30, zmmword ptr [rax+0x40]", "62 e2 0d 40 50 48 01", X(VPDPBUSD), 3, { ZMM(17), ZMM(30), M(512, RAX, 0x40) } },
+    { "vpdpbusd zmm3{k1}, zmm29, dword ptr [r12+0x100]{1to16}", "62 d2 15 51 50 5c 24 40", X(VPDPBUSD), 3, { ZMMK(3, 1, 0), ZMM(29), BC(R12, 0x100) } },
+    { "{vex} vpdpbusd ymm1, ymm2, ymm3", "c4 e2 6d 50 cb", X(VPDPBUSD), 3, { YMM(1), YMM(2), YMM(3) } },
+    { "{vex} vpdpbusd ymm9, ymm14, ymmword ptr [r13+0x20]", "c4 42 0d 50 4d 20", X(VPDPBUSD), 3, { YMM(9), YMM(14), M(256, R13, 0x20) } },
+    { "vpmaddubsw zmm1, zmm2, zmm3", "62 f2 6d 48 04 cb", X(VPMADDUBSW), 3, { ZMM(1), ZMM(2), ZMM(3) } },
+    { "vpmaddubsw zmm20, zmm2, zmmword ptr [rsp+0x80]", "62 e2 6d 48 04 64 24 02", X(VPMADDUBSW), 3, { ZMM(20), ZMM(2), M(512, RSP, 0x80) } },
+    { "vpmaddubsw ymm1, ymm2, ymm3", "c4 e2 6d 04 cb", X(VPMADDUBSW), 3, { YMM(1), YMM(2), YMM(3) } },
+    { "vpmaddwd zmm1, zmm2, zmm3", "62 f1 6d 48 f5 cb", X(VPMADDWD), 3, { ZMM(1), ZMM(2), ZMM(3) } },
+    { "vpmaddwd zmm1, zmm22, zmmword ptr [rcx+0x40]", "62 f1 4d 40 f5 49 01", X(VPMADDWD), 3, { ZMM(1), ZMM(22), M(512, RCX, 0x40) } },
+    { "vpmaddwd ymm5, ymm12, ymm3", "c5 9d f5 eb", X(VPMADDWD), 3, { YMM(5), YMM(12), YMM(3) } },
+    { "vdpbf16ps zmm1, zmm2, zmm3", "62 f2 6e 48 52 cb", X(VDPBF16PS), 3, { ZMM(1), ZMM(2), ZMM(3) } },
+    { "vdpbf16ps zmm20, zmm21, zmmword ptr [rdx+0x40]", "62 e2 56 40 52 62 01", X(VDPBF16PS), 3, { ZMM(20), ZMM(21), M(512, RDX, 0x40) } },
+    { "vdpbf16ps zmm4, zmm5, dword ptr [rax+8]{1to16}", "62 f2 56 58 52 60 02", X(VDPBF16PS), 3, { ZMM(4), ZMM(5), BC(RAX, 8) } },
+    { "vdpbf16ps ymm4, ymm5, ymm6", "62 f2 56 28 52 e6", X(VDPBF16PS), 3, { YMM(4), YMM(5), YMM(6) } },
+    { "vpmovdb xmmword ptr [rax+0x10]{k1}, zmm2", "62 f2 7e 49 31 50 01", X(VPMOVDB), 2, { MK(128, RAX, 0x10, 1), ZMM(2) } },
+    { "vpmovdb xmm3, zmm20", "62 e2 7e 48 31 e3", X(VPMOVDB), 2, { XMM(3), ZMM(20) } },
+    { "vpmovdw ymmword ptr [r9+0x40]{k2}, zmm5", "62 d2 7e 4a 33 69 02", X(VPMOVDW), 2, { MK(256, R9, 0x40, 2), ZMM(5) } },
+    { "vpmovdw ymm1, zmm2", "62 f2 7e 48 33 d1", X(VPMOVDW), 2, { YMM(1), ZMM(2) } },
 };
 
 static int unhex(const char *s, uint8_t *out) {

@@ -139,9 +139,11 @@ fj_status kb_new(const char *name, int nargs, fj_isa isa, uint32_t cpu, fj_runti
     memcpy(b->name + n, suffix, ns + 1);
     b->isa = isa;
     b->rt = rt;
-    uint32_t allowed = X64_F_AVX | X64_F_AVX2 | X64_F_FMA | X64_F_BMI2 | X64_F_F16C;
+    uint32_t allowed = X64_F_AVX | X64_F_AVX2 | X64_F_FMA | X64_F_BMI2 | X64_F_F16C |
+                       X64_F_AVXVNNI;
     if (isa == FJ_ISA_AVX512)
-        allowed |= X64_F_AVX512F | X64_F_AVX512VL | X64_F_AVX512BW | X64_F_AVX512DQ;
+        allowed |= X64_F_AVX512F | X64_F_AVX512VL | X64_F_AVX512BW | X64_F_AVX512DQ |
+                   X64_F_AVX512VNNI | X64_F_AVX512BF16;
     b->features = allowed & cpu;
     b->vbits = isa == FJ_ISA_AVX512 ? 512 : 256;
     b->nvec = isa == FJ_ISA_AVX512 ? 32 : 16;
@@ -345,6 +347,9 @@ static const char *isa_need(uint32_t missing) {
         return "AVX-512";
     if (missing & X64_F_FMA) return "FMA";
     if (missing & X64_F_BMI2) return "BMI2";
+    if (missing & X64_F_AVX512VNNI) return "AVX512_VNNI";
+    if (missing & X64_F_AVX512BF16) return "AVX512_BF16";
+    if (missing & X64_F_AVXVNNI) return "AVX-VNNI";
     return "AVX2";
 }
 

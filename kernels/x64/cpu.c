@@ -33,6 +33,13 @@ uint32_t kc_cpu_features(void) {
         if ((b >> 17) & 1) f |= X64_F_AVX512DQ;
         if ((b >> 30) & 1) f |= X64_F_AVX512BW;
         if ((b >> 31) & 1) f |= X64_F_AVX512VL;
+        if ((c >> 11) & 1) f |= X64_F_AVX512VNNI;
+    }
+    /* Leaf 7 sub-leaf 1: AVX-VNNI (eax bit 4), AVX512_BF16 (eax bit 5). */
+    if (a >= 1) {
+        __cpuid_count(7, 1, a, b, c, d);
+        if ((a >> 4) & 1) f |= X64_F_AVXVNNI;
+        if (((a >> 5) & 1) && (xcr0 & 0xe0) == 0xe0) f |= X64_F_AVX512BF16;
     }
     return f;
 }

@@ -68,6 +68,8 @@ enum {
     X64_F_AVX = 1u << 0, X64_F_AVX2 = 1u << 1, X64_F_FMA = 1u << 2, X64_F_BMI2 = 1u << 3,
     X64_F_AVX512F = 1u << 4, X64_F_AVX512VL = 1u << 5, X64_F_AVX512BW = 1u << 6,
     X64_F_AVX512DQ = 1u << 7, X64_F_F16C = 1u << 8,
+    /* dot products: vpdpbusd (EVEX / VEX AVX-VNNI), vdpbf16ps */
+    X64_F_AVX512VNNI = 1u << 9, X64_F_AVX512BF16 = 1u << 10, X64_F_AVXVNNI = 1u << 11,
 };
 
 /* What x64_encode tells about the bytes it wrote. */

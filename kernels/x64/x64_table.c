@@ -289,6 +289,21 @@ const x64_row x64_rows[] = {
     ROW(VMAXPD, EVEX, P0F, 0x5F, 1, -1, VXYZ, FVM, 0, F, G(V), H(V), E(VM)),
     ROW(VMINPD, VEX, P0F, 0x5D, 0, -1, VXY, NONE, 0, AVX, G(V), H(V), E(VM)),
     ROW(VMINPD, EVEX, P0F, 0x5D, 1, -1, VXYZ, FVM, 0, F, G(V), H(V), E(VM)),
+    /* Low-precision dot products. vpdpbusd: u8 (vvvv) x s8 (r/m) in groups
+     * of four into dwords; the VEX form is AVX-VNNI. vpmaddubsw/vpmaddwd:
+     * the pre-VNNI pair (saturating u8 x s8 into words, then words into
+     * dwords). vdpbf16ps: bf16 pairs into f32. */
+    ROW(VPDPBUSD, VEX, P38, 0x50, 0, -1, VXY, NONE, 0, X64_F_AVXVNNI, G(V), H(V), E(VM)),
+    ROW(VPDPBUSD, EVEX, P38, 0x50, 0, -1, VXYZ, FV, 0, F | X64_F_AVX512VNNI, G(V), H(V), E(VMB)),
+    ROW(VPMADDUBSW, VEX, P38, 0x04, 0, -1, VXY, NONE, XF_I2, AVX, G(V), H(V), E(VM)),
+    ROW(VPMADDUBSW, EVEX, P38, 0x04, 0, -1, VXYZ, FVM, 0, BW, G(V), H(V), E(VM)),
+    ROW(VPMADDWD, VEX, P0F, 0xF5, 0, -1, VXY, NONE, XF_I2, AVX, G(V), H(V), E(VM)),
+    ROW(VPMADDWD, EVEX, P0F, 0xF5, 0, -1, VXYZ, FVM, 0, BW, G(V), H(V), E(VM)),
+    ROW(VDPBF16PS, EVEX, (XP_F3 | XM_0F38), 0x52, 0, -1, VXYZ, FV, 0, F | X64_F_AVX512BF16, G(V), H(V), E(VMB)),
+    /* Truncating narrows of zmm dwords to bytes / words (the quantized
+     * epilogue's stores, values already in range). */
+    ROW(VPMOVDB, EVEX, (XP_F3 | XM_0F38), 0x31, 0, -1, VZ, T4, 0, F, E(XM128), G(V)),
+    ROW(VPMOVDW, EVEX, (XP_F3 | XM_0F38), 0x33, 0, -1, VZ, T8, 0, F, E(YM), G(V)),
 };
 
 const int x64_nrows = (int)(sizeof x64_rows / sizeof x64_rows[0]);
