@@ -275,7 +275,6 @@ static fj_status cfa_rec(uw_buf *b, const uw_func *f, const uw_rec *r, cfa_state
         s->reg = DW_RSP;
         s->off = 8;
         return FJ_OK;
-#if FJ_FP_TAX_PROBE
     case UW_CFA_SP:
         /* Only inside a frame that pushed rbp and never made it the CFA. */
         if (!s->had_frame || s->reg != DW_RSP || r->cfa_off < 16 || r->cfa_off % 8)
@@ -284,7 +283,6 @@ static fj_status cfa_rec(uw_buf *b, const uw_func *f, const uw_rec *r, cfa_state
         uw_put_uleb(b, (uint64_t)r->cfa_off);
         s->off = r->cfa_off;
         return FJ_OK;
-#endif
     default:
         return rec_bad(f, r, "unknown kind");
     }

@@ -124,17 +124,14 @@ static fj_builder *builder_alloc(size_t need) {
 
 fj_status kb_new(const char *name, int nargs, fj_isa isa, uint32_t cpu, fj_runtime *rt,
                  fj_builder **out) {
-    const char *suffix = "";
-#if FJ_FP_TAX_PROBE
-    /* Its own name: such a kernel must never pass for the frame-pointer one. */
-    if (cpu & KB_NOFP) suffix = "_nofp";
-#endif
+    /* A probe kernel has its own name: it must never pass for the
+     * frame-pointer one. */
+    const int nofp = FJ_FP_TAX_PROBE && (cpu & KB_NOFP);
+    const char *suffix = nofp ? "_nofp" : "";
     size_t n = strlen(name), ns = strlen(suffix);
     fj_builder *b = builder_alloc(n + ns + 1);
     if (!b) return fj_fail(FJ_ERR_NO_MEMORY, "builder: out of memory");
-#if FJ_FP_TAX_PROBE
-    b->nofp = (cpu & KB_NOFP) != 0;
-#endif
+    b->nofp = nofp;
     memcpy(b->name, name, n);
     memcpy(b->name + n, suffix, ns + 1);
     b->isa = isa;
@@ -171,9 +168,7 @@ kb_trace *kb_scratch_traces(fj_builder *b, int n) {
 }
 
 const char *kb_name(const fj_builder *b) { return b->name; }
-#if FJ_FP_TAX_PROBE
-int kb_nofp(const fj_builder *b) { return b->nofp; }
-#endif
+int kb_nofp(const fj_builder *b) { return kb_probe_nofp(b); }
 fj_runtime *kb_runtime(const fj_builder *b) { return b->rt; }
 
 void kb_free(fj_builder *b) {
@@ -204,11 +199,12 @@ fj_reg fj_arg(fj_builder *b, int i) {
 fj_reg fj_gpr(fj_builder *b) {
     fj_reg r = {0};
     if (!b) return r;
-#if FJ_FP_TAX_PROBE
-    /* rbp first, so that a generator's first register (the GEMM's A
-     * pointer, used by every FMA of its loop) really is rbp. */
-    if (b->nofp && !b->tag[RC_GPR][X64_RBP]) { r.id = new_handle(b, RC_GPR, X64_RBP); return r; }
-#endif
+    /* Probe kernels: rbp first, so that a generator's first register (the
+     * GEMM's A pointer, used by every FMA of its loop) really is rbp. */
+    if (kb_probe_nofp(b) && !b->tag[RC_GPR][X64_RBP]) {
+        r.id = new_handle(b, RC_GPR, X64_RBP);
+        return r;
+    }
     for (int i = 0; i < 14; i++)
         if (!b->tag[RC_GPR][gpr_order[i]]) { r.id = new_handle(b, RC_GPR, gpr_order[i]); return r; }
     kb_fail(b, "out of general-purpose registers (14 allocatable: rbp and rsp are never handed out)");
@@ -294,9 +290,8 @@ fj_opnd fj_stack_slot(fj_builder *b, uint32_t bytes, uint32_t align, uint16_t bi
              "<= 16", bytes, align);
         return o;
     }
-#if FJ_FP_TAX_PROBE
-    if (b->nofp) {
-        /* rsp-relative, from rsp up (rsp does not move in the body and is
+    if (kb_probe_nofp(b)) {
+        /* Probe kernels: rsp-relative, from rsp up (rsp does not move in the body and is
          * 16-byte aligned there); the save area goes above the slots. */
         uint32_t at = (b->slot_bytes + align - 1) & ~(align - 1);
         if (at + bytes > 16384) { /* the CFA offset is a 16-bit record field */
@@ -306,7 +301,6 @@ fj_opnd fj_stack_slot(fj_builder *b, uint32_t bytes, uint32_t align, uint16_t bi
         b->slot_bytes = at + bytes;
         return base_mem(bits, H_FRAME, at);
     }
-#endif
     uint32_t top = SAVE_AREA + b->slot_bytes + bytes;
     top = (top + align - 1) & ~(align - 1);
     b->slot_bytes = top - SAVE_AREA;
@@ -421,10 +415,8 @@ static int xlate(fj_builder *b, const fj_opnd *in, x64_opnd *out, int64_t *const
         out->disp = (int32_t)in->val;
         out->scale = in->scale ? in->scale : 1;
         if (in->reg.id == H_FRAME) {
-            out->base = X64_RBP; /* reading rbp as a base is fine; writing it never is */
-#if FJ_FP_TAX_PROBE
-            if (b->nofp) out->base = X64_RSP;
-#endif
+            /* Reading rbp as a base is fine; writing it never is. */
+            out->base = kb_probe_nofp(b) ? X64_RSP : X64_RBP;
         } else if (in->reg.id == H_CONST) {
             out->base = X64_RIP;
             out->disp = 0;
@@ -646,7 +638,7 @@ static int emit_vkregs(fj_builder *b, fj_op op, const fj_opnd *ops, int nops, ui
     const unsigned zero = k && ops[0].zero;
     if (!kops && !k) return 0;
     uint64_t f = x64_vk_form((x64_op)op, nops, kops, k, (int)zero, has_imm);
-    if (!(f >> 21 & 1)) return 0;   /* no such form: the general path explains */
+    if (!x64_vm_present(f)) return 0;   /* no such form: the general path explains */
     if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return 1;
     uint32_t feat = 0;
     int n = x64_vk_fill(f, regs, (unsigned)k, zero, has_imm ? ops[nops - 1].val : 0, has_imm,
@@ -670,7 +662,7 @@ static inline int emit_fast(fj_builder *b, fj_op op, const fj_opnd *ops, int nop
     if (z.kops) return 0;
     int64_t imm = z.has_imm ? ops[nops - 1].val : 0;
     uint64_t f = x64_vm_lookup(x64_vm_key((x64_op)op, nops, z.mem, &z.m, z.k, (int)z.zero, z.has_imm));
-    if (f && !(f >> 21 & 1)) return 0;   /* no such form: the general path explains */
+    if (f && !x64_vm_present(f)) return 0;   /* no such form: the general path explains */
     if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return 1;
     uint32_t feat = 0;
     int n = f ? x64_vm_fill(f, z.regs, &z.m, (unsigned)z.k, z.zero, imm, z.has_imm,
@@ -797,7 +789,7 @@ void kb_vmov_run(fj_builder *b, fj_op op, int store, const fj_reg *v, int n, fj_
         const uint64_t f = run_form(b, x64_vm_key((x64_op)op, 2, !store, &m, 0, 0, 0), op,
                                     store ? mo : vo, store ? vo : mo, &i);
         if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + (size_t)n * X64_MAX_LEN, 1)) return;
-        for (; i < n && f && (f >> 21 & 1) && !b->err; i++) {
+        for (; i < n && f && x64_vm_present(f) && !b->err; i++) {
             const int p = live_phys(b, v[i], RC_VEC);
             if (p < 0) break;
             m.disp = disp + step * i;
@@ -830,7 +822,7 @@ void kb_bcst_consts(fj_builder *b, const fj_reg *dst, const uint32_t *vals, int 
                                     base_mem(32, H_CONST, off), &i);
         /* Room for all of their code at once. */
         if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + (size_t)n * X64_MAX_LEN, 1)) return;
-        for (; i < n && f && (f >> 21 & 1) && !b->err; i++) {
+        for (; i < n && f && x64_vm_present(f) && !b->err; i++) {
             const int p = live_phys(b, dst[i], RC_VEC);
             if (p < 0) break;
             uint32_t feat = 0;
@@ -868,9 +860,10 @@ static void mov_rr(fj_builder *b, int dst, int src) {
 void fj_call(fj_builder *b, const void *fn, const fj_opnd *args, int nargs, fj_reg result) {
     if (!b || b->err) return;
     if (!fn) { kb_fail(b, "fj_call: NULL function"); return; }
-#if FJ_FP_TAX_PROBE
-    if (b->nofp) { kb_fail(b, "fj_call: not available in frame-pointer tax probe kernels"); return; }
-#endif
+    if (kb_probe_nofp(b)) {
+        kb_fail(b, "fj_call: not available in frame-pointer tax probe kernels");
+        return;
+    }
     if (nargs < 0 || nargs > 6 || (nargs && !args)) {
         kb_fail(b, "fj_call: %d arguments (0..6 integer/pointer arguments)", nargs);
         return;

@@ -70,10 +70,13 @@ struct fj_builder {
     kb_trace *trace;       /* recording (kb_trace_begin): fj_emitv records, emits nothing */
     kb_trace *scratch;     /* kb_scratch_traces' (kept with the spare builder) */
     int nscratch;
-#if FJ_FP_TAX_PROBE
-    int nofp;              /* KB_NOFP: no frame pointer, rbp allocatable */
-#endif
+    int nofp;              /* KB_NOFP (probe builds only): no frame pointer, rbp
+                            * allocatable; read it through kb_probe_nofp */
 };
+
+/* Whether b makes a frame-pointer tax probe kernel (builder_int.h): the
+ * constant 0 unless the build has the probe. */
+static inline int kb_probe_nofp(const fj_builder *b) { return FJ_FP_TAX_PROBE && b->nofp; }
 
 /* The physical register of a live handle of class cls, or -1. Tags are
  * never 0, so a free register (tag 0) cannot match; the frame and
@@ -192,10 +195,7 @@ static inline int kb_zmm_operands(const fj_builder *b, const fj_opnd *ops, int n
  * direct forms; 0 for anything else (the pool, a broadcast, a mask). */
 static inline int kb_legacy_mem(const fj_builder *b, const fj_opnd *o, x64_vm_mem *m) {
     if (!kb_mem_ok(o) || o->bcst || o->mask.id || !o->reg.id || o->reg.id == H_CONST) return 0;
-    int base = X64_RBP;
-#if FJ_FP_TAX_PROBE
-    if (b->nofp) base = X64_RSP;
-#endif
+    int base = kb_probe_nofp(b) ? X64_RSP : X64_RBP;
     if (o->reg.id != H_FRAME && (base = live_phys(b, o->reg, RC_GPR)) < 0) return 0;
     int index = o->index.id ? live_phys(b, o->index, RC_GPR) : X64_NOREG;
     if (index < 0) return 0;

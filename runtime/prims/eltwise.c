@@ -117,8 +117,8 @@ __attribute__((noinline)) static fj_status run_slow(fj_runtime *rt, kg_elt v, fl
     kg_elt_fn fn = (kg_elt_fn)k->fn;
     /* A large array into another one: dst's lines would be read from
      * memory only to be overwritten, so from 64-byte alignment on the
-     * stores stream past the caches (measured at 4-64 MiB: relu 12-15 ->
-     * 18-21 GB/s; below 2 MiB per array the caches win). In place, the
+     * stores stream past the caches (from PAR_MIN floats on: smaller
+     * arrays stay in the caches, where plain stores win). In place, the
      * loads bring the lines in anyway and plain stores are faster. Both
      * large kernels prefetch src. */
     const int par = n >= PAR_MIN && rt->opts.threads > 1;
