@@ -532,172 +532,30 @@ static int jump_to(fj_builder *b, x64_op op, int32_t at, uint32_t target) {
 
 /* ---- instructions --------------------------------------------------- */
 
-/* Register-only vector instructions (most of a compute loop): a straight
- * line for them, ahead of emit_fast's general operand loop. */
-static inline int emit_vregs(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
-    int has_imm = ops[nops - 1].kind == FJ_OPND_IMM, nv = nops - has_imm;
-    unsigned bits = ops[0].bits;
-    uint32_t regs;
-    if (!kb_vregs_of(b, ops, nv, &regs)) return 0;
-    if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return 1;
-    uint32_t feat;
-    int n = x64_vregs((x64_op)op, (int)bits, regs, nv, has_imm ? ops[nops - 1].val : 0, has_imm,
-                      b->code + b->len, &feat);
-    if (n <= 0 || (feat & ~b->features)) return 0;
-    b->len += (size_t)n;
-    return 1;
-}
-
-/* ALU ops, moves and tests of 32/64-bit registers with a register or an
- * immediate, inc/dec/not/neg (x64_encode_gpr): a kernel's pointer and
- * counter updates and compares. */
-static inline int emit_gpr(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
-    int r0, r1;
-    if (!kb_gpr_operands(b, ops, nops, &r0, &r1)) return 0;
-    if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return 1;
-    int n = x64_encode_gpr((x64_op)op, (int)ops[0].bits, r0, r1, nops == 2 ? ops[1].val : 0,
-                           b->code + b->len);
-    b->len += (size_t)n;
-    return n > 0;
-}
-
-/* bzhi/shlx/shrx of three registers (x64_encode_gpr3; BMI2) and kmovw
- * between mask and general registers (x64_encode_kmov; AVX-512): the
- * tail masks of element-wise loops; kmovw with memory
- * (x64_encode_kmov_mem): GEMM's masks from its argument block. */
-static inline int emit_gpr3_kmov(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
-    int n = 0;
-    if (op == FJ_KMOVW && nops == 2) {
-        if (!(b->features & X64_F_AVX512F)) return 0;
-        const int store = ops[0].kind == FJ_OPND_MEM;
-        if (store || ops[1].kind == FJ_OPND_MEM) {   /* kmovw k, m16 / m16, k */
-            const fj_opnd *mo = &ops[!store], *ko = &ops[store];
-            x64_vm_mem m;
-            const int k = plain_reg(b, ko, RC_K, ko->bits);
-            if (k < 0 || mo->bits != 16 || !kb_legacy_mem(b, mo, &m)) return 0;
-            if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return 1;
-            n = x64_encode_kmov_mem(store, k, &m, b->code + b->len);
-            b->len += (size_t)n;
-            return n > 0;
-        }
-        /* A mask register of any width (the encoder takes it as 16), or a
-         * 32-bit GPR. */
-        int kd = H_CLASS(ops[0].reg.id) == RC_K, ks = H_CLASS(ops[1].reg.id) == RC_K;
-        int d = plain_reg(b, &ops[0], kd ? RC_K : RC_GPR, kd ? ops[0].bits : 32u);
-        int r = plain_reg(b, &ops[1], ks ? RC_K : RC_GPR, ks ? ops[1].bits : 32u);
-        if (d < 0 || r < 0) return 0;
+/* fj_emitv's fast paths, one entry into the encoder (x64_encode_direct):
+ * kb_direct_operands sorts the operands into the first of its steps they
+ * fit, and the encoder fills that kind's form in. Returns 1 when it
+ * emitted the instruction (or ran out of memory: the error is sticky), 0
+ * to leave it to the general path, which also reports any error (a stale
+ * handle, a width the target lacks, a bad scale, a broadcast on a
+ * register, no such form). tests/test_emit_paths.c proves both paths give
+ * the same bytes. */
+static inline __attribute__((always_inline)) int emit_direct(fj_builder *b, fj_op op,
+                                                             const fj_opnd *ops, int nops) {
+    x64_direct d;
+    for (int from = 0; (from = kb_direct_operands(b, op, ops, nops, from, &d)) > 0;) {
         if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return 1;
-        n = x64_encode_kmov(kd, d, ks, r, b->code + b->len);
-    } else if (nops == 3 && (op == FJ_BZHI || op == FJ_SHLX || op == FJ_SHRX)) {
-        unsigned bits = ops[0].bits;
-        int r[3];
-        if (!(b->features & X64_F_BMI2) || (bits != 32 && bits != 64)) return 0;
-        for (int i = 0; i < 3; i++)
-            if ((r[i] = plain_reg(b, &ops[i], RC_GPR, bits)) < 0) return 0;
-        if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return 1;
-        n = x64_encode_gpr3((x64_op)op, (int)bits, r[0], r[1], r[2], b->code + b->len);
+        uint32_t feat;
+        const int n = x64_encode_direct((x64_op)op, &d, b->code + b->len, &feat);
+        if (n <= 0 || (feat & ~b->features)) continue;
+        b->len += (size_t)n;
+        if (d.kind == X64_D_ZMM_MEM && d.m.base == X64_RIP)   /* the pool offset; the disp32
+                                                                 is resolved at assembly */
+            kb_add_fixup(b, (uint32_t)(b->len - 4 - (size_t)d.has_imm), (uint32_t)b->len,
+                         (uint32_t)ops[d.mem].val, 1);
+        return 1;
     }
-    b->len += (size_t)n;
-    return n > 0;
-}
-
-/* Prefetches, and loads, stores and ALU ops of a 32/64-bit register with
- * memory (x64_encode_gpr_mem): a kernel's prefetches, pointer loads from
- * its argument block and spills. */
-static inline int emit_gpr_mem(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
-    int bits, reg, store;
-    x64_vm_mem m;
-    if (!kb_gpr_mem_operands(b, ops, nops, &bits, &reg, &store, &m)) return 0;
-    if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return 1;
-    int n = x64_encode_gpr_mem((x64_op)op, bits, reg, store, &m, b->code + b->len);
-    b->len += (size_t)n;
-    return n > 0;
-}
-
-/* ALU ops and mov of 32/64-bit memory with an immediate
- * (x64_encode_mem_imm): flags and counters in a kernel's argument block
- * or frame. */
-static inline int emit_mem_imm(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
-    x64_vm_mem m;
-    if (nops != 2 || ops[0].kind != FJ_OPND_MEM || ops[1].kind != FJ_OPND_IMM || ops[1].mask.id ||
-        !kb_legacy_mem(b, &ops[0], &m))
-        return 0;
-    if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return 1;
-    int n = x64_encode_mem_imm((x64_op)op, ops[0].bits, &m, ops[1].val, b->code + b->len);
-    b->len += (size_t)n;
-    return n > 0;
-}
-
-/* Register-only zmm instructions that emit_vregs leaves: mask-register
- * operands (kops: which ones), a write mask k on operand 0 (x64_templ.h's
- * mask-register forms): math kernels' compares into masks and masked
- * arithmetic. */
-static int emit_vkregs(fj_builder *b, fj_op op, const fj_opnd *ops, int nops, uint32_t regs,
-                       unsigned kops, int k) {
-    const int has_imm = ops[nops - 1].kind == FJ_OPND_IMM;
-    const unsigned zero = k && ops[0].zero;
-    if (!kops && !k) return 0;
-    uint64_t f = x64_vk_form((x64_op)op, nops, kops, k, (int)zero, has_imm);
-    if (!x64_vm_present(f)) return 0;   /* no such form: the general path explains */
-    if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return 1;
-    uint32_t feat = 0;
-    int n = x64_vk_fill(f, regs, (unsigned)k, zero, has_imm ? ops[nops - 1].val : 0, has_imm,
-                        b->code + b->len, &feat);
-    if (n <= 0 || (feat & ~b->features)) return 0;
-    b->len += (size_t)n;
-    return 1;
-}
-
-/* The 512-bit memory forms (x64_templ.h): zmm registers and one [base (+
- * index*scale) + disp] or constant-pool operand, maybe a write mask on
- * operand 0 and a last imm8. Like the other paths above, returns 1 when it
- * emitted the instruction, 0 to leave it to the general path, which also
- * reports any error (a stale handle, a width the target lacks, a bad
- * scale, a broadcast on a register, no such form): anything these paths
- * are not sure of goes there. */
-static inline int emit_fast(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
-    kb_zops z;
-    if (!kb_zmm_operands(b, ops, nops, &z)) return 0;
-    if (z.mem < 0) return emit_vkregs(b, op, ops, nops, z.regs, z.kops, z.k);
-    if (z.kops) return 0;
-    int64_t imm = z.has_imm ? ops[nops - 1].val : 0;
-    uint64_t f = x64_vm_lookup(x64_vm_key((x64_op)op, nops, z.mem, &z.m, z.k, (int)z.zero, z.has_imm));
-    if (f && !x64_vm_present(f)) return 0;   /* no such form: the general path explains */
-    if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return 1;
-    uint32_t feat = 0;
-    int n = f ? x64_vm_fill(f, z.regs, &z.m, (unsigned)z.k, z.zero, imm, z.has_imm,
-                            b->code + b->len, &feat)
-              : kb_vm_encode((x64_op)op, ops, nops, &z, b->code + b->len, &feat);
-    if (n <= 0 || (feat & ~b->features)) return 0;
-    b->len += (size_t)n;
-    if (z.m.base == X64_RIP)   /* the pool offset; the disp32 is resolved at assembly */
-        kb_add_fixup(b, (uint32_t)(b->len - 4 - (size_t)z.has_imm), (uint32_t)b->len,
-                  (uint32_t)ops[z.mem].val, 1);
-    return 1;
-}
-
-/* The pattern's first instruction: x64_encode_vmem makes its form. Field
- * by field: a zeroing initializer compiles to rep stos. */
-int kb_vm_encode(x64_op op, const fj_opnd *ops, int nops, const kb_zops *z, uint8_t *out,
-                 uint32_t *features) {
-    x64_opnd x[4];
-    for (int i = 0; i < nops; i++) {
-        x64_opnd *d = &x[i];
-        const int mem = i == z->mem;
-        d->kind = mem ? X64_K_MEM : ops[i].kind == FJ_OPND_IMM ? X64_K_IMM : X64_K_VEC;
-        d->bits = mem ? z->m.bits : d->kind == X64_K_VEC ? 512 : 0;
-        d->reg = (uint8_t)(z->regs >> 8 * i);
-        d->base = mem ? z->m.base : X64_NOREG;
-        d->index = mem ? z->m.index : X64_NOREG;
-        d->scale = mem ? z->m.scale : 1;
-        d->bcst = mem ? z->m.bcst : 0;
-        d->mask = d->zero = 0;
-        d->disp = mem ? z->m.disp : 0;
-        d->imm = ops[i].val;
-    }
-    x[0].mask = (uint8_t)z->k;
-    x[0].zero = (uint8_t)z->zero;
-    return x64_encode_vmem(op, x, nops, out, features);
+    return 0;
 }
 
 void fj_emitv(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
@@ -711,10 +569,7 @@ void fj_emitv(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
     /* Before the checks below: no mnemonic they refuse has a form these
      * paths take. */
     if (nops >= 1 && atomic_load_explicit(&fast_paths, memory_order_relaxed) &&
-        ((nops >= 2 && (emit_vregs(b, op, ops, nops) || emit_gpr(b, op, ops, nops) ||
-                        emit_fast(b, op, ops, nops) || emit_gpr3_kmov(b, op, ops, nops) ||
-                        emit_mem_imm(b, op, ops, nops))) ||
-         emit_gpr_mem(b, op, ops, nops) || (nops == 1 && emit_gpr(b, op, ops, nops))))
+        emit_direct(b, op, ops, nops))
         return;
     switch (op) {
     case FJ_PUSH: case FJ_POP: case FJ_RET: case FJ_LEAVE:

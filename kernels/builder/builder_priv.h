@@ -9,6 +9,7 @@
 
 #include "kernels/builder/builder_int.h"
 #include "kernels/x64/x64.h"
+#include "kernels/x64/x64_templ.h"
 
 enum { RC_GPR = 1, RC_VEC = 2, RC_K = 3 };
 /* Handle layout: class (2 bits) | phys (5 bits) | tag (25 bits). Tags come
@@ -247,11 +248,136 @@ static inline int kb_gpr_operands(const fj_builder *b, const fj_opnd *ops, int n
     return o->kind == FJ_OPND_IMM && !o->mask.id;
 }
 
-/* Encodes a 512-bit memory-operand instruction (z from kb_zmm_operands,
- * mem >= 0) with the encoder's search, which makes and keeps its pattern's
- * form (x64_encode_vmem): for a pattern not in the table yet. */
-FJ_INTERNAL int kb_vm_encode(x64_op op, const fj_opnd *ops, int nops, const kb_zops *z,
-                             uint8_t *out, uint32_t *features);
+/* fj_emitv's fast paths: ops sorted into the encoder's direct kinds
+ * (x64_templ.h's x64_direct, encoded by x64_encode_direct), in the order
+ * the paths are tried:
+ *   1 register-only vector instructions (most of a compute loop);
+ *   2 ALU ops, moves and tests of 32/64-bit registers with a register or
+ *     an immediate, inc/dec/not/neg: pointer and counter updates;
+ *   3 zmm with mask-register operands or a write mask (compares into
+ *     masks, masked arithmetic), or with one memory operand on a GPR base
+ *     (+ index*scale) or the constant pool;
+ *   4 bzhi/shlx/shrx of three registers (BMI2), kmovw between mask and
+ *     general registers or memory (AVX-512): tail masks, GEMM's masks;
+ *   5 ALU ops and mov of 32/64-bit memory with an immediate: flags and
+ *     counters in the argument block or frame;
+ *   6 prefetches, and loads, stores and ALU ops of a 32/64-bit register
+ *     with memory: pointer loads, spills;
+ *   7 (one operand) inc/dec/not/neg of a register.
+ * Starting at step `from` (0 first), fills *d for the first step whose
+ * operands fit and returns the step to resume from should its encoding
+ * fail; 0 when none fits (the general path then, which also explains any
+ * error: anything these steps are not sure of goes there). */
+static inline __attribute__((always_inline)) int kb_direct_operands(const fj_builder *b,
+                                                                    fj_op op,
+                                                                    const fj_opnd *ops,
+                                                                    int nops, int from,
+                                                                    x64_direct *d) {
+    const int has_imm = ops[nops - 1].kind == FJ_OPND_IMM, nv = nops - has_imm;
+    kb_zops z;
+    int bits, r0, r1, store;
+    switch (from) {
+    case 0:
+        if (nops < 2) goto one;
+        if (kb_vregs_of(b, ops, nv, &d->regs)) {
+            d->kind = X64_D_VREGS;
+            d->bits = ops[0].bits;
+            d->nops = (uint8_t)nv;
+            d->has_imm = (uint8_t)has_imm;
+            d->imm = has_imm ? ops[nops - 1].val : 0;
+            return 1;
+        }
+        /* fallthrough */
+    case 1:
+        if (kb_gpr_operands(b, ops, nops, &d->r0, &d->r1)) {
+            d->kind = X64_D_GPR;
+            d->bits = ops[0].bits;
+            d->imm = nops == 2 ? ops[1].val : 0;
+            return 2;
+        }
+        /* fallthrough */
+    case 2:
+        if (kb_zmm_operands(b, ops, nops, &z) && (z.mem < 0 ? z.kops || z.k : !z.kops)) {
+            d->kind = z.mem < 0 ? X64_D_ZMM_K : X64_D_ZMM_MEM;
+            d->nops = (uint8_t)nops;
+            d->has_imm = (uint8_t)z.has_imm;
+            d->imm = z.has_imm ? ops[nops - 1].val : 0;
+            d->regs = z.regs;
+            d->kops = (uint8_t)z.kops;
+            d->mask = (uint8_t)z.k;
+            d->zero = (uint8_t)z.zero;
+            d->mem = (uint8_t)z.mem;
+            d->m = z.m;
+            return 3;
+        }
+        /* fallthrough */
+    case 3:
+        if (op == FJ_KMOVW && nops == 2 && (b->features & X64_F_AVX512F)) {
+            store = ops[0].kind == FJ_OPND_MEM;
+            if (store || ops[1].kind == FJ_OPND_MEM) {   /* kmovw k, m16 / m16, k */
+                const fj_opnd *mo = &ops[!store], *ko = &ops[store];
+                if ((d->r0 = plain_reg(b, ko, RC_K, ko->bits)) >= 0 && mo->bits == 16 &&
+                    kb_legacy_mem(b, mo, &d->m)) {
+                    d->kind = X64_D_KMOV_MEM;
+                    d->store = (uint8_t)store;
+                    return 4;
+                }
+            } else {
+                /* A mask register of any width (the encoder takes it as
+                 * 16), or a 32-bit GPR. */
+                const int kd = H_CLASS(ops[0].reg.id) == RC_K, ks = H_CLASS(ops[1].reg.id) == RC_K;
+                d->r0 = plain_reg(b, &ops[0], kd ? RC_K : RC_GPR, kd ? ops[0].bits : 32u);
+                d->r1 = plain_reg(b, &ops[1], ks ? RC_K : RC_GPR, ks ? ops[1].bits : 32u);
+                if (d->r0 >= 0 && d->r1 >= 0) {
+                    d->kind = X64_D_KMOV;
+                    d->kops = (uint8_t)(kd | ks << 1);
+                    return 4;
+                }
+            }
+        } else if (nops == 3 && (op == FJ_BZHI || op == FJ_SHLX || op == FJ_SHRX) &&
+                   (b->features & X64_F_BMI2) && (ops[0].bits == 32 || ops[0].bits == 64)) {
+            bits = ops[0].bits;
+            if ((d->r0 = plain_reg(b, &ops[0], RC_GPR, (unsigned)bits)) >= 0 &&
+                (d->r1 = plain_reg(b, &ops[1], RC_GPR, (unsigned)bits)) >= 0 &&
+                (d->r2 = plain_reg(b, &ops[2], RC_GPR, (unsigned)bits)) >= 0) {
+                d->kind = X64_D_GPR3;
+                d->bits = (uint16_t)bits;
+                return 4;
+            }
+        }
+        /* fallthrough */
+    case 4:
+        if (nops == 2 && ops[0].kind == FJ_OPND_MEM && ops[1].kind == FJ_OPND_IMM &&
+            !ops[1].mask.id && kb_legacy_mem(b, &ops[0], &d->m)) {
+            d->kind = X64_D_MEM_IMM;
+            d->bits = ops[0].bits;
+            d->imm = ops[1].val;
+            return 5;
+        }
+        /* fallthrough */
+    case 5:
+    one:
+        if (kb_gpr_mem_operands(b, ops, nops, &bits, &r0, &store, &d->m)) {
+            d->kind = X64_D_GPR_MEM;
+            d->bits = (uint16_t)bits;
+            d->r0 = r0;
+            d->store = (uint8_t)store;
+            return 6;
+        }
+        /* fallthrough */
+    case 6:
+        if (nops == 1 && kb_gpr_operands(b, ops, nops, &d->r0, &r1)) {
+            d->kind = X64_D_GPR;
+            d->bits = ops[0].bits;
+            d->r1 = r1;
+            d->imm = 0;
+            return 7;
+        }
+        /* fallthrough */
+    default:
+        return 0;
+    }
+}
 
 /* Records one instruction into the builder's trace (builder_trace.c). */
 FJ_INTERNAL void kb_trace_add(fj_builder *b, fj_op op, const fj_opnd *ops, int nops);

@@ -60,19 +60,11 @@ void kb_trace_begin(fj_builder *b, kb_trace *t) {
 }
 
 /* The form of a recorded zmm memory instruction (KB_TF_VM), made now if
- * the table does not have it yet (encoding it once into scratch does);
- * 0 when there is none for the target. */
-static uint64_t vm_form(const fj_builder *b, const kb_tinsn *e, const fj_opnd *ops) {
-    const unsigned k = e->sh[1], zero = e->sh[2];
-    const uint64_t key = x64_vm_key((x64_op)e->op, e->nops, e->sh[0], &e->m, (int)k, (int)zero,
-                                    e->has_imm);
-    uint64_t f = x64_vm_lookup(key);
-    if (!f) {
-        const kb_zops z = {e->regs, 0, e->sh[0], (int)k, zero, e->has_imm, e->m};
-        uint8_t scratch[X64_MAX_LEN + 8];
-        uint32_t feat;
-        if (kb_vm_encode((x64_op)e->op, ops, e->nops, &z, scratch, &feat) > 0) f = x64_vm_lookup(key);
-    }
+ * the table does not have it yet (x64_vm_form); 0 when there is none for
+ * the target. */
+static uint64_t vm_form(const fj_builder *b, const kb_tinsn *e) {
+    const uint64_t f = x64_vm_form((x64_op)e->op, e->nops, e->sh[0], &e->m, e->sh[1], e->sh[2],
+                                   e->has_imm);
     if (!x64_vm_present(f) || (x64_vm_features(f) & ~b->features) ||
         (e->has_imm && !x64_imm8_fits(x64_vm_imm_unsigned(f), e->imm)))
         return 0;
@@ -147,7 +139,7 @@ int kb_trace_end(fj_builder *b) {
                 tpl_make(e);
             }
         } else if (form == KB_TF_VM) {
-            if ((e->w = vm_form(b, e, t->gen[e->gi]))) {
+            if ((e->w = vm_form(b, e))) {
                 e->form = e->m.base == X64_RIP ? KB_TF_VMP : KB_TF_VM;
                 e->pool = (uint32_t)t->gen[e->gi][e->sh[0]].val;
                 if (e->form == KB_TF_VMP) tpl_make(e);

@@ -236,6 +236,41 @@ int x64_encode_vmem(x64_op op, const x64_opnd *ops, int nops, uint8_t *out,
 }
 
 
+uint64_t x64_vm_form(x64_op op, int nops, int mem, const x64_vm_mem *m, int masked, int zero,
+                     int has_imm) {
+    const uint64_t key = x64_vm_key(op, nops, mem, m, masked, zero, has_imm);
+    uint64_t f = x64_vm_lookup(key);
+    if (f || (unsigned)op - 1u >= X64_OP_COUNT - 1u || nops < 2 || nops > 4 || mem < 0 ||
+        mem >= nops - (has_imm != 0))
+        return f ? f : key;
+    /* The canonical operands x64_encode_vmem makes of any instruction of
+     * the pattern. */
+    x64_opnd c[4];
+    memset(c, 0, sizeof c);
+    for (int i = 0; i < nops; i++) {
+        c[i].base = c[i].index = X64_NOREG;
+        c[i].scale = 1;
+        if (has_imm && i == nops - 1) {
+            c[i].kind = X64_K_IMM;
+            c[i].imm = 0x5a;
+        } else if (i == mem) {
+            c[i].kind = X64_K_MEM;
+            c[i].bits = m->bits;
+            c[i].base = X64_RAX;   /* no REX bits, no displacement */
+            if (m->index != X64_NOREG) c[i].index = X64_RCX;
+            else c[i].scale = m->scale;
+            c[i].bcst = m->bcst;
+        } else {
+            c[i].kind = X64_K_VEC;
+            c[i].bits = 512;
+        }
+    }
+    c[0].mask = masked ? 1 : 0;
+    c[0].zero = (uint8_t)(zero != 0);
+    form_keep(key, f = form_make(op, c, nops, mem, key));
+    return f;
+}
+
 /* ---- 512-bit register-only forms with mask registers ---------------------- */
 
 uint64_t x64_vk_form(x64_op op, int nops, unsigned kops, int masked, int zero, int has_imm) {

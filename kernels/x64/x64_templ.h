@@ -377,4 +377,83 @@ FJ_INTERNAL int x64_encode_mem_imm(x64_op op, int bits, const x64_vm_mem *m, int
  * register past k7. */
 FJ_INTERNAL int x64_encode_kmov_mem(int store, int k, const x64_vm_mem *m, uint8_t *out);
 
+/* The form word of a 512-bit memory-operand pattern (x64_vm_key's
+ * arguments), from the table or made with the search and kept; absent
+ * (!x64_vm_present) when the pattern has no such form. */
+FJ_INTERNAL uint64_t x64_vm_form(x64_op op, int nops, int mem, const x64_vm_mem *m, int masked,
+                                 int zero, int has_imm);
+
+/* ---- the template paths' one entry ----
+ * An instruction in physical terms, as one of the template paths above
+ * takes it: the caller (the builder's fj_emitv) sorts its operands into
+ * one of these kinds and x64_encode_direct encodes it, so that every fast
+ * path enters the encoder here. */
+typedef enum x64_dkind {
+    X64_D_VREGS,     /* vector registers of one width, a last imm8: x64_vregs */
+    X64_D_ZMM_K,     /* zmm with mask-register operands or a write mask: x64_vk_form */
+    X64_D_ZMM_MEM,   /* zmm and one memory operand (maybe a write mask): x64_vm_form */
+    X64_D_GPR,       /* x64_encode_gpr */
+    X64_D_GPR3,      /* x64_encode_gpr3 */
+    X64_D_KMOV,      /* x64_encode_kmov */
+    X64_D_KMOV_MEM,  /* x64_encode_kmov_mem */
+    X64_D_GPR_MEM,   /* x64_encode_gpr_mem */
+    X64_D_MEM_IMM,   /* x64_encode_mem_imm */
+} x64_dkind;
+
+typedef struct x64_direct {
+    uint8_t kind;       /* x64_dkind */
+    uint8_t nops;       /* VREGS: registers; ZMM_*: operands, the imm8 included */
+    uint8_t has_imm;    /* VREGS, ZMM_*: a last imm8 */
+    uint8_t store;      /* GPR_MEM, KMOV_MEM: the memory operand is the destination */
+    uint8_t mask;       /* ZMM_*: operand 0's write mask, 0: none */
+    uint8_t zero;       /* ZMM_*: zeroing-masking */
+    uint8_t mem;        /* ZMM_MEM: the memory operand's index */
+    uint8_t kops;       /* ZMM_K: bit i, operand i is a mask register; KMOV: bit 0 the
+                           destination, bit 1 the source is a mask register */
+    uint16_t bits;      /* VREGS: vector width; GPR, GPR3, GPR_MEM, MEM_IMM: operand size */
+    uint32_t regs;      /* VREGS, ZMM_*: registers, operand i's in bits 8i..8i+7 */
+    int r0, r1, r2;     /* GPR (r1: -1 an immediate, X64_GPR_UNARY none), GPR3, KMOV
+                           (r0 destination, r1 source), KMOV_MEM and GPR_MEM (r0) */
+    int64_t imm;
+    x64_vm_mem m;       /* ZMM_MEM, KMOV_MEM, GPR_MEM, MEM_IMM */
+} x64_direct;
+
+/* Encodes d into out (X64_MAX_LEN bytes of room): the length, or 0 when
+ * the kind has no such form (the caller then takes the full search,
+ * which explains). *features: the CPU features the encoding needs. */
+static inline __attribute__((always_inline)) int x64_encode_direct(x64_op op,
+                                                                   const x64_direct *d,
+                                                                   uint8_t *out,
+                                                                   uint32_t *features) {
+    uint64_t f;
+    *features = 0;
+    switch ((x64_dkind)d->kind) {
+    case X64_D_VREGS:
+        return x64_vregs(op, d->bits, d->regs, d->nops, d->imm, d->has_imm, out, features);
+    case X64_D_ZMM_K:
+        f = x64_vk_form(op, d->nops, d->kops, d->mask, d->zero, d->has_imm);
+        if (!x64_vm_present(f)) return 0;
+        return x64_vk_fill(f, d->regs, d->mask, d->zero, d->imm, d->has_imm, out, features);
+    case X64_D_ZMM_MEM:
+        f = x64_vm_lookup(x64_vm_key(op, d->nops, d->mem, &d->m, d->mask, d->zero, d->has_imm));
+        if (!f) f = x64_vm_form(op, d->nops, d->mem, &d->m, d->mask, d->zero, d->has_imm);
+        if (!x64_vm_present(f)) return 0;
+        return x64_vm_fill(f, d->regs, &d->m, d->mask, d->zero, d->imm, d->has_imm, out,
+                           features);
+    case X64_D_GPR:
+        return x64_encode_gpr(op, d->bits, d->r0, d->r1, d->imm, out);
+    case X64_D_GPR3:
+        return x64_encode_gpr3(op, d->bits, d->r0, d->r1, d->r2, out);
+    case X64_D_KMOV:
+        return x64_encode_kmov(d->kops & 1, d->r0, d->kops >> 1 & 1, d->r1, out);
+    case X64_D_KMOV_MEM:
+        return x64_encode_kmov_mem(d->store, d->r0, &d->m, out);
+    case X64_D_GPR_MEM:
+        return x64_encode_gpr_mem(op, d->bits, d->r0, d->store, &d->m, out);
+    case X64_D_MEM_IMM:
+        return x64_encode_mem_imm(op, d->bits, &d->m, d->imm, out);
+    }
+    return 0;
+}
+
 #endif
