@@ -423,8 +423,3 @@ fj_status uw_eh_frame_build_at(const uw_func *fns, size_t n, uintptr_t bias, uin
     uw_put_u32(&b, 0);  /* terminator: libgcc walks until a zero length */
     return uw_buf_take(&b, out, len);
 }
-
-fj_status uw_eh_frame_build(const uw_func *fns, size_t n, uint8_t **out, size_t *len,
-                            size_t *fde_off) {
-    return uw_eh_frame_build_at(fns, n, 0, out, len, fde_off);
-}
