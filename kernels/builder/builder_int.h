@@ -169,8 +169,8 @@ FJ_INTERNAL void kb_bcst_consts(fj_builder *b, const fj_reg *dst, const uint32_t
 /* v[i] := [base + disp + i*step] (load) or [base + disp + i*step] := v[i]
  * (store), i < n: what fj_emit of op (vmovups; vmovntps stores) with
  * fj_vec(v[i]) and fj_mem(0, base, ...) would emit, the form looked up
- * once (each through emit_fast was ~450 host instructions, 8 of them in
- * every element-wise kernel). */
+ * once rather than per instruction (every element-wise kernel has a few
+ * such runs). */
 FJ_INTERNAL void kb_vmov_run(fj_builder *b, fj_op op, int store, const fj_reg *v, int n,
                              fj_reg base, int32_t disp, int32_t step);
 

@@ -8,7 +8,7 @@
  * of A and B differing. Made by its emitter, every copy of every
  * instruction pays the emitter's logic (constants looked up, scratch
  * picked, operands built), the operand checks and the encoder's form
- * lookup: ~300-450 host instructions each here. Replayed, an instruction
+ * lookup, hundreds of host instructions each. Replayed, an instruction
  * is its registers renamed through a table (and its displacement moved)
  * and the form's template filled in.
  */
@@ -82,9 +82,8 @@ static uint64_t vmk_form(const fj_builder *b, const kb_tinsn *e) {
 
 /* e's template (kb_tinsn.tpl) from its form word: the mask-register
  * forms and the constant-pool ones are filled in once here, and each copy
- * only puts its registers in (tpl_fill), where x64_vk_fill and
- * x64_vm_fill, field by field, were ~120 host instructions a copy (a
- * swish kernel has 45 of them). Left without one (tlen 0, as
+ * only puts its registers in (tpl_fill), cheaper than x64_vk_fill and
+ * x64_vm_fill field by field for each copy. Left without one (tlen 0, as
  * kb_trace_end set it) when the form does not give bytes. */
 static void tpl_make(kb_tinsn *e) {
     uint8_t buf[X64_MAX_LEN + 16] = {0};

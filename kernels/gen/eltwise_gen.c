@@ -437,8 +437,7 @@ static int traced(kg_elt_state *s, fj_reg x) {
      * at the cost of emitting them (zmm ones with a constant-pool operand
      * take their template and a fixup): the simple ops (a few
      * instructions) and AVX2 chains (16 registers: most constants come
-     * from memory) cost more to record and replay than to emit (AVX2
-     * tanh: 115K -> 124K host instructions per kernel). */
+     * from memory) cost more to record and replay than to emit. */
     if (cheap(s->op) || !s->avx512) { s->notrace = 1; return 0; }
     s->rec->owner = NULL;
     const int lane = s->lane;

@@ -35,8 +35,8 @@ static void name_put(char *name, size_t n, size_t *at, const char *s) {
 
 fj_status rt_elt_slot_slow(fj_runtime *rt, kg_elt v, fj_kernel **out) {
     const char *isa = rt->isa == FJ_ISA_AVX512 ? "avx512" : "avx2";
-    /* Put together by hand: snprintf took ~1,000 of the ~36,000 host
-     * instructions that make an AVX2 relu kernel. */
+    /* Put together by hand: snprintf is a visible share of making a
+     * small kernel. */
     char name[64];
     size_t at = 0;
     static const char *const kinds[] = {"", "stream_", "large_"};
