@@ -1,9 +1,10 @@
-/* x64_templ.h: the encoder's template paths for vector instructions (see
- * x64_forms.c) and the one description of their packed form words, inline:
- * the builder emits most instructions of a compute loop through them, and
- * out of line their argument checks and calls cost as much as the
- * encoding. x64_encode_vregs and x64_encode_vmem are the same paths with
- * the encoder's operands, for tests and other callers.
+/* x64_templ.h: the encoder's template paths (x64_forms.c), their one entry
+ * for the builder's fast paths (x64_encode_direct, at the end) and the one
+ * description of their packed form words. Inline: the builder emits most
+ * instructions of a compute loop through them, and out of line their
+ * argument checks and calls cost as much as the encoding.
+ * x64_encode_vregs and x64_encode_vmem are the same paths with the
+ * encoder's operands, for tests and other callers.
  *
  * Two packed formats, each read and written only through its accessors
  * below (x64_vf_* and x64_vm_*), never by shifts outside this header:
