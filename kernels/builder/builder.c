@@ -532,28 +532,139 @@ static int jump_to(fj_builder *b, x64_op op, int32_t at, uint32_t target) {
 
 /* ---- instructions --------------------------------------------------- */
 
-/* fj_emitv's fast paths, one entry into the encoder (x64_encode_direct):
- * kb_direct_operands sorts the operands into the first of its steps they
- * fit, and the encoder fills that kind's form in. Returns 1 when it
- * emitted the instruction (or ran out of memory: the error is sticky), 0
- * to leave it to the general path, which also reports any error (a stale
- * handle, a width the target lacks, a bad scale, a broadcast on a
- * register, no such form). tests/test_emit_paths.c proves both paths give
- * the same bytes. */
+/* One fast-path instruction d into the code (room for it made already):
+ * 1 when emitted, 0 when the encoder has no such form or the target lacks
+ * a feature it needs. Inline with d's kind just set and no call in
+ * between, so that x64_encode_direct's dispatch folds away at each use. */
+static inline __attribute__((always_inline)) int put_direct(fj_builder *b, fj_op op,
+                                                            const x64_direct *d,
+                                                            const fj_opnd *ops) {
+    uint32_t feat;
+    const int n = x64_encode_direct((x64_op)op, d, b->code + b->len, &feat);
+    if (n <= 0 || (feat & ~b->features)) return 0;
+    b->len += (size_t)n;
+    if (d->kind == X64_D_ZMM_MEM && d->m.base == X64_RIP)   /* the pool offset; the disp32
+                                                              is resolved at assembly */
+        kb_add_fixup(b, (uint32_t)(b->len - 4 - (size_t)d->has_imm), (uint32_t)b->len,
+                     (uint32_t)ops[d->mem].val, 1);
+    return 1;
+}
+
+/* fj_emitv's fast paths, all entering the encoder through
+ * x64_encode_direct: the operands sorted into the encoder's direct kinds
+ * (x64_templ.h's x64_direct), tried in this order, each step falling
+ * through to the next when its operands do not fit or the encoder has no
+ * form for them:
+ *   register-only vector instructions (most of a compute loop);
+ *   ALU ops, moves and tests of 32/64-bit registers with a register or an
+ *     immediate, inc/dec/not/neg: pointer and counter updates;
+ *   zmm with mask-register operands or a write mask (compares into masks,
+ *     masked arithmetic), or with one memory operand on a GPR base
+ *     (+ index*scale) or the constant pool;
+ *   bzhi/shlx/shrx of three registers (BMI2), kmovw between mask and
+ *     general registers or memory (AVX-512): tail masks, GEMM's masks;
+ *   ALU ops and mov of 32/64-bit memory with an immediate: flags and
+ *     counters in the argument block or frame;
+ *   prefetches, and loads, stores and ALU ops of a 32/64-bit register with
+ *     memory: pointer loads, spills.
+ * Returns 1 when it emitted the instruction, 0 to leave it to the general
+ * path, which also reports any error (a stale handle, a width the target
+ * lacks, a bad scale, a broadcast on a register, no such form): anything
+ * these paths are not sure of goes there. tests/test_emit_paths.c proves
+ * both paths give the same bytes. */
 static inline __attribute__((always_inline)) int emit_direct(fj_builder *b, fj_op op,
                                                              const fj_opnd *ops, int nops) {
+    const int has_imm = ops[nops - 1].kind == FJ_OPND_IMM, nv = nops - has_imm;
     x64_direct d;
-    for (int from = 0; (from = kb_direct_operands(b, op, ops, nops, from, &d)) > 0;) {
-        if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return 1;
-        uint32_t feat;
-        const int n = x64_encode_direct((x64_op)op, &d, b->code + b->len, &feat);
-        if (n <= 0 || (feat & ~b->features)) continue;
-        b->len += (size_t)n;
-        if (d.kind == X64_D_ZMM_MEM && d.m.base == X64_RIP)   /* the pool offset; the disp32
-                                                                 is resolved at assembly */
-            kb_add_fixup(b, (uint32_t)(b->len - 4 - (size_t)d.has_imm), (uint32_t)b->len,
-                         (uint32_t)ops[d.mem].val, 1);
-        return 1;
+    int bits, store;
+    /* Room first (out of memory: the error is sticky, nothing to emit). */
+    if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return 1;
+    if (nops >= 2) {
+        if (kb_vregs_of(b, ops, nv, &d.regs)) {
+            d.kind = X64_D_VREGS;
+            d.bits = ops[0].bits;
+            d.nops = (uint8_t)nv;
+            d.has_imm = (uint8_t)has_imm;
+            d.imm = has_imm ? ops[nops - 1].val : 0;
+            if (put_direct(b, op, &d, ops)) return 1;
+        }
+        if (kb_gpr_operands(b, ops, nops, &d.r0, &d.r1)) {
+            d.kind = X64_D_GPR;
+            d.bits = ops[0].bits;
+            d.imm = ops[1].val;
+            if (put_direct(b, op, &d, ops)) return 1;
+        }
+        kb_zops z;
+        if (kb_zmm_operands(b, ops, nops, &z) && (z.mem < 0 ? z.kops || z.k : !z.kops)) {
+            d.nops = (uint8_t)nops;
+            d.has_imm = (uint8_t)z.has_imm;
+            d.imm = z.has_imm ? ops[nops - 1].val : 0;
+            d.regs = z.regs;
+            d.kops = (uint8_t)z.kops;
+            d.mask = (uint8_t)z.k;
+            d.zero = (uint8_t)z.zero;
+            if (z.mem < 0) {
+                d.kind = X64_D_ZMM_K;
+                if (put_direct(b, op, &d, ops)) return 1;
+            } else {
+                d.kind = X64_D_ZMM_MEM;
+                d.mem = (uint8_t)z.mem;
+                d.m = z.m;
+                if (put_direct(b, op, &d, ops)) return 1;
+            }
+        }
+        if (op == FJ_KMOVW && nops == 2 && (b->features & X64_F_AVX512F)) {
+            store = ops[0].kind == FJ_OPND_MEM;
+            if (store || ops[1].kind == FJ_OPND_MEM) {   /* kmovw k, m16 / m16, k */
+                const fj_opnd *mo = &ops[!store], *ko = &ops[store];
+                if ((d.r0 = plain_reg(b, ko, RC_K, ko->bits)) >= 0 && mo->bits == 16 &&
+                    kb_legacy_mem(b, mo, &d.m)) {
+                    d.kind = X64_D_KMOV_MEM;
+                    d.store = (uint8_t)store;
+                    if (put_direct(b, op, &d, ops)) return 1;
+                }
+            } else {
+                /* A mask register of any width (the encoder takes it as
+                 * 16), or a 32-bit GPR. */
+                const int kd = H_CLASS(ops[0].reg.id) == RC_K, ks = H_CLASS(ops[1].reg.id) == RC_K;
+                d.r0 = plain_reg(b, &ops[0], kd ? RC_K : RC_GPR, kd ? ops[0].bits : 32u);
+                d.r1 = plain_reg(b, &ops[1], ks ? RC_K : RC_GPR, ks ? ops[1].bits : 32u);
+                if (d.r0 >= 0 && d.r1 >= 0) {
+                    d.kind = X64_D_KMOV;
+                    d.kops = (uint8_t)(kd | ks << 1);
+                    if (put_direct(b, op, &d, ops)) return 1;
+                }
+            }
+        } else if (nops == 3 && (op == FJ_BZHI || op == FJ_SHLX || op == FJ_SHRX) &&
+                   (b->features & X64_F_BMI2) && (ops[0].bits == 32 || ops[0].bits == 64)) {
+            bits = ops[0].bits;
+            if ((d.r0 = plain_reg(b, &ops[0], RC_GPR, (unsigned)bits)) >= 0 &&
+                (d.r1 = plain_reg(b, &ops[1], RC_GPR, (unsigned)bits)) >= 0 &&
+                (d.r2 = plain_reg(b, &ops[2], RC_GPR, (unsigned)bits)) >= 0) {
+                d.kind = X64_D_GPR3;
+                d.bits = (uint16_t)bits;
+                if (put_direct(b, op, &d, ops)) return 1;
+            }
+        }
+        if (nops == 2 && ops[0].kind == FJ_OPND_MEM && ops[1].kind == FJ_OPND_IMM &&
+            !ops[1].mask.id && kb_legacy_mem(b, &ops[0], &d.m)) {
+            d.kind = X64_D_MEM_IMM;
+            d.bits = ops[0].bits;
+            d.imm = ops[1].val;
+            if (put_direct(b, op, &d, ops)) return 1;
+        }
+    }
+    if (kb_gpr_mem_operands(b, ops, nops, &bits, &d.r0, &store, &d.m)) {
+        d.kind = X64_D_GPR_MEM;
+        d.bits = (uint16_t)bits;
+        d.store = (uint8_t)store;
+        if (put_direct(b, op, &d, ops)) return 1;
+    }
+    if (nops == 1 && kb_gpr_operands(b, ops, nops, &d.r0, &d.r1)) {
+        d.kind = X64_D_GPR;
+        d.bits = ops[0].bits;
+        d.imm = 0;
+        if (put_direct(b, op, &d, ops)) return 1;
     }
     return 0;
 }
