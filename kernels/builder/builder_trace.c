@@ -63,7 +63,7 @@ void kb_trace_begin(fj_builder *b, kb_trace *t) {
  * the table does not have it yet (x64_vm_form); 0 when there is none for
  * the target. */
 static uint64_t vm_form(const fj_builder *b, const kb_tinsn *e) {
-    const uint64_t f = x64_vm_form((x64_op)e->op, e->nops, e->sh[0], &e->m, e->sh[1], e->sh[2],
+    const uint64_t f = x64_vm_find((x64_op)e->op, e->nops, e->sh[0], &e->m, e->sh[1], e->sh[2],
                                    e->has_imm);
     if (!x64_vm_present(f) || (x64_vm_features(f) & ~b->features) ||
         (e->has_imm && !x64_imm8_fits(x64_vm_imm_unsigned(f), e->imm)))
@@ -76,7 +76,7 @@ static uint64_t vm_form(const fj_builder *b, const kb_tinsn *e) {
 static uint64_t vmk_form(const fj_builder *b, const kb_tinsn *e) {
     const int nv = e->nops - e->has_imm;
     if (nv != 3 || e->sh[0] != 2 || !e->has_imm) return 0;
-    const uint64_t f = x64_vmk_form((x64_op)e->op, e->regs, &e->m, e->imm);
+    const uint64_t f = x64_vmk_find((x64_op)e->op, e->regs, &e->m, e->imm);
     return !f || (x64_vm_features(f) & ~b->features) ? 0 : f;
 }
 

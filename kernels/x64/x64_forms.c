@@ -333,19 +333,18 @@ static __attribute__((noinline)) uint64_t vmk_make(x64_op op, uint32_t regs, con
     return f;
 }
 
-/* Made forms by mnemonic, for a broadcast dword and for a whole zmm: like
- * the other forms, the word does not depend on the registers, and making
- * it (the search, its tables mostly out of cache by the next kernel)
- * would be paid again by each kernel that compares against constants. */
-static _Atomic uint64_t vmk_forms[X64_OP_COUNT][2];
+/* Made forms by mnemonic (x64_templ.h): making one (the search, its tables
+ * mostly out of cache by the next kernel) would be paid again by each
+ * kernel that compares against constants. */
+_Atomic uint64_t x64_vmk_forms[X64_OP_COUNT][2];
 
 uint64_t x64_vmk_form(x64_op op, uint32_t regs, const x64_vm_mem *m, int64_t imm) {
     if ((unsigned)op - 1u >= X64_OP_COUNT - 1u) return 0;
     const int bc = m->bcst != 0, kept = m->bits == (bc ? 32 : 512);
-    uint64_t f = kept ? atomic_load_explicit(&vmk_forms[op][bc], memory_order_relaxed) : 0;
+    uint64_t f = kept ? atomic_load_explicit(&x64_vmk_forms[op][bc], memory_order_relaxed) : 0;
     if (!f) {
         if (!(f = vmk_make(op, regs, m, imm))) return 0;
-        if (kept) atomic_store_explicit(&vmk_forms[op][bc], f, memory_order_relaxed);
+        if (kept) atomic_store_explicit(&x64_vmk_forms[op][bc], f, memory_order_relaxed);
     }
     return f;
 }

@@ -361,6 +361,17 @@ static inline __attribute__((always_inline)) int x64_vk_fill(uint64_t f, uint32_
  * x64_vregs) and imm, and kept only when filling it in gives those bytes
  * back; 0 when there is none. */
 FJ_INTERNAL uint64_t x64_vmk_form(x64_op op, uint32_t regs, const x64_vm_mem *m, int64_t imm);
+/* Its forms kept by mnemonic, for a broadcast dword and for a whole zmm
+ * (the word does not depend on the registers): x64_vmk_find reads them
+ * inline, a kernel's trace asking for them again and again. */
+FJ_INTERNAL extern _Atomic uint64_t x64_vmk_forms[X64_OP_COUNT][2];
+static inline uint64_t x64_vmk_find(x64_op op, uint32_t regs, const x64_vm_mem *m, int64_t imm) {
+    const int bc = m->bcst != 0;
+    const uint64_t f = m->bits == (bc ? 32 : 512) && (unsigned)op - 1u < X64_OP_COUNT - 1u
+                           ? atomic_load_explicit(&x64_vmk_forms[op][bc], memory_order_relaxed)
+                           : 0;
+    return f ? f : x64_vmk_form(op, regs, m, imm);
+}
 
 /* Legacy forms with a memory operand every kernel has (x64_forms.c):
  * prefetcht0/t1/nta [m]; mov r, [m] and mov [m], r (store); lea r, [m];
@@ -383,6 +394,12 @@ FJ_INTERNAL int x64_encode_kmov_mem(int store, int k, const x64_vm_mem *m, uint8
  * (!x64_vm_present) when the pattern has no such form. */
 FJ_INTERNAL uint64_t x64_vm_form(x64_op op, int nops, int mem, const x64_vm_mem *m, int masked,
                                  int zero, int has_imm);
+/* The same with the table probed inline: the call only on a miss. */
+static inline uint64_t x64_vm_find(x64_op op, int nops, int mem, const x64_vm_mem *m, int masked,
+                                   int zero, int has_imm) {
+    const uint64_t f = x64_vm_lookup(x64_vm_key(op, nops, mem, m, masked, zero, has_imm));
+    return f ? f : x64_vm_form(op, nops, mem, m, masked, zero, has_imm);
+}
 
 /* ---- the template paths' one entry ----
  * An instruction in physical terms, as one of the template paths above
@@ -436,8 +453,7 @@ static inline __attribute__((always_inline)) int x64_encode_direct(x64_op op,
         if (!x64_vm_present(f)) return 0;
         return x64_vk_fill(f, d->regs, d->mask, d->zero, d->imm, d->has_imm, out, features);
     case X64_D_ZMM_MEM:
-        f = x64_vm_lookup(x64_vm_key(op, d->nops, d->mem, &d->m, d->mask, d->zero, d->has_imm));
-        if (!f) f = x64_vm_form(op, d->nops, d->mem, &d->m, d->mask, d->zero, d->has_imm);
+        f = x64_vm_find(op, d->nops, d->mem, &d->m, d->mask, d->zero, d->has_imm);
         if (!x64_vm_present(f)) return 0;
         return x64_vm_fill(f, d->regs, &d->m, d->mask, d->zero, d->imm, d->has_imm, out,
                            features);
