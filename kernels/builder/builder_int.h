@@ -20,9 +20,6 @@ typedef struct kb_code {
     size_t nrecs;
 } kb_code;
 
-/* isa must be AVX2 or AVX512; cpu_features are X64_F_* the CPU has. rt is
- * only remembered (for fj_builder_finish), never used here. */
-
 /* The frame-pointer tax probe, for one measurement (framejit-bench's GEMM
  * with rbp as a GPR against the frame-pointer kernels): it exists only in
  * builds configured with meson -Dfp_tax_probe=true, which define
@@ -42,6 +39,9 @@ typedef struct kb_code {
 #endif
 #define KB_NOFP (1u << 31)
 FJ_INTERNAL int kb_nofp(const fj_builder *b);
+
+/* isa must be AVX2 or AVX512; cpu_features are X64_F_* the CPU has. rt is
+ * only remembered (for fj_builder_finish), never used here. */
 FJ_INTERNAL fj_status kb_new(const char *name, int nargs, fj_isa isa, uint32_t cpu_features,
                              fj_runtime *rt, fj_builder **out);
 FJ_INTERNAL const char *kb_name(const fj_builder *b);
