@@ -51,9 +51,10 @@ FJ_INTERNAL void fj_free(void *p);
 FJ_INTERNAL char *fj_strdup(const char *s);
 
 /* Fault injection for tests: when fj_fault_countdown reaches zero the next
- * fallible call of the given class fails. -1 = off. */
+ * fallible call of the given class fails. -1 = off. Hidden like every
+ * internal name: the tests and framejit-bench link the static library. */
 enum { FJ_FAULT_ALLOC, FJ_FAULT_MMAP, FJ_FAULT_MPROTECT, FJ_FAULT_FILE, FJ_FAULT__N };
 FJ_INTERNAL int fj_fault_hit(int cls);
-FJ_API void fj_test_fault_inject(int cls, long countdown);
+FJ_INTERNAL void fj_test_fault_inject(int cls, long countdown);
 
 #endif

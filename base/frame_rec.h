@@ -18,12 +18,11 @@ typedef enum uw_rec_kind {
     UW_SAVE_REG,      /* reg saved at CFA + cfa_off (cfa_off < 0) */
     UW_RESTORE_REG,   /* reg holds the caller's value again */
     UW_POP_FP,        /* pop rbp / leave: CFA = rsp + 8, rbp is the caller's */
-#if FJ_FP_TAX_PROBE
-    /* Frame-pointer tax probe builds only: a frame with rbp pushed as a
-     * plain callee-saved register (UW_PUSH_FP's rule) and the CFA kept
-     * rsp-relative: after `sub rsp, n` / `add rsp, n`, CFA = rsp + cfa_off. */
+    /* A frame with rbp pushed as a plain callee-saved register (UW_PUSH_FP's
+     * rule) and the CFA kept rsp-relative: after `sub rsp, n` / `add rsp, n`,
+     * CFA = rsp + cfa_off. Only the frame-pointer tax probe's kernels have
+     * such frames (kernels/builder/builder_int.h). */
     UW_CFA_SP,
-#endif
 } uw_rec_kind;
 
 typedef struct uw_rec {

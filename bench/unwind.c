@@ -31,6 +31,7 @@
 #include <unwind.h>
 
 #include "unwindinfo/uw.h"
+#include "unwindinfo/uw_object.h"
 
 #define SEC "unwind"
 

@@ -83,10 +83,9 @@ fj_status rt_finish(fj_runtime *rt, fj_builder *b, fj_kernel **out) {
     fj_status s = kb_assemble(b, &code);
     fj_kernel *k = NULL;
     if (s != FJ_OK) goto fail;
-    int verify = rt->verify;
-#if FJ_FP_TAX_PROBE
-    if (kb_nofp(b)) verify = 0;  /* it writes rbp on purpose: invariant 1 cannot hold */
-#endif
+    /* A frame-pointer tax probe kernel writes rbp on purpose: invariant 1
+     * cannot hold (kb_nofp is 0 in builds without the probe). */
+    int verify = rt->verify && !kb_nofp(b);
     if (verify &&
         (s = kv_verify(kb_name(b), code.bytes, code.code_len, code.recs, code.nrecs)) != FJ_OK)
         goto fail;

@@ -66,13 +66,14 @@ FJ_INTERNAL int rt_khold_set(rt_khold *h, fj_runtime *rt, fj_kernel *k);
  * freed the kernel already); h is empty afterwards. */
 FJ_INTERNAL void rt_khold_drop(rt_khold *h);
 
-/* For tests and framejit-bench, exported but not in the public header:
+/* For tests and framejit-bench (which link the static library; hidden in
+ * the shared one):
  * rt_kernel_acquire with a builder callback, i.e. a cached, evictable
  * kernel for key (gen builds it on a miss through the public builder API).
  * Release with fj_kernel_release. */
-FJ_API fj_status fj_test_kernel_get(fj_runtime *rt, const void *key, size_t key_len,
-                                    const char *name, int nargs,
-                                    void (*gen)(fj_builder *b, const void *ctx), const void *ctx,
-                                    fj_kernel **out);
+FJ_INTERNAL fj_status fj_test_kernel_get(fj_runtime *rt, const void *key, size_t key_len,
+                                         const char *name, int nargs,
+                                         void (*gen)(fj_builder *b, const void *ctx),
+                                         const void *ctx, fj_kernel **out);
 
 #endif

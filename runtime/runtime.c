@@ -125,11 +125,9 @@ fj_status fj_runtime_create(const fj_options *opts, fj_runtime **out) {
     if (s == FJ_OK) s = uw_parse_backends(getenv("FRAMEJIT_UNWIND"), &rt->uw_backends);
     if (s != FJ_OK) { fj_free(rt); return s; }
     rt->opts.isa = rt->isa;
-#if FJ_FP_TAX_PROBE
-    /* Measurement builds only: every kernel of this runtime without a
-     * frame pointer (kernels/builder/builder_int.h, KB_NOFP). */
-    if (fj_env_flag("FRAMEJIT_FP_TAX_PROBE")) rt->features |= KB_NOFP;
-#endif
+    /* Probe builds only: every kernel of this runtime without a frame
+     * pointer (kernels/builder/builder_int.h, KB_NOFP). */
+    if (FJ_FP_TAX_PROBE && fj_env_flag("FRAMEJIT_FP_TAX_PROBE")) rt->features |= KB_NOFP;
     rt->verify = o.verify || fj_env_flag("FRAMEJIT_VERIFY");
     rt->perfmap = fj_env_flag("FRAMEJIT_PERFMAP");
     rt->jitdump = fj_env_flag("FRAMEJIT_JITDUMP");
@@ -164,10 +162,8 @@ fj_status fj_runtime_create(const fj_options *opts, fj_runtime **out) {
      * take its locks (initialized above). */
     rt_kcache_init(rt);
     rt_arena_early(rt);
-#if FJ_FP_TAX_PROBE
     if (rt->features & KB_NOFP)
         fj_log(1, "runtime: frame-pointer tax probe: kernels use rbp as a GPR, not verified");
-#endif
     fj_log(1, "runtime: isa=%s threads=%d cache=%zu bytes (%s) unwind=%s%s%s verify=%d",
            isa_str(rt->isa), rt->opts.threads, o.cache_bytes, cc_backing(rt->cache),
            rt->uw_backends & UW_LIBGCC ? "libgcc," : "",

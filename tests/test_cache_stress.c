@@ -26,6 +26,7 @@
 #include "fjtest.h"
 #include "runtime/kcache.h"
 #include "unwindinfo/uw.h"
+#include "unwindinfo/uw_object.h"
 
 #ifndef sigev_notify_thread_id
 #define sigev_notify_thread_id _sigev_un._tid

@@ -17,6 +17,7 @@
 #include <unwind.h>
 
 #include "unwindinfo/uw.h"
+#include "unwindinfo/uw_object.h"
 #include "unwindinfo/uw_int.h"
 #include "fjtest.h"
 #include "uwstub.h"

@@ -529,6 +529,54 @@ static int vregs_check(x64_op op, int bits, const uint8_t *reg, int nregs, int64
     return 1;
 }
 
+/* The packed form words: every field written by the encoder's maker comes
+ * back from its accessor, fields do not overlap, and bit 21 (part of the
+ * ModRM.rm operand in one format, "present" in the other) is read apart. */
+START_TEST(test_form_words) {
+    for (unsigned v = 0; v < 8; v++) {
+        const uint64_t f = x64_vf_word(v & 1, v & 3, (v + 1) & 3, v & 1, (v + 2) % 3, 0x58 + v,
+                                       v, v & 3, 7 - v, v, (v + 3) & 7, 0x8000u >> v, !(v & 1));
+        ck_assert(x64_vf_present(f) && x64_vf_evex(f) == (int)(v & 1));
+        ck_assert_uint_eq(x64_vf_map(f), v & 3);
+        ck_assert_uint_eq(x64_vf_pp(f), (v + 1) & 3);
+        ck_assert_uint_eq(x64_vf_w(f), v & 1);
+        ck_assert_uint_eq(x64_vf_ll(f), (v + 2) % 3);
+        ck_assert_uint_eq(x64_vf_opcode(f), 0x58 + v);
+        ck_assert_uint_eq(x64_vf_g_opnd(f), v);
+        ck_assert_uint_eq(x64_vf_e_opnd(f), v & 3);
+        ck_assert_uint_eq(x64_vf_h_opnd(f), 7 - v);
+        ck_assert_uint_eq(x64_vf_ext(f), v);
+        ck_assert_uint_eq(x64_vf_is4_opnd(f), (v + 3) & 7);
+        ck_assert_uint_eq(x64_vf_features(f), 0x8000u >> v);
+        ck_assert_int_eq(x64_vf_imm_unsigned(f), !(v & 1));
+        const uint64_t key = x64_vk_key((x64_op)(1 + v), 3, v & 7, v & 1, 0, v & 1);
+        const uint64_t m = x64_vm_word(key, v & 3, (v + 1) & 3, v & 1, 0xc2 + v, v, 7 - v, v,
+                                       v & 7, 0x100u >> v, v & 1);
+        ck_assert(x64_vm_present(m) && x64_vm_pattern(m) == key && !x64_vm_present(key));
+        ck_assert_uint_eq(x64_vm_map(m), v & 3);
+        ck_assert_uint_eq(x64_vm_pp(m), (v + 1) & 3);
+        ck_assert_uint_eq(x64_vm_w(m), v & 1);
+        ck_assert_uint_eq(x64_vm_opcode(m), 0xc2 + v);
+        ck_assert_uint_eq(x64_vm_g_opnd(m), v);
+        ck_assert_uint_eq(x64_vm_h_opnd(m), 7 - v);
+        ck_assert_uint_eq(x64_vm_ext(m), v);
+        ck_assert_uint_eq(x64_vm_disp_shift(m), v & 7);
+        ck_assert_uint_eq(x64_vm_rm_opnd(m), v & 3);
+        ck_assert_uint_eq(x64_vm_features(m), 0x100u >> v);
+        ck_assert_int_eq(x64_vm_imm_unsigned(m), (int)(v & 1));
+    }
+    /* The fast paths' one entry gives the template path's bytes. */
+    const x64_direct d = {.kind = X64_D_VREGS, .nops = 3, .bits = 512, .regs = 0x1f0201};
+    const uint8_t reg[3] = {1, 2, 31};
+    uint8_t a[X64_MAX_LEN + 8], b[X64_MAX_LEN + 8];
+    uint32_t fa, fb;
+    const int n = x64_encode_direct(X64_VFMADD231PS, &d, a, &fa);
+    ck_assert_int_gt(n, 0);
+    ck_assert_int_eq(x64_encode_vregs(X64_VFMADD231PS, 512, reg, 3, 0, 0, b, &fb), n);
+    ck_assert(!memcmp(a, b, (size_t)n) && fa == fb);
+}
+END_TEST
+
 START_TEST(test_vregs) {
     static const int widths[3] = {128, 256, 512};
     long accepted = 0;
@@ -963,6 +1011,7 @@ int main(void) {
     tcase_add_test(tc, test_features);
     tcase_add_loop_test(tc, test_errors, 0, (int)(sizeof errors / sizeof errors[0]));
     tcase_add_test(tc, test_names);
+    tcase_add_test(tc, test_form_words);
     tcase_add_test(tc, test_vregs);
     tcase_add_test(tc, test_vmem);
     tcase_add_test(tc, test_vkregs);

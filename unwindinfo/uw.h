@@ -48,20 +48,8 @@ enum {
  * FJ_ERR_INVALID_ARG. */
 FJ_INTERNAL fj_status uw_parse_backends(const char *s, unsigned *out);
 
-/* .eh_frame for fns: one CIE, one FDE per function, a 4-byte zero
- * terminator. FDE addresses are absolute (DW_EH_PE_absptr). If fde_off is
- * non-NULL it receives each FDE's offset within the buffer. The buffer is
- * fj_malloc'ed; the caller fj_free's it. */
-FJ_INTERNAL fj_status uw_eh_frame_build(const uw_func *fns, size_t n, uint8_t **out, size_t *len,
-                                        size_t *fde_off);
-
-/* A registered set of kernels (one or many: registration may be batched). */
-typedef struct uw_object uw_object;
-/* Registers fns with the chosen back-ends. On failure nothing stays
- * registered. fns' names and records are copied. */
-FJ_INTERNAL fj_status uw_register(const uw_func *fns, size_t n, unsigned backends, uw_object **out);
-/* Deregisters from every back-end it was registered with and frees. NULL ok. */
-FJ_INTERNAL void uw_deregister(uw_object *o);
+/* (Registering a set of kernels as one object, the way the tests and
+ * framejit-bench compare against: uw_object.h, not in the library.) */
 
 /* ---- Arenas: registration that scales -------------------------------------
  * One code arena [lo, hi) registers a fixed, small number of objects with

@@ -275,7 +275,6 @@ static fj_status cfa_rec(uw_buf *b, const uw_func *f, const uw_rec *r, cfa_state
         s->reg = DW_RSP;
         s->off = 8;
         return FJ_OK;
-#if FJ_FP_TAX_PROBE
     case UW_CFA_SP:
         /* Only inside a frame that pushed rbp and never made it the CFA. */
         if (!s->had_frame || s->reg != DW_RSP || r->cfa_off < 16 || r->cfa_off % 8)
@@ -284,7 +283,6 @@ static fj_status cfa_rec(uw_buf *b, const uw_func *f, const uw_rec *r, cfa_state
         uw_put_uleb(b, (uint64_t)r->cfa_off);
         s->off = r->cfa_off;
         return FJ_OK;
-#endif
     default:
         return rec_bad(f, r, "unknown kind");
     }
@@ -424,9 +422,4 @@ fj_status uw_eh_frame_build_at(const uw_func *fns, size_t n, uintptr_t bias, uin
     }
     uw_put_u32(&b, 0);  /* terminator: libgcc walks until a zero length */
     return uw_buf_take(&b, out, len);
-}
-
-fj_status uw_eh_frame_build(const uw_func *fns, size_t n, uint8_t **out, size_t *len,
-                            size_t *fde_off) {
-    return uw_eh_frame_build_at(fns, n, 0, out, len, fde_off);
 }

@@ -1,6 +1,6 @@
 /* uw_gdbjit.c: the GDB JIT interface back-end: the documented descriptor and
- * hook, and in-memory ELF objects (one per uw_object; per arena, a few
- * chunks that grow in place). */
+ * hook, its list, and per arena a few in-memory ELF objects (chunks) that
+ * grow in place. */
 #include "unwindinfo/uw_int.h"
 
 #include <elf.h>
@@ -43,26 +43,6 @@ static pthread_mutex_t jit_lock = PTHREAD_MUTEX_INITIALIZER;
 
 void uw_gdb_fork(int phase) { fj_fork_mutex(&jit_lock, phase); }
 
-struct uw_gdb_entry {
-    struct jit_code_entry e;
-    uint8_t *elf;
-    size_t elf_len;
-};
-
-fj_status uw_gdb_entry_new(const uw_func *fns, size_t n, struct uw_gdb_entry **out) {
-    struct uw_gdb_entry *g = fj_calloc(1, sizeof *g);
-    if (!g) return fj_fail(FJ_ERR_NO_MEMORY, "gdb jit: out of memory");
-    fj_status st = uw_elf_build(fns, n, NULL, &g->elf, &g->elf_len);
-    if (st != FJ_OK) {
-        fj_free(g);
-        return st;
-    }
-    g->e.symfile_addr = (const char *)g->elf;
-    g->e.symfile_size = g->elf_len;
-    *out = g;
-    return FJ_OK;
-}
-
 /* Puts e at the head of the list and tells gdb; jit_lock held. */
 static void jit_link_locked(struct jit_code_entry *e) {
     e->prev_entry = NULL;
@@ -74,11 +54,16 @@ static void jit_link_locked(struct jit_code_entry *e) {
     __jit_debug_register_code();
 }
 
-void uw_gdb_entry_link(struct uw_gdb_entry *g) {
+struct jit_code_entry *uw_gdb_link(const uint8_t *elf, size_t len) {
+    struct jit_code_entry *e = fj_calloc(1, sizeof *e);
+    if (!e) return NULL;
+    e->symfile_addr = (const char *)elf;
+    e->symfile_size = len;
     pthread_mutex_lock(&jit_lock);
-    jit_link_locked(&g->e);
+    jit_link_locked(e);
     __jit_debug_descriptor.action_flag = JIT_NOACTION;
     pthread_mutex_unlock(&jit_lock);
+    return e;
 }
 
 /* Takes e out of the list and tells gdb; jit_lock held. */
@@ -102,32 +87,10 @@ static void jit_unlink(struct jit_code_entry *e) {
     pthread_mutex_unlock(&jit_lock);
 }
 
-void uw_gdb_entry_unlink(struct uw_gdb_entry *g) {
-    if (!g) return;
-    jit_unlink(&g->e);
-    uw_gdb_entry_free(g);
-}
-
-void uw_gdb_entry_free(struct uw_gdb_entry *g) {
-    if (!g) return;
-    fj_free(g->elf);
-    fj_free(g);
-}
-
-size_t uw_gdb_entry_bytes(const struct uw_gdb_entry *g) { return sizeof *g + g->elf_len; }
-
-fj_status uw_gdb_register(uw_object *o) {
-    struct uw_gdb_entry *g = NULL;
-    fj_status st = uw_gdb_entry_new(o->fns, o->n, &g);
-    if (st != FJ_OK) return st;
-    uw_gdb_entry_link(g);
-    o->gdb = g;
-    return FJ_OK;
-}
-
-void uw_gdb_deregister(uw_object *o) {
-    uw_gdb_entry_unlink(o->gdb);
-    o->gdb = NULL;
+void uw_gdb_unlink(struct jit_code_entry *e) {
+    if (!e) return;
+    jit_unlink(e);
+    fj_free(e);
 }
 
 /* ---- Chunks: objects that grow in place ------------------------------------

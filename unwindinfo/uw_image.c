@@ -398,8 +398,8 @@ static void write_header(uw_image *im) {
 
 /* What a kernel added without a rewrite changes in the header page: the
  * sizes that grow with the kernels and the build-id; the rest is the
- * layout's, written by write_header at the rewrite that made it (all of
- * it, each kernel, was ~800 host instructions). */
+ * layout's, written by write_header at the rewrite that made it (writing
+ * all of it for each kernel costs far more). */
 static void write_sizes(uw_image *im) {
     const uint64_t n = im->n;
     const hdr_geom g = geom_of(im);

@@ -100,31 +100,20 @@ FJ_INTERNAL fj_status uw_region_reserve(uw_region *r, size_t len, uintptr_t near
 FJ_INTERNAL fj_status uw_region_commit(uw_region *r, size_t upto);
 FJ_INTERNAL void uw_region_release(uw_region *r);
 
-/* ---- Registered objects ------------------------------------------------ */
-struct uw_libunwind_reg;
-struct uw_gdb_entry;
-
-struct uw_object {
-    uw_func *fns;        /* copies; names and records owned below */
-    size_t n;
-    uintptr_t lo, hi;    /* range covered by all functions */
-    uint8_t *eh;         /* .eh_frame with absolute FDEs + terminator */
-    size_t eh_len;
-    size_t *fde_off;     /* per function, offset of its FDE in eh */
-    unsigned done;       /* back-ends actually registered (UW_*) */
-    struct uw_libunwind_reg *unw;
-    struct uw_gdb_entry *gdb;
-};
-
-/* Each back-end: register o (FJ_OK or an error with nothing left behind)
- * and deregister it. */
-FJ_INTERNAL fj_status uw_libgcc_register(uw_object *o);
-FJ_INTERNAL void uw_libgcc_deregister(uw_object *o);
-/* *skipped = 1 when libunwind is not installed (not an error). */
-FJ_INTERNAL fj_status uw_libunwind_register(uw_object *o, int *skipped);
-FJ_INTERNAL void uw_libunwind_deregister(uw_object *o);
-FJ_INTERNAL fj_status uw_gdb_register(uw_object *o);
-FJ_INTERNAL void uw_gdb_deregister(uw_object *o);
+/* ---- What uw_object.c (tests and framejit-bench) needs of the back-ends -- */
+/* libunwind's _U_dyn_register and _U_dyn_cancel (struct unw_dyn_info is
+ * libunwind.h's unw_dyn_info_t), loaded on first use; 0 when libunwind is
+ * not installed. */
+struct unw_dyn_info;
+FJ_INTERNAL int uw_libunwind_fns(void (**reg)(struct unw_dyn_info *),
+                                 void (**cancel)(struct unw_dyn_info *));
+/* An entry of gdb's JIT list for the in-memory ELF object [elf, elf + len)
+ * (kept by the caller until unlinked): linked, gdb told, under the
+ * interface's lock; NULL when out of memory. uw_gdb_unlink takes it out,
+ * tells gdb and frees it. */
+struct jit_code_entry;
+FJ_INTERNAL struct jit_code_entry *uw_gdb_link(const uint8_t *elf, size_t len);
+FJ_INTERNAL void uw_gdb_unlink(struct jit_code_entry *e);
 
 /* ---- Arena back-ends (uw_arena.c drives them) ----------------------------
  * Each grows in place: prepare writes what a kernel needs where no reader
@@ -152,14 +141,6 @@ FJ_INTERNAL fj_status uw_unw_table_prepare(struct uw_unw_table *t, const uw_func
 FJ_INTERNAL void uw_unw_table_publish(struct uw_unw_table *t);
 FJ_INTERNAL void uw_unw_table_destroy(struct uw_unw_table *t);
 FJ_INTERNAL size_t uw_unw_table_bytes(const struct uw_unw_table *t);
-
-/* GDB JIT entries: an ELF for fns built (may fail), linked into gdb's list
- * (cannot fail), unlinked and freed. */
-FJ_INTERNAL fj_status uw_gdb_entry_new(const uw_func *fns, size_t n, struct uw_gdb_entry **out);
-FJ_INTERNAL void uw_gdb_entry_link(struct uw_gdb_entry *g);
-FJ_INTERNAL void uw_gdb_entry_unlink(struct uw_gdb_entry *g);  /* and frees it */
-FJ_INTERNAL void uw_gdb_entry_free(struct uw_gdb_entry *g);    /* one never linked */
-FJ_INTERNAL size_t uw_gdb_entry_bytes(const struct uw_gdb_entry *g);
 
 /* GDB JIT chunks (an arena's objects, grown in place): new() makes an
  * empty, unregistered object with room for max_kernels kernels, eh_room

@@ -36,81 +36,19 @@ static void load(void) {
     dyn_cancel = c;
 }
 
+int uw_libunwind_fns(dyn_fn *reg, dyn_fn *cancel) {
+    pthread_once(&load_once, load);
+    *reg = dyn_register;
+    *cancel = dyn_cancel;
+    return dyn_register != NULL;
+}
+
 /* What libunwind's REMOTE_TABLE search reads: entries sorted by start, both
  * fields relative to segbase. */
 typedef struct table_entry {
     int32_t start_ip_offset;
     int32_t fde_offset;
 } table_entry;
-
-struct uw_libunwind_reg {
-    unw_dyn_info_t di;  /* linked into libunwind's list: must not move */
-    uw_region mem;      /* table + .eh_frame copy, near the code */
-};
-
-fj_status uw_libunwind_register(uw_object *o, int *skipped) {
-    *skipped = 0;
-    pthread_once(&load_once, load);
-    if (!dyn_register) {
-        *skipped = 1;
-        return FJ_OK;
-    }
-    if (o->hi - o->lo > INT32_MAX)
-        return fj_fail(FJ_ERR_UNWIND, "libunwind: kernels span %zu bytes (more than 2 GiB)",
-                       (size_t)(o->hi - o->lo));
-
-    struct uw_libunwind_reg *u = fj_calloc(1, sizeof *u);
-    if (!u) return fj_fail(FJ_ERR_NO_MEMORY, "libunwind: out of memory");
-    size_t table_bytes = o->n * sizeof(table_entry);
-    fj_status st = uw_region_reserve(&u->mem, table_bytes + o->eh_len, o->lo, o->hi);
-    if (st == FJ_OK) st = uw_region_commit(&u->mem, u->mem.len);
-    if (st != FJ_OK) {
-        uw_region_release(&u->mem);
-        fj_free(u);
-        return st;
-    }
-    table_entry *table = (table_entry *)u->mem.p;
-    uint8_t *eh = u->mem.p + table_bytes;  /* 8-aligned: entries are 8 bytes */
-    memcpy(eh, o->eh, o->eh_len);
-
-    /* segbase = lo; sort the entries by start (insertion: n is small and
-     * usually already sorted). */
-    const uintptr_t segbase = o->lo;
-    for (size_t i = 0; i < o->n; i++) {
-        table_entry e = {
-            .start_ip_offset = (int32_t)(o->fns[i].start - segbase),
-            .fde_offset = (int32_t)((uintptr_t)(eh + o->fde_off[i]) - segbase),
-        };
-        size_t j = i;
-        for (; j > 0 && table[j - 1].start_ip_offset > e.start_ip_offset; j--)
-            table[j] = table[j - 1];
-        table[j] = e;
-    }
-    mprotect(u->mem.p, u->mem.len, PROT_READ);  /* hardening only; failure harmless */
-
-    unw_dyn_info_t *di = &u->di;
-    di->start_ip = o->lo;
-    di->end_ip = o->hi;
-    di->gp = 0;
-    di->format = UNW_INFO_FORMAT_REMOTE_TABLE;
-    di->u.rti.name_ptr = (unw_word_t)o->fns[0].name;
-    di->u.rti.segbase = segbase;
-    /* Counted in words, not bytes nor entries. */
-    di->u.rti.table_len = table_bytes / sizeof(unw_word_t);
-    di->u.rti.table_data = (unw_word_t)table;
-    dyn_register(di);
-    o->unw = u;
-    return FJ_OK;
-}
-
-void uw_libunwind_deregister(uw_object *o) {
-    struct uw_libunwind_reg *u = o->unw;
-    if (!u) return;
-    dyn_cancel(&u->di);
-    uw_region_release(&u->mem);
-    fj_free(u);
-    o->unw = NULL;
-}
 
 /* ---- One growing table per arena ---------------------------------------------
  * The region near the code holds [table entries | CIE, FDE, FDE, ...]. The

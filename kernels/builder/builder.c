@@ -124,17 +124,14 @@ static fj_builder *builder_alloc(size_t need) {
 
 fj_status kb_new(const char *name, int nargs, fj_isa isa, uint32_t cpu, fj_runtime *rt,
                  fj_builder **out) {
-    const char *suffix = "";
-#if FJ_FP_TAX_PROBE
-    /* Its own name: such a kernel must never pass for the frame-pointer one. */
-    if (cpu & KB_NOFP) suffix = "_nofp";
-#endif
+    /* A probe kernel has its own name: it must never pass for the
+     * frame-pointer one. */
+    const int nofp = FJ_FP_TAX_PROBE && (cpu & KB_NOFP);
+    const char *suffix = nofp ? "_nofp" : "";
     size_t n = strlen(name), ns = strlen(suffix);
     fj_builder *b = builder_alloc(n + ns + 1);
     if (!b) return fj_fail(FJ_ERR_NO_MEMORY, "builder: out of memory");
-#if FJ_FP_TAX_PROBE
-    b->nofp = (cpu & KB_NOFP) != 0;
-#endif
+    b->nofp = nofp;
     memcpy(b->name, name, n);
     memcpy(b->name + n, suffix, ns + 1);
     b->isa = isa;
@@ -173,9 +170,7 @@ kb_trace *kb_scratch_traces(fj_builder *b, int n) {
 }
 
 const char *kb_name(const fj_builder *b) { return b->name; }
-#if FJ_FP_TAX_PROBE
-int kb_nofp(const fj_builder *b) { return b->nofp; }
-#endif
+int kb_nofp(const fj_builder *b) { return kb_probe_nofp(b); }
 fj_runtime *kb_runtime(const fj_builder *b) { return b->rt; }
 
 void kb_free(fj_builder *b) {
@@ -206,11 +201,12 @@ fj_reg fj_arg(fj_builder *b, int i) {
 fj_reg fj_gpr(fj_builder *b) {
     fj_reg r = {0};
     if (!b) return r;
-#if FJ_FP_TAX_PROBE
-    /* rbp first, so that a generator's first register (the GEMM's A
-     * pointer, used by every FMA of its loop) really is rbp. */
-    if (b->nofp && !b->tag[RC_GPR][X64_RBP]) { r.id = new_handle(b, RC_GPR, X64_RBP); return r; }
-#endif
+    /* Probe kernels: rbp first, so that a generator's first register (the
+     * GEMM's A pointer, used by every FMA of its loop) really is rbp. */
+    if (kb_probe_nofp(b) && !b->tag[RC_GPR][X64_RBP]) {
+        r.id = new_handle(b, RC_GPR, X64_RBP);
+        return r;
+    }
     for (int i = 0; i < 14; i++)
         if (!b->tag[RC_GPR][gpr_order[i]]) { r.id = new_handle(b, RC_GPR, gpr_order[i]); return r; }
     kb_fail(b, "out of general-purpose registers (14 allocatable: rbp and rsp are never handed out)");
@@ -296,9 +292,8 @@ fj_opnd fj_stack_slot(fj_builder *b, uint32_t bytes, uint32_t align, uint16_t bi
              "<= 16", bytes, align);
         return o;
     }
-#if FJ_FP_TAX_PROBE
-    if (b->nofp) {
-        /* rsp-relative, from rsp up (rsp does not move in the body and is
+    if (kb_probe_nofp(b)) {
+        /* Probe kernels: rsp-relative, from rsp up (rsp does not move in the body and is
          * 16-byte aligned there); the save area goes above the slots. */
         uint32_t at = (b->slot_bytes + align - 1) & ~(align - 1);
         if (at + bytes > 16384) { /* the CFA offset is a 16-bit record field */
@@ -308,7 +303,6 @@ fj_opnd fj_stack_slot(fj_builder *b, uint32_t bytes, uint32_t align, uint16_t bi
         b->slot_bytes = at + bytes;
         return base_mem(bits, H_FRAME, at);
     }
-#endif
     uint32_t top = SAVE_AREA + b->slot_bytes + bytes;
     top = (top + align - 1) & ~(align - 1);
     b->slot_bytes = top - SAVE_AREA;
@@ -426,10 +420,8 @@ static int xlate(fj_builder *b, const fj_opnd *in, x64_opnd *out, int64_t *const
         out->disp = (int32_t)in->val;
         out->scale = in->scale ? in->scale : 1;
         if (in->reg.id == H_FRAME) {
-            out->base = X64_RBP; /* reading rbp as a base is fine; writing it never is */
-#if FJ_FP_TAX_PROBE
-            if (b->nofp) out->base = X64_RSP;
-#endif
+            /* Reading rbp as a base is fine; writing it never is. */
+            out->base = kb_probe_nofp(b) ? X64_RSP : X64_RBP;
         } else if (in->reg.id == H_CONST) {
             out->base = X64_RIP;
             out->disp = 0;
@@ -545,172 +537,141 @@ static int jump_to(fj_builder *b, x64_op op, int32_t at, uint32_t target) {
 
 /* ---- instructions --------------------------------------------------- */
 
-/* Register-only vector instructions (most of a compute loop): a straight
- * line for them, ahead of emit_fast's general operand loop. */
-static inline int emit_vregs(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
-    int has_imm = ops[nops - 1].kind == FJ_OPND_IMM, nv = nops - has_imm;
-    unsigned bits = ops[0].bits;
-    uint32_t regs;
-    if (!kb_vregs_of(b, ops, nv, &regs)) return 0;
-    if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return 1;
+/* One fast-path instruction d into the code (room for it made already):
+ * 1 when emitted, 0 when the encoder has no such form or the target lacks
+ * a feature it needs. Inline with d's kind just set and no call in
+ * between, so that x64_encode_direct's dispatch folds away at each use. */
+static inline __attribute__((always_inline)) int put_direct(fj_builder *b, fj_op op,
+                                                            const x64_direct *d,
+                                                            const fj_opnd *ops) {
     uint32_t feat;
-    int n = x64_vregs((x64_op)op, (int)bits, regs, nv, has_imm ? ops[nops - 1].val : 0, has_imm,
-                      b->code + b->len, &feat);
+    const int n = x64_encode_direct((x64_op)op, d, b->code + b->len, &feat);
     if (n <= 0 || (feat & ~b->features)) return 0;
     b->len += (size_t)n;
+    if (d->kind == X64_D_ZMM_MEM && d->m.base == X64_RIP)   /* the pool offset; the disp32
+                                                              is resolved at assembly */
+        kb_add_fixup(b, (uint32_t)(b->len - 4 - (size_t)d->has_imm), (uint32_t)b->len,
+                     (uint32_t)ops[d->mem].val, 1);
     return 1;
 }
 
-/* ALU ops, moves and tests of 32/64-bit registers with a register or an
- * immediate, inc/dec/not/neg (x64_encode_gpr): a kernel's pointer and
- * counter updates and compares. */
-static inline int emit_gpr(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
-    int r0, r1;
-    if (!kb_gpr_operands(b, ops, nops, &r0, &r1)) return 0;
+/* fj_emitv's fast paths, all entering the encoder through
+ * x64_encode_direct: the operands sorted into the encoder's direct kinds
+ * (x64_templ.h's x64_direct), tried in this order, each step falling
+ * through to the next when its operands do not fit or the encoder has no
+ * form for them:
+ *   register-only vector instructions (most of a compute loop);
+ *   ALU ops, moves and tests of 32/64-bit registers with a register or an
+ *     immediate, inc/dec/not/neg: pointer and counter updates;
+ *   zmm with mask-register operands or a write mask (compares into masks,
+ *     masked arithmetic), or with one memory operand on a GPR base
+ *     (+ index*scale) or the constant pool;
+ *   bzhi/shlx/shrx of three registers (BMI2), kmovw between mask and
+ *     general registers or memory (AVX-512): tail masks, GEMM's masks;
+ *   ALU ops and mov of 32/64-bit memory with an immediate: flags and
+ *     counters in the argument block or frame;
+ *   prefetches, and loads, stores and ALU ops of a 32/64-bit register with
+ *     memory: pointer loads, spills.
+ * Returns 1 when it emitted the instruction, 0 to leave it to the general
+ * path, which also reports any error (a stale handle, a width the target
+ * lacks, a bad scale, a broadcast on a register, no such form): anything
+ * these paths are not sure of goes there. tests/test_emit_paths.c proves
+ * both paths give the same bytes. */
+static inline __attribute__((always_inline)) int emit_direct(fj_builder *b, fj_op op,
+                                                             const fj_opnd *ops, int nops) {
+    const int has_imm = ops[nops - 1].kind == FJ_OPND_IMM, nv = nops - has_imm;
+    x64_direct d;
+    int bits, store;
+    /* Room first (out of memory: the error is sticky, nothing to emit). */
     if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return 1;
-    int n = x64_encode_gpr((x64_op)op, (int)ops[0].bits, r0, r1, nops == 2 ? ops[1].val : 0,
-                           b->code + b->len);
-    b->len += (size_t)n;
-    return n > 0;
-}
-
-/* bzhi/shlx/shrx of three registers (x64_encode_gpr3; BMI2) and kmovw
- * between mask and general registers (x64_encode_kmov; AVX-512): the
- * tail masks of element-wise loops; kmovw with memory
- * (x64_encode_kmov_mem): GEMM's masks from its argument block. */
-static inline int emit_gpr3_kmov(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
-    int n = 0;
-    if (op == FJ_KMOVW && nops == 2) {
-        if (!(b->features & X64_F_AVX512F)) return 0;
-        const int store = ops[0].kind == FJ_OPND_MEM;
-        if (store || ops[1].kind == FJ_OPND_MEM) {   /* kmovw k, m16 / m16, k */
-            const fj_opnd *mo = &ops[!store], *ko = &ops[store];
-            x64_vm_mem m;
-            const int k = plain_reg(b, ko, RC_K, ko->bits);
-            if (k < 0 || mo->bits != 16 || !kb_legacy_mem(b, mo, &m)) return 0;
-            if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return 1;
-            n = x64_encode_kmov_mem(store, k, &m, b->code + b->len);
-            b->len += (size_t)n;
-            return n > 0;
+    if (nops >= 2) {
+        if (kb_vregs_of(b, ops, nv, &d.regs)) {
+            d.kind = X64_D_VREGS;
+            d.bits = ops[0].bits;
+            d.nops = (uint8_t)nv;
+            d.has_imm = (uint8_t)has_imm;
+            d.imm = has_imm ? ops[nops - 1].val : 0;
+            if (put_direct(b, op, &d, ops)) return 1;
         }
-        /* A mask register of any width (the encoder takes it as 16), or a
-         * 32-bit GPR. */
-        int kd = H_CLASS(ops[0].reg.id) == RC_K, ks = H_CLASS(ops[1].reg.id) == RC_K;
-        int d = plain_reg(b, &ops[0], kd ? RC_K : RC_GPR, kd ? ops[0].bits : 32u);
-        int r = plain_reg(b, &ops[1], ks ? RC_K : RC_GPR, ks ? ops[1].bits : 32u);
-        if (d < 0 || r < 0) return 0;
-        if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return 1;
-        n = x64_encode_kmov(kd, d, ks, r, b->code + b->len);
-    } else if (nops == 3 && (op == FJ_BZHI || op == FJ_SHLX || op == FJ_SHRX)) {
-        unsigned bits = ops[0].bits;
-        int r[3];
-        if (!(b->features & X64_F_BMI2) || (bits != 32 && bits != 64)) return 0;
-        for (int i = 0; i < 3; i++)
-            if ((r[i] = plain_reg(b, &ops[i], RC_GPR, bits)) < 0) return 0;
-        if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return 1;
-        n = x64_encode_gpr3((x64_op)op, (int)bits, r[0], r[1], r[2], b->code + b->len);
+        if (kb_gpr_operands(b, ops, nops, &d.r0, &d.r1)) {
+            d.kind = X64_D_GPR;
+            d.bits = ops[0].bits;
+            d.imm = ops[1].val;
+            if (put_direct(b, op, &d, ops)) return 1;
+        }
+        kb_zops z;
+        if (kb_zmm_operands(b, ops, nops, &z) && (z.mem < 0 ? z.kops || z.k : !z.kops)) {
+            d.nops = (uint8_t)nops;
+            d.has_imm = (uint8_t)z.has_imm;
+            d.imm = z.has_imm ? ops[nops - 1].val : 0;
+            d.regs = z.regs;
+            d.kops = (uint8_t)z.kops;
+            d.mask = (uint8_t)z.k;
+            d.zero = (uint8_t)z.zero;
+            if (z.mem < 0) {
+                d.kind = X64_D_ZMM_K;
+                if (put_direct(b, op, &d, ops)) return 1;
+            } else {
+                d.kind = X64_D_ZMM_MEM;
+                d.mem = (uint8_t)z.mem;
+                d.m = z.m;
+                if (put_direct(b, op, &d, ops)) return 1;
+            }
+        }
+        if (op == FJ_KMOVW && nops == 2 && (b->features & X64_F_AVX512F)) {
+            store = ops[0].kind == FJ_OPND_MEM;
+            if (store || ops[1].kind == FJ_OPND_MEM) {   /* kmovw k, m16 / m16, k */
+                const fj_opnd *mo = &ops[!store], *ko = &ops[store];
+                if ((d.r0 = plain_reg(b, ko, RC_K, ko->bits)) >= 0 && mo->bits == 16 &&
+                    kb_legacy_mem(b, mo, &d.m)) {
+                    d.kind = X64_D_KMOV_MEM;
+                    d.store = (uint8_t)store;
+                    if (put_direct(b, op, &d, ops)) return 1;
+                }
+            } else {
+                /* A mask register of any width (the encoder takes it as
+                 * 16), or a 32-bit GPR. */
+                const int kd = H_CLASS(ops[0].reg.id) == RC_K, ks = H_CLASS(ops[1].reg.id) == RC_K;
+                d.r0 = plain_reg(b, &ops[0], kd ? RC_K : RC_GPR, kd ? ops[0].bits : 32u);
+                d.r1 = plain_reg(b, &ops[1], ks ? RC_K : RC_GPR, ks ? ops[1].bits : 32u);
+                if (d.r0 >= 0 && d.r1 >= 0) {
+                    d.kind = X64_D_KMOV;
+                    d.kops = (uint8_t)(kd | ks << 1);
+                    if (put_direct(b, op, &d, ops)) return 1;
+                }
+            }
+        } else if (nops == 3 && (op == FJ_BZHI || op == FJ_SHLX || op == FJ_SHRX) &&
+                   (b->features & X64_F_BMI2) && (ops[0].bits == 32 || ops[0].bits == 64)) {
+            bits = ops[0].bits;
+            if ((d.r0 = plain_reg(b, &ops[0], RC_GPR, (unsigned)bits)) >= 0 &&
+                (d.r1 = plain_reg(b, &ops[1], RC_GPR, (unsigned)bits)) >= 0 &&
+                (d.r2 = plain_reg(b, &ops[2], RC_GPR, (unsigned)bits)) >= 0) {
+                d.kind = X64_D_GPR3;
+                d.bits = (uint16_t)bits;
+                if (put_direct(b, op, &d, ops)) return 1;
+            }
+        }
+        if (nops == 2 && ops[0].kind == FJ_OPND_MEM && ops[1].kind == FJ_OPND_IMM &&
+            !ops[1].mask.id && kb_legacy_mem(b, &ops[0], &d.m)) {
+            d.kind = X64_D_MEM_IMM;
+            d.bits = ops[0].bits;
+            d.imm = ops[1].val;
+            if (put_direct(b, op, &d, ops)) return 1;
+        }
     }
-    b->len += (size_t)n;
-    return n > 0;
-}
-
-/* Prefetches, and loads, stores and ALU ops of a 32/64-bit register with
- * memory (x64_encode_gpr_mem): a kernel's prefetches, pointer loads from
- * its argument block and spills. */
-static inline int emit_gpr_mem(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
-    int bits, reg, store;
-    x64_vm_mem m;
-    if (!kb_gpr_mem_operands(b, ops, nops, &bits, &reg, &store, &m)) return 0;
-    if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return 1;
-    int n = x64_encode_gpr_mem((x64_op)op, bits, reg, store, &m, b->code + b->len);
-    b->len += (size_t)n;
-    return n > 0;
-}
-
-/* ALU ops and mov of 32/64-bit memory with an immediate
- * (x64_encode_mem_imm): flags and counters in a kernel's argument block
- * or frame. */
-static inline int emit_mem_imm(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
-    x64_vm_mem m;
-    if (nops != 2 || ops[0].kind != FJ_OPND_MEM || ops[1].kind != FJ_OPND_IMM || ops[1].mask.id ||
-        !kb_legacy_mem(b, &ops[0], &m))
-        return 0;
-    if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return 1;
-    int n = x64_encode_mem_imm((x64_op)op, ops[0].bits, &m, ops[1].val, b->code + b->len);
-    b->len += (size_t)n;
-    return n > 0;
-}
-
-/* Register-only zmm instructions that emit_vregs leaves: mask-register
- * operands (kops: which ones), a write mask k on operand 0 (x64_templ.h's
- * mask-register forms): math kernels' compares into masks and masked
- * arithmetic. */
-static int emit_vkregs(fj_builder *b, fj_op op, const fj_opnd *ops, int nops, uint32_t regs,
-                       unsigned kops, int k) {
-    const int has_imm = ops[nops - 1].kind == FJ_OPND_IMM;
-    const unsigned zero = k && ops[0].zero;
-    if (!kops && !k) return 0;
-    uint64_t f = x64_vk_form((x64_op)op, nops, kops, k, (int)zero, has_imm);
-    if (!(f >> 21 & 1)) return 0;   /* no such form: the general path explains */
-    if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return 1;
-    uint32_t feat = 0;
-    int n = x64_vk_fill(f, regs, (unsigned)k, zero, has_imm ? ops[nops - 1].val : 0, has_imm,
-                        b->code + b->len, &feat);
-    if (n <= 0 || (feat & ~b->features)) return 0;
-    b->len += (size_t)n;
-    return 1;
-}
-
-/* The 512-bit memory forms (x64_templ.h): zmm registers and one [base (+
- * index*scale) + disp] or constant-pool operand, maybe a write mask on
- * operand 0 and a last imm8. Like the other paths above, returns 1 when it
- * emitted the instruction, 0 to leave it to the general path, which also
- * reports any error (a stale handle, a width the target lacks, a bad
- * scale, a broadcast on a register, no such form): anything these paths
- * are not sure of goes there. */
-static inline int emit_fast(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
-    kb_zops z;
-    if (!kb_zmm_operands(b, ops, nops, &z)) return 0;
-    if (z.mem < 0) return emit_vkregs(b, op, ops, nops, z.regs, z.kops, z.k);
-    if (z.kops) return 0;
-    int64_t imm = z.has_imm ? ops[nops - 1].val : 0;
-    uint64_t f = x64_vm_lookup(x64_vm_key((x64_op)op, nops, z.mem, &z.m, z.k, (int)z.zero, z.has_imm));
-    if (f && !(f >> 21 & 1)) return 0;   /* no such form: the general path explains */
-    if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + X64_MAX_LEN, 1)) return 1;
-    uint32_t feat = 0;
-    int n = f ? x64_vm_fill(f, z.regs, &z.m, (unsigned)z.k, z.zero, imm, z.has_imm,
-                            b->code + b->len, &feat)
-              : kb_vm_encode((x64_op)op, ops, nops, &z, b->code + b->len, &feat);
-    if (n <= 0 || (feat & ~b->features)) return 0;
-    b->len += (size_t)n;
-    if (z.m.base == X64_RIP)   /* the pool offset; the disp32 is resolved at assembly */
-        kb_add_fixup(b, (uint32_t)(b->len - 4 - (size_t)z.has_imm), (uint32_t)b->len,
-                  (uint32_t)ops[z.mem].val, 1);
-    return 1;
-}
-
-/* The pattern's first instruction: x64_encode_vmem makes its form. Field
- * by field: a zeroing initializer compiles to rep stos. */
-int kb_vm_encode(x64_op op, const fj_opnd *ops, int nops, const kb_zops *z, uint8_t *out,
-                 uint32_t *features) {
-    x64_opnd x[4];
-    for (int i = 0; i < nops; i++) {
-        x64_opnd *d = &x[i];
-        const int mem = i == z->mem;
-        d->kind = mem ? X64_K_MEM : ops[i].kind == FJ_OPND_IMM ? X64_K_IMM : X64_K_VEC;
-        d->bits = mem ? z->m.bits : d->kind == X64_K_VEC ? 512 : 0;
-        d->reg = (uint8_t)(z->regs >> 8 * i);
-        d->base = mem ? z->m.base : X64_NOREG;
-        d->index = mem ? z->m.index : X64_NOREG;
-        d->scale = mem ? z->m.scale : 1;
-        d->bcst = mem ? z->m.bcst : 0;
-        d->mask = d->zero = 0;
-        d->disp = mem ? z->m.disp : 0;
-        d->imm = ops[i].val;
+    if (kb_gpr_mem_operands(b, ops, nops, &bits, &d.r0, &store, &d.m)) {
+        d.kind = X64_D_GPR_MEM;
+        d.bits = (uint16_t)bits;
+        d.store = (uint8_t)store;
+        if (put_direct(b, op, &d, ops)) return 1;
     }
-    x[0].mask = (uint8_t)z->k;
-    x[0].zero = (uint8_t)z->zero;
-    return x64_encode_vmem(op, x, nops, out, features);
+    if (nops == 1 && kb_gpr_operands(b, ops, nops, &d.r0, &d.r1)) {
+        d.kind = X64_D_GPR;
+        d.bits = ops[0].bits;
+        d.imm = 0;
+        if (put_direct(b, op, &d, ops)) return 1;
+    }
+    return 0;
 }
 
 void fj_emitv(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
@@ -724,10 +685,7 @@ void fj_emitv(fj_builder *b, fj_op op, const fj_opnd *ops, int nops) {
     /* Before the checks below: no mnemonic they refuse has a form these
      * paths take. */
     if (nops >= 1 && atomic_load_explicit(&fast_paths, memory_order_relaxed) &&
-        ((nops >= 2 && (emit_vregs(b, op, ops, nops) || emit_gpr(b, op, ops, nops) ||
-                        emit_fast(b, op, ops, nops) || emit_gpr3_kmov(b, op, ops, nops) ||
-                        emit_mem_imm(b, op, ops, nops))) ||
-         emit_gpr_mem(b, op, ops, nops) || (nops == 1 && emit_gpr(b, op, ops, nops))))
+        emit_direct(b, op, ops, nops))
         return;
     switch (op) {
     case FJ_PUSH: case FJ_POP: case FJ_RET: case FJ_LEAVE:
@@ -802,7 +760,7 @@ void kb_vmov_run(fj_builder *b, fj_op op, int store, const fj_reg *v, int n, fj_
         const uint64_t f = run_form(b, x64_vm_key((x64_op)op, 2, !store, &m, 0, 0, 0), op,
                                     store ? mo : vo, store ? vo : mo, &i);
         if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + (size_t)n * X64_MAX_LEN, 1)) return;
-        for (; i < n && f && (f >> 21 & 1) && !b->err; i++) {
+        for (; i < n && f && x64_vm_present(f) && !b->err; i++) {
             const int p = live_phys(b, v[i], RC_VEC);
             if (p < 0) break;
             m.disp = disp + step * i;
@@ -835,7 +793,7 @@ void kb_bcst_consts(fj_builder *b, const fj_reg *dst, const uint32_t *vals, int 
                                     base_mem(32, H_CONST, off), &i);
         /* Room for all of their code at once. */
         if (!kb_grow(b, (void **)&b->code, &b->cap, b->len + (size_t)n * X64_MAX_LEN, 1)) return;
-        for (; i < n && f && (f >> 21 & 1) && !b->err; i++) {
+        for (; i < n && f && x64_vm_present(f) && !b->err; i++) {
             const int p = live_phys(b, dst[i], RC_VEC);
             if (p < 0) break;
             uint32_t feat = 0;
@@ -873,9 +831,10 @@ static void mov_rr(fj_builder *b, int dst, int src) {
 void fj_call(fj_builder *b, const void *fn, const fj_opnd *args, int nargs, fj_reg result) {
     if (!b || b->err) return;
     if (!fn) { kb_fail(b, "fj_call: NULL function"); return; }
-#if FJ_FP_TAX_PROBE
-    if (b->nofp) { kb_fail(b, "fj_call: not available in frame-pointer tax probe kernels"); return; }
-#endif
+    if (kb_probe_nofp(b)) {
+        kb_fail(b, "fj_call: not available in frame-pointer tax probe kernels");
+        return;
+    }
     if (nargs < 0 || nargs > 6 || (nargs && !args)) {
         kb_fail(b, "fj_call: %d arguments (0..6 integer/pointer arguments)", nargs);
         return;

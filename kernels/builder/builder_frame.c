@@ -110,13 +110,12 @@ fj_status kb_assemble(fj_builder *b, kb_code *out) {
          (nb) += (size_t)n; } while (0)
     size_t epi_at;
     /* Where each saved register goes, [sbase + at[i]], and its CFA offset. */
-    int sbase = X64_RBP, at[5] = {0}, cfa_at[5] = {0}, nofp = 0;
-#if FJ_FP_TAX_PROBE
-    /* No frame pointer: rbp saved like any callee-saved register, the CFA
+    int sbase = X64_RBP, at[5] = {0}, cfa_at[5] = {0};
+    const int nofp = kb_probe_nofp(b);
+    /* Probe kernels (builder_int.h): no frame pointer: rbp saved like any callee-saved register, the CFA
      * rsp-relative. [rsp, slots) are the stack slots, the saves sit above
      * them; rsp + 8 is 16-byte aligned at entry, so after push rbp a frame
      * of a multiple of 16 keeps rsp aligned. */
-    nofp = b->nofp;
     if (nofp) {
         const uint32_t slots = (b->slot_bytes + 7) & ~7u;
         frame = (slots + 8 * (uint32_t)__builtin_popcount(saved) + 15) & ~15u;
@@ -127,7 +126,6 @@ fj_status kb_assemble(fj_builder *b, kb_code *out) {
                 cfa_at[i] = at[i] - (16 + (int)frame);
             }
     }
-#endif
     for (int i = 0; i < 5 && !nofp; i++) {
         at[i] = -8 * (i + 1);
         cfa_at[i] = at[i] - 16;
@@ -143,10 +141,8 @@ fj_status kb_assemble(fj_builder *b, kb_code *out) {
     if (frame) {
         o[0] = gpr_op(X64_RSP, 64); o[1] = imm_op(frame);
         EMIT(pro, np, X64_SUB, 2);
-#if FJ_FP_TAX_PROBE
         if (nofp && !add_rec(out, &reccap, (uint32_t)np, UW_CFA_SP, 0, 16 + (int)frame))
             goto nomem;
-#endif
     }
     for (int i = 0; i < 5; i++)
         if (saved >> i & 1) {
@@ -170,9 +166,7 @@ fj_status kb_assemble(fj_builder *b, kb_code *out) {
         if (frame) {
             o[0] = gpr_op(X64_RSP, 64); o[1] = imm_op(frame);
             EMIT(epi, ne, X64_ADD, 2);
-#if FJ_FP_TAX_PROBE
             if (!add_rec(out, &reccap, (uint32_t)(epi_at + ne), UW_CFA_SP, 0, 16)) goto nomem;
-#endif
         }
         o[0] = gpr_op(X64_RBP, 64);
         EMIT(epi, ne, X64_POP, 1);

@@ -20,18 +20,28 @@ typedef struct kb_code {
     size_t nrecs;
 } kb_code;
 
-/* isa must be AVX2 or AVX512; cpu_features are X64_F_* the CPU has. rt is
- * only remembered (for fj_builder_finish), never used here. */
-#if FJ_FP_TAX_PROBE
-/* Frame-pointer tax probe builds only: set in cpu_features (the runtime's
- * one value every builder is created from), it makes the builder hand out
- * rbp as a GPR (first), frame kernels without a frame pointer (rbp pushed
- * as a callee-saved register, rsp-relative slots and CFA), reject fj_call,
- * and add "_nofp" to the kernel's name. Such kernels break invariant 1 on
- * purpose: the runtime skips the verifier for them (kb_nofp). */
+/* The frame-pointer tax probe, for one measurement (framejit-bench's GEMM
+ * with rbp as a GPR against the frame-pointer kernels): it exists only in
+ * builds configured with meson -Dfp_tax_probe=true, which define
+ * FJ_FP_TAX_PROBE to 1. Everywhere else FJ_FP_TAX_PROBE is the constant 0
+ * and every probe branch (`if (FJ_FP_TAX_PROBE && ...)`) compiles to
+ * nothing. The probe lives in the builder (builder_priv.h's kb_probe_nofp,
+ * builder.c, builder_frame.c) and in runtime/runtime.c, which alone turns
+ * it on (FRAMEJIT_FP_TAX_PROBE=1). KB_NOFP, set in cpu_features (the
+ * runtime's one value every builder is created from), makes the builder
+ * hand out rbp as a GPR (first), frame kernels without a frame pointer
+ * (rbp pushed as a callee-saved register, rsp-relative slots and CFA,
+ * uw_rec's UW_CFA_SP), reject fj_call, and add "_nofp" to the kernel's
+ * name. Such kernels break invariant 1 on purpose: the runtime skips the
+ * verifier for them (kb_nofp, always 0 in other builds). */
+#ifndef FJ_FP_TAX_PROBE
+#define FJ_FP_TAX_PROBE 0
+#endif
 #define KB_NOFP (1u << 31)
 FJ_INTERNAL int kb_nofp(const fj_builder *b);
-#endif
+
+/* isa must be AVX2 or AVX512; cpu_features are X64_F_* the CPU has. rt is
+ * only remembered (for fj_builder_finish), never used here. */
 FJ_INTERNAL fj_status kb_new(const char *name, int nargs, fj_isa isa, uint32_t cpu_features,
                              fj_runtime *rt, fj_builder **out);
 FJ_INTERNAL const char *kb_name(const fj_builder *b);
@@ -159,8 +169,8 @@ FJ_INTERNAL void kb_bcst_consts(fj_builder *b, const fj_reg *dst, const uint32_t
 /* v[i] := [base + disp + i*step] (load) or [base + disp + i*step] := v[i]
  * (store), i < n: what fj_emit of op (vmovups; vmovntps stores) with
  * fj_vec(v[i]) and fj_mem(0, base, ...) would emit, the form looked up
- * once (each through emit_fast was ~450 host instructions, 8 of them in
- * every element-wise kernel). */
+ * once rather than per instruction (every element-wise kernel has a few
+ * such runs). */
 FJ_INTERNAL void kb_vmov_run(fj_builder *b, fj_op op, int store, const fj_reg *v, int n,
                              fj_reg base, int32_t disp, int32_t step);
 

@@ -9,6 +9,7 @@
 
 #include "kernels/builder/builder_int.h"
 #include "kernels/x64/x64.h"
+#include "kernels/x64/x64_templ.h"
 
 enum { RC_GPR = 1, RC_VEC = 2, RC_K = 3 };
 /* Handle layout: class (2 bits) | phys (5 bits) | tag (25 bits). Tags come
@@ -70,10 +71,13 @@ struct fj_builder {
     kb_trace *trace;       /* recording (kb_trace_begin): fj_emitv records, emits nothing */
     kb_trace *scratch;     /* kb_scratch_traces' (kept with the spare builder) */
     int nscratch;
-#if FJ_FP_TAX_PROBE
-    int nofp;              /* KB_NOFP: no frame pointer, rbp allocatable */
-#endif
+    int nofp;              /* KB_NOFP (probe builds only): no frame pointer, rbp
+                            * allocatable; read it through kb_probe_nofp */
 };
+
+/* Whether b makes a frame-pointer tax probe kernel (builder_int.h): the
+ * constant 0 unless the build has the probe. */
+static inline int kb_probe_nofp(const fj_builder *b) { return FJ_FP_TAX_PROBE && b->nofp; }
 
 /* The physical register of a live handle of class cls, or -1. Tags are
  * never 0, so a free register (tag 0) cannot match; the frame and
@@ -192,10 +196,7 @@ static inline int kb_zmm_operands(const fj_builder *b, const fj_opnd *ops, int n
  * direct forms; 0 for anything else (the pool, a broadcast, a mask). */
 static inline int kb_legacy_mem(const fj_builder *b, const fj_opnd *o, x64_vm_mem *m) {
     if (!kb_mem_ok(o) || o->bcst || o->mask.id || !o->reg.id || o->reg.id == H_CONST) return 0;
-    int base = X64_RBP;
-#if FJ_FP_TAX_PROBE
-    if (b->nofp) base = X64_RSP;
-#endif
+    int base = kb_probe_nofp(b) ? X64_RSP : X64_RBP;
     if (o->reg.id != H_FRAME && (base = live_phys(b, o->reg, RC_GPR)) < 0) return 0;
     int index = o->index.id ? live_phys(b, o->index, RC_GPR) : X64_NOREG;
     if (index < 0) return 0;
@@ -246,12 +247,6 @@ static inline int kb_gpr_operands(const fj_builder *b, const fj_opnd *ops, int n
     if (o->kind == FJ_OPND_REG) return (*r1 = plain_reg(b, o, RC_GPR, bits)) >= 0;
     return o->kind == FJ_OPND_IMM && !o->mask.id;
 }
-
-/* Encodes a 512-bit memory-operand instruction (z from kb_zmm_operands,
- * mem >= 0) with the encoder's search, which makes and keeps its pattern's
- * form (x64_encode_vmem): for a pattern not in the table yet. */
-FJ_INTERNAL int kb_vm_encode(x64_op op, const fj_opnd *ops, int nops, const kb_zops *z,
-                             uint8_t *out, uint32_t *features);
 
 /* Records one instruction into the builder's trace (builder_trace.c). */
 FJ_INTERNAL void kb_trace_add(fj_builder *b, fj_op op, const fj_opnd *ops, int nops);

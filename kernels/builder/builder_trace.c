@@ -8,7 +8,7 @@
  * of A and B differing. Made by its emitter, every copy of every
  * instruction pays the emitter's logic (constants looked up, scratch
  * picked, operands built), the operand checks and the encoder's form
- * lookup: ~300-450 host instructions each here. Replayed, an instruction
+ * lookup, hundreds of host instructions each. Replayed, an instruction
  * is its registers renamed through a table (and its displacement moved)
  * and the form's template filled in.
  */
@@ -28,21 +28,19 @@ enum { RM_K = 32, RM_NONE = 40, RM_N = 48 };
  * 0 when it is not such a form: the replay then takes x64_vregs. */
 static int evex_recipe(const fj_builder *b, kb_tinsn *e) {
     if (e->bits != 512 || e->nv + e->has_imm > 4) return 0;
-    x64_vform *vf = &x64_vforms[2][1][e->op][e->nv - 2][e->has_imm];
-    uint64_t f = atomic_load_explicit(&vf->f, memory_order_acquire);
-    if (!f) f = x64_vform_make(vf, (x64_op)e->op, 512, 1, e->nv, e->has_imm);
-    const uint64_t w = atomic_load_explicit(&vf->bytes, memory_order_relaxed);
-    if (!(f & 2) || (uint8_t)w != 0x62 || (f >> 29 & 7) != X64_VF_NONE ||
-        ((uint32_t)(f >> 32 & 0xffff) & ~b->features))
+    uint64_t w;
+    const uint64_t f = x64_vform_get((x64_op)e->op, 2, 1, e->nv, e->has_imm, &w);
+    if (!x64_vf_present(f) || x64_vb_lead(w) != 0x62 || x64_vf_is4_opnd(f) != X64_VF_NONE ||
+        (x64_vf_features(f) & ~b->features))
         return 0;
-    if (e->has_imm && !x64_imm8_fits(f >> 48 & 1, e->imm)) return 0;
-    unsigned gop = f >> 18 & 7, hop = f >> 23 & 7;
+    if (e->has_imm && !x64_imm8_fits(x64_vf_imm_unsigned(f), e->imm)) return 0;
+    unsigned gop = x64_vf_g_opnd(f), hop = x64_vf_h_opnd(f);
     e->tg = (uint8_t)(gop == X64_VF_NONE ? RM_NONE : e->regs >> 8 * gop & 31);
-    e->te = (uint8_t)(e->regs >> 8 * (f >> 21 & 3) & 31);
+    e->te = (uint8_t)(e->regs >> 8 * x64_vf_e_opnd(f) & 31);
     e->th = (uint8_t)(hop == X64_VF_NONE ? RM_NONE : e->regs >> 8 * hop & 31);
     e->tm = RM_NONE;
-    const uint64_t bytes = w & ~(0xffull << 56);
-    int n = (int)(w >> 56);
+    const uint64_t bytes = x64_vb_bytes(w);
+    int n = x64_vb_len(w);
     memcpy(e->tpl, &bytes, 8);
     memset(e->tpl + 8, 0, 8);
     if (e->has_imm) e->tpl[n++] = (uint8_t)e->imm;
@@ -62,74 +60,30 @@ void kb_trace_begin(fj_builder *b, kb_trace *t) {
 }
 
 /* The form of a recorded zmm memory instruction (KB_TF_VM), made now if
- * the table does not have it yet (encoding it once into scratch does);
- * 0 when there is none for the target. */
-static uint64_t vm_form(const fj_builder *b, const kb_tinsn *e, const fj_opnd *ops) {
-    const unsigned k = e->sh[1], zero = e->sh[2];
-    const uint64_t key = x64_vm_key((x64_op)e->op, e->nops, e->sh[0], &e->m, (int)k, (int)zero,
-                                    e->has_imm);
-    uint64_t f = x64_vm_lookup(key);
-    if (!f) {
-        const kb_zops z = {e->regs, 0, e->sh[0], (int)k, zero, e->has_imm, e->m};
-        uint8_t scratch[X64_MAX_LEN + 8];
-        uint32_t feat;
-        if (kb_vm_encode((x64_op)e->op, ops, e->nops, &z, scratch, &feat) > 0) f = x64_vm_lookup(key);
-    }
-    if (!(f >> 21 & 1) || ((uint32_t)(f >> 47 & 0x1ff) & ~b->features) ||
-        (e->has_imm && !x64_imm8_fits(f >> 56 & 1, e->imm)))
+ * the table does not have it yet (x64_vm_form); 0 when there is none for
+ * the target. */
+static uint64_t vm_form(const fj_builder *b, const kb_tinsn *e) {
+    const uint64_t f = x64_vm_find((x64_op)e->op, e->nops, e->sh[0], &e->m, e->sh[1], e->sh[2],
+                                   e->has_imm);
+    if (!x64_vm_present(f) || (x64_vm_features(f) & ~b->features) ||
+        (e->has_imm && !x64_imm8_fits(x64_vm_imm_unsigned(f), e->imm)))
         return 0;
     return f;
 }
 
-/* The form word of a mask-destination compare with a constant-pool
- * operand (KB_TF_VMK: operand 0 a mask register in ModRM.reg, operand 1
- * the zmm in vvvv, the pool in ModRM.rm), read off the encoder's bytes for
- * the recorded registers; the memory forms' table has no such pattern.
- * Kept only when filling it in gives those bytes back; 0 otherwise. */
-static __attribute__((noinline)) uint64_t vmk_make(const kb_tinsn *e) {
-    x64_opnd x[4] = {k_op((int)(e->regs & 7)), vec_op((int)(e->regs >> 8 & 31), 512),
-                     mem_op(X64_RIP, 0, e->m.bits), {0}};
-    x[2].bcst = e->m.bcst;
-    x[3].kind = X64_K_IMM;
-    x[3].imm = e->imm;
-    uint8_t want[X64_MAX_LEN + 8], got[X64_MAX_LEN + 8];
-    x64_enc_info info;
-    const int n = x64_encode((x64_op)e->op, x, 4, want, &info);
-    if (n != 11 || want[0] != 0x62 || (want[5] & 0xc7) != 5) return 0;
-    const uint64_t f = 1ull << 21 | (uint64_t)(want[1] & 3) << 22 | (uint64_t)(want[2] & 3) << 24 |
-                       (uint64_t)(want[2] >> 7) << 26 | (uint64_t)want[4] << 27 |
-                       (uint64_t)0 << 35 | (uint64_t)1 << 38 | /* ModRM.reg: operand 0, vvvv: 1 */
-                       (uint64_t)(info.features & 0x1ff) << 47 | 1ull << 56;
-    uint32_t feat;
-    if (x64_vm_fill(f, e->regs, &e->m, 0, 0, e->imm, 1, got, &feat) != n || memcmp(got, want, 11))
-        return 0;
-    return f;
-}
-
-/* Made forms by mnemonic, for a broadcast dword and for a whole zmm: like
- * the other forms, the word does not depend on the registers, and making
- * it (the encoder's search, its tables mostly out of cache by the next
- * kernel) cost ~0.2 us of each sigmoid or swish kernel. */
-static _Atomic uint64_t vmk_forms[X64_OP_COUNT][2];
-
-/* The KB_TF_VMK form of e for b's target, or 0 (the general path then). */
+/* The KB_TF_VMK form of e for b's target (x64_vmk_form), or 0 (the
+ * general path then). */
 static uint64_t vmk_form(const fj_builder *b, const kb_tinsn *e) {
     const int nv = e->nops - e->has_imm;
     if (nv != 3 || e->sh[0] != 2 || !e->has_imm) return 0;
-    const int bc = e->m.bcst != 0, kept = e->m.bits == (bc ? 32 : 512);
-    uint64_t f = kept ? atomic_load_explicit(&vmk_forms[e->op][bc], memory_order_relaxed) : 0;
-    if (!f) {
-        if (!(f = vmk_make(e))) return 0;
-        if (kept) atomic_store_explicit(&vmk_forms[e->op][bc], f, memory_order_relaxed);
-    }
-    return (uint32_t)(f >> 47 & 0x1ff) & ~b->features ? 0 : f;
+    const uint64_t f = x64_vmk_find((x64_op)e->op, e->regs, &e->m, e->imm);
+    return !f || (x64_vm_features(f) & ~b->features) ? 0 : f;
 }
 
 /* e's template (kb_tinsn.tpl) from its form word: the mask-register
  * forms and the constant-pool ones are filled in once here, and each copy
- * only puts its registers in (tpl_fill), where x64_vk_fill and
- * x64_vm_fill, field by field, were ~120 host instructions a copy (a
- * swish kernel has 45 of them). Left without one (tlen 0, as
+ * only puts its registers in (tpl_fill), cheaper than x64_vk_fill and
+ * x64_vm_fill field by field for each copy. Left without one (tlen 0, as
  * kb_trace_end set it) when the form does not give bytes. */
 static void tpl_make(kb_tinsn *e) {
     uint8_t buf[X64_MAX_LEN + 16] = {0};
@@ -139,14 +93,14 @@ static void tpl_make(kb_tinsn *e) {
                      : x64_vm_fill(e->w, 0, &e->m, 0, e->sh[2], e->imm, e->has_imm, buf, &feat);
     if (n <= 0 || n > (int)sizeof e->tpl) return;
     memcpy(e->tpl, buf, sizeof e->tpl);
-    const unsigned gop = e->w >> 35 & 7, hop = e->w >> 38 & 7;
+    const unsigned gop = x64_vm_g_opnd(e->w), hop = x64_vm_h_opnd(e->w);
     const unsigned kops = vk ? e->sh[0] : e->form == KB_TF_VMK;   /* the mask operands */
     /* Operand i's register as the rename table has it. */
 #define RM_AT(i) \
     ((uint8_t)(kops >> (i) & 1 ? RM_K + (e->regs >> 8 * (i) & 7) : e->regs >> 8 * (i) & 31))
     e->tg = gop == X64_VF_NONE ? RM_NONE : RM_AT(gop);   /* none: an opcode extension, kept */
     e->th = hop == X64_VF_NONE ? RM_NONE : RM_AT(hop);
-    e->te = vk ? RM_AT(e->w >> 44 & 3) : RM_NONE;         /* memory: rm is the operand's */
+    e->te = vk ? RM_AT(x64_vm_rm_opnd(e->w)) : RM_NONE;         /* memory: rm is the operand's */
 #undef RM_AT
     e->tm = (uint8_t)(e->sh[1] ? RM_K + e->sh[1] : RM_NONE);
     e->tlen = (uint8_t)n;
@@ -177,14 +131,14 @@ int kb_trace_end(fj_builder *b) {
         if (form == KB_TF_EVEX) {
             const uint64_t f = x64_vk_form((x64_op)e->op, e->nops, e->sh[0], e->sh[1], e->sh[2],
                                            e->has_imm);
-            if ((f >> 21 & 1) && !((uint32_t)(f >> 47 & 0x1ff) & ~b->features) &&
-                (!e->has_imm || x64_imm8_fits(f >> 56 & 1, e->imm))) {
+            if (x64_vm_present(f) && !(x64_vm_features(f) & ~b->features) &&
+                (!e->has_imm || x64_imm8_fits(x64_vm_imm_unsigned(f), e->imm))) {
                 e->w = f;
                 e->form = KB_TF_VK;
                 tpl_make(e);
             }
         } else if (form == KB_TF_VM) {
-            if ((e->w = vm_form(b, e, t->gen[e->gi]))) {
+            if ((e->w = vm_form(b, e))) {
                 e->form = e->m.base == X64_RIP ? KB_TF_VMP : KB_TF_VM;
                 e->pool = (uint32_t)t->gen[e->gi][e->sh[0]].val;
                 if (e->form == KB_TF_VMP) tpl_make(e);
@@ -393,8 +347,8 @@ static void keep_bytes(const fj_builder *b, kb_tinsn *e) {
     memcpy(e->enc, buf, sizeof e->enc);
     e->enc_len = (uint8_t)n;
     if (e->form == KB_TF_VM) {
-        e->head = 5;   /* EVEX's four bytes and the opcode (x64_vm_fill) */
-        e->nsh = (uint8_t)(e->w >> 44 & 7);
+        e->head = X64_VM_MODRM_AT;
+        e->nsh = (uint8_t)x64_vm_disp_shift(e->w);
         e->shift = 1;
     } else if (e->form == KB_TF_GPR_MEM && e->sh[1]) {
         uint8_t tail[8];
@@ -415,7 +369,7 @@ static int copy_entry(fj_builder *b, const kb_tinsn *e, const int32_t *d) {
     if (e->shift && d && d[e->m.base]) {
         x64_vm_mem m = e->m;
         if (!shifted(&m, d)) return 0;
-        uint8_t *p = x64_modrm_mem(out + e->head, e->enc[e->head] >> 3 & 7, &m, e->nsh);
+        uint8_t *p = x64_modrm_mem(out + e->head, x64_modrm_reg(e->enc[e->head]), &m, e->nsh);
         if (e->form == KB_TF_VM && e->has_imm) *p++ = (uint8_t)e->imm;
         n = (size_t)(p - out);
     }

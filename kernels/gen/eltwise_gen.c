@@ -437,8 +437,7 @@ static int traced(kg_elt_state *s, fj_reg x) {
      * at the cost of emitting them (zmm ones with a constant-pool operand
      * take their template and a fixup): the simple ops (a few
      * instructions) and AVX2 chains (16 registers: most constants come
-     * from memory) cost more to record and replay than to emit (AVX2
-     * tanh: 115K -> 124K host instructions per kernel). */
+     * from memory) cost more to record and replay than to emit. */
     if (cheap(s->op) || !s->avx512) { s->notrace = 1; return 0; }
     s->rec->owner = NULL;
     const int lane = s->lane;
@@ -517,7 +516,7 @@ void kg_elt_apply_n(kg_elt_state *s, const fj_reg *x, int n) {
 
 /* The state's slot back to the pool; its registers too unless the
  * kernel ends here (release 0: a standalone kernel's builder is assembled
- * next, and the releases were 4% of making a gelu_erf kernel). */
+ * next, and the releases would be a visible share of making it). */
 static void finish(kg_elt_state *s, int release) {
     if (s->rec && s->rec->owner == s) s->rec->owner = NULL;   /* the slot's next state is another op */
     pool_used[s->slot] = 0;
@@ -578,19 +577,18 @@ void kg_eltwise(fj_builder *b, kg_elt v) {
     const int lanes = fj_builder_vbits(b) / 32, vbytes = lanes * 4;
     /* Cheap ops are load/store bound: an unroll of eight vectors makes the
      * loop overhead vanish, and relu, clip and sqrt take their source
-     * straight from memory (sixteen on AVX-512 ran at the same speed at
-     * 4 KiB, 256 KiB and 64 MiB, and took ~15% longer to generate). Math ops are
+     * straight from memory (sixteen on AVX-512 run no faster and take
+     * longer to generate). Math ops are
      * compute bound: a few vectors per iteration, their instructions
      * interleaved (kg_elt_apply_n) when there are registers for a scratch
      * set per vector, so that the scheduler sees independent chains side
      * by side, and out-of-order execution overlaps iterations. Each copy
      * of a math op is 40-100 instructions to generate, so the unroll is
      * the smallest that keeps throughput: four vectors for the ops whose
-     * chain ends in a division (tanh, sigmoid, swish, gelu_tanh: two ran
-     * 12-20% slower on a Zen 5 host, 5% on an Intel one, at 4 KiB and
-     * 256 KiB alike; three or six were slower than four), two for the
-     * others (exp, log, gelu_erf: 4-7% from four, for ~1.3 us more
-     * generation per kernel). */
+     * chain ends in a division (tanh, sigmoid, swish, gelu_tanh: fewer
+     * leave the divider idle, more run out of registers), two for the
+     * others (exp, log, gelu_erf: four gain little for the longer
+     * generation). */
     const int uses_params = v == KG_ELT_LEAKY_RELU || v == KG_ELT_CLIP || v == KG_ELT_LINEAR ||
                             v == KG_ELT_SWISH;
     const int nvec = avx512 ? 32 : 16, nmask = avx512 ? 6 : 0;
@@ -611,8 +609,8 @@ void kg_eltwise(fj_builder *b, kg_elt v) {
      * the rest of the array, less than two vectors, is loaded under a mask
      * per vector and runs through the loop's copy of the op once more,
      * then is stored under the same masks, instead of a loop of its own
-     * with one more copy of the op (~7% of the host instructions that make
-     * a gelu_erf kernel). The loop proper keeps its plain loads and stores
+     * with one more copy of the op (a visible share of making the kernel).
+     * The loop proper keeps its plain loads and stores
      * and tests n's sign after the op, which only the rest's pass sets.
      * Four-vector ops keep their loop: four masks' setup and masked moves
      * through the emitter cost more than the copy they save. */
@@ -651,9 +649,8 @@ void kg_eltwise(fj_builder *b, kg_elt v) {
     fj_label_bind(b, l_loop);
     /* Arrays far larger than the caches: the math ops do not keep enough
      * loads in flight for the hardware prefetchers, so ask for src 2 KiB
-     * ahead (64 MiB into another array: tanh 12 -> 16 GB/s, exp 14 -> 16;
-     * in place: exp 19 -> 22, gelu_erf 14 -> 18; 1 and 4 KiB were worse
-     * or within noise). */
+     * ahead (far enough to cover memory latency at their speed, near
+     * enough to stay in L1). */
     if (large)
         for (int i = 0; i < U * vbytes; i += 64)
             fj_emit(b, FJ_PREFETCHT0, fj_mem(8, src, 2048 + i));

@@ -383,9 +383,9 @@ static void emit_sigmoid(kg_elt_state *s, fj_reg x) {
  * holds a constant that would otherwise be a constant-pool operand, which
  * costs more to generate. The division replaced vrcp14ps, a Newton step
  * and a multiplication: the quotient is correctly rounded instead of
- * within 2^-28, one constant (-1) fewer, 6% fewer host instructions to
- * make the kernel, and the kernel ran 3-10% faster at 4 KiB and 256 KiB
- * on a Zen host (three dependent instructions fewer on the chain). */
+ * within 2^-28, one constant (-1) fewer, fewer host instructions to make
+ * the kernel, and a faster kernel (three dependent instructions fewer on
+ * the chain). */
 static void emit_swish(kg_elt_state *s, fj_reg x) {
     if (s->avx512) {
         fj_reg X = elt_t(s, 0), Z = elt_t(s, 1), D = elt_t(s, 3); /* exp's scratch: 2 */

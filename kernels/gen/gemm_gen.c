@@ -185,8 +185,8 @@ static void k_step_b(gen *g, int u) {
                                                : fj_mem(0, g->bp, v * g->vb);
         if (g->copy) {
             /* The panel is packed on the way: the store port is idle in
-             * this loop, so the copy costs no FMA slots. Full panels only
-             * (a masked load here made the copying tile 40% slower). */
+             * this loop, so the copy costs no FMA slots. Full panels only:
+             * a masked load here slows the copying tile down. */
             fj_emit(b, FJ_VMOVUPS, V(g, g->bv[v]), fj_mem(0, g->bsrc, v * g->vb));
             fj_emit(b, FJ_VMOVUPS, src, V(g, g->bv[v]));
         } else {
@@ -429,9 +429,8 @@ static void tile_rows(gen *g) {
 /* Second pass of the post stage: C = act(C) over the stored tile, a loop
  * over its rows (the last use of `rows` in the tile, counted down). One
  * copy of the op rather than one per row: the op's chain made again for
- * each of mr rows was most of making a kernel with an activation (a
- * 256^3 handle with gelu_erf: 38 us, 14 without). Runs with the
- * accumulators released, so the activation has registers: its constants
+ * each of mr rows was most of making a kernel with an activation. Runs
+ * with the accumulators released, so the activation has registers: its constants
  * go into the ones left (no loads; register-only instructions replay on
  * the cheapest path), and on AVX-512 the nv vectors of a row go through
  * it side by side (nv interleaved chains). */

@@ -29,12 +29,12 @@ enum { VF_NONE = X64_VF_NONE };
 _Alignas(64) x64_vform x64_vforms[3][2][X64_OP_COUNT][3][2];
 
 static int vf_fill(uint64_t f, const uint8_t *reg, int64_t imm, int has_imm, uint8_t *out) {
-    unsigned map = f >> 3 & 3, pp = f >> 5 & 3, w = f >> 7 & 1, l = f >> 8 & 3;
-    unsigned gop = f >> 18 & 7, eop = f >> 21 & 3, hop = f >> 23 & 7;
-    unsigned g = gop == VF_NONE ? (f >> 26 & 7) : reg[gop], e = reg[eop];
-    unsigned h = hop == VF_NONE ? 0 : reg[hop], lop = f >> 29 & 7;
+    unsigned map = x64_vf_map(f), pp = x64_vf_pp(f), w = x64_vf_w(f), l = x64_vf_ll(f);
+    unsigned gop = x64_vf_g_opnd(f), eop = x64_vf_e_opnd(f), hop = x64_vf_h_opnd(f);
+    unsigned g = gop == VF_NONE ? x64_vf_ext(f) : reg[gop], e = reg[eop];
+    unsigned h = hop == VF_NONE ? 0 : reg[hop], lop = x64_vf_is4_opnd(f);
     uint8_t *p = out;
-    if (f & 4) {
+    if (x64_vf_evex(f)) {
         *p++ = 0x62;
         *p++ = (uint8_t)((~g & 8) << 4 | (~e & 16) << 2 | (~e & 8) << 2 | (~g & 16) | map);
         *p++ = (uint8_t)(w << 7 | (~h & 15) << 3 | 4 | pp);
@@ -47,7 +47,7 @@ static int vf_fill(uint64_t f, const uint8_t *reg, int64_t imm, int has_imm, uin
         *p++ = (uint8_t)((~g & 8) << 4 | 1 << 6 | (~e & 8) << 2 | map);
         *p++ = (uint8_t)(w << 7 | (~h & 15) << 3 | l << 2 | pp);
     }
-    *p++ = (uint8_t)(f >> 10);
+    *p++ = (uint8_t)x64_vf_opcode(f);
     *p++ = (uint8_t)(0xC0 | (g & 7) << 3 | (e & 7));
     if (lop != VF_NONE) *p++ = (uint8_t)(reg[lop] << 4);
     if (has_imm) *p++ = (uint8_t)imm;
@@ -67,48 +67,43 @@ static __attribute__((noinline)) uint64_t vf_make(x64_op op, int bits, int hi, i
                                           .index = X64_NOREG};
     }
     x64_found fd;
-    if (!x64_enc_find(op, o, n, &fd)) return 1;
+    if (!x64_enc_find(op, o, n, &fd)) return X64_VF_ABSENT;
     const x64_row *r = fd.row;
-    if (r->enc == XE_LEG || (r->flags & (XF_RM0 | XF_CC)) || r->w == XW_S) return 1;
+    if (r->enc == XE_LEG || (r->flags & (XF_RM0 | XF_CC)) || r->w == XW_S) return X64_VF_ABSENT;
     unsigned gop = VF_NONE, eop = VF_NONE, hop = VF_NONE, lop = VF_NONE;
     for (int i = 0; i < n; i++) {
         int slot = X64_OPD_SLOT(r->opd[i]), c = X64_OPD_CLASS(r->opd[i]);
         if (i == nregs) {
-            if (slot != XS_AUTO || (c != XC_I8 && c != XC_U8)) return 1;
+            if (slot != XS_AUTO || (c != XC_I8 && c != XC_U8)) return X64_VF_ABSENT;
         } else if (slot == XS_G && gop == VF_NONE) gop = (unsigned)i;
         else if (slot == XS_E && eop == VF_NONE) eop = (unsigned)i;
         else if (slot == XS_H && hop == VF_NONE) hop = (unsigned)i;
         else if (slot == XS_L && lop == VF_NONE && !has_imm) lop = (unsigned)i;
-        else return 1;
+        else return X64_VF_ABSENT;
     }
-    if (eop == VF_NONE || (gop == VF_NONE) != (r->ext >= 0)) return 1;
+    if (eop == VF_NONE || (gop == VF_NONE) != (r->ext >= 0)) return X64_VF_ABSENT;
     unsigned l = fd.l == 512 ? 2 : fd.l == 256 ? 1 : 0;
     if (r->flags & XF_LIG) l = 0;
-    uint64_t f = 1 | 2 | (uint64_t)(r->enc == XE_EVEX) << 2 | (uint64_t)X64_PFX_MAP(r->pfx) << 3 |
-                 (uint64_t)X64_PFX_PP(r->pfx) << 5 | (uint64_t)(r->w == XW_1) << 7 |
-                 (uint64_t)l << 8 | (uint64_t)r->opc << 10 | (uint64_t)gop << 18 |
-                 (uint64_t)eop << 21 | (uint64_t)hop << 23 |
-                 (uint64_t)(r->ext >= 0 ? r->ext : 0) << 26 | (uint64_t)lop << 29 |
-                 (uint64_t)fd.features << 32;
-    if (fd.features >> 16) return 1;
+    if (fd.features >> 16) return X64_VF_ABSENT;
     /* Two VEX rows for these operands (the register moves' load and store
      * forms): which one is shorter depends on which register lands in
      * ModRM.rm, so no one template is the shortest encoding. (EVEX rows
      * never differ in length: the first one wins, as in the search.) */
-    if (r->enc == XE_VEX && fd.vex_rows > 1) return 1;
-    if (has_imm && X64_OPD_CLASS(r->opd[nregs]) == XC_U8) f |= 1ull << 48;
-    return f;
+    if (r->enc == XE_VEX && fd.vex_rows > 1) return X64_VF_ABSENT;
+    return x64_vf_word(r->enc == XE_EVEX, X64_PFX_MAP(r->pfx), X64_PFX_PP(r->pfx), r->w == XW_1,
+                       l, r->opc, gop, eop, hop, (unsigned)(r->ext >= 0 ? r->ext : 0), lop,
+                       fd.features, has_imm && X64_OPD_CLASS(r->opd[nregs]) == XC_U8);
 }
 
 /* The form's bytes with registers 0 (see above), 0 for an absent form. */
 static uint64_t vb_make(uint64_t f) {
-    if (!(f & 2)) return 0;
+    if (!x64_vf_present(f)) return 0;
     static const uint8_t zero[4];
     uint8_t buf[X64_MAX_LEN];
-    int n = vf_fill(f, zero, 0, 0, buf) - ((f >> 29 & 7) != VF_NONE);   /* no is4 byte */
+    int n = vf_fill(f, zero, 0, 0, buf) - (x64_vf_is4_opnd(f) != VF_NONE);   /* no is4 byte */
     uint64_t w = 0;
     memcpy(&w, buf, (size_t)n);
-    return w | (uint64_t)n << 56;
+    return x64_vb_word(w, n);
 }
 
 uint64_t x64_vform_make(x64_vform *vf, x64_op op, int bits, int hi, int nregs, int has_imm) {
@@ -176,12 +171,9 @@ static __attribute__((noinline)) uint64_t form_make(x64_op op, const x64_opnd *o
     int n = fd.disp_scale;
     if ((gop == VF_NONE) != (r->ext >= 0) || (mem < 0 ? eop == VF_NONE : (n & (n - 1)) != 0))
         return key;
-    const uint64_t rm = mem < 0 ? eop : (unsigned)__builtin_ctz((unsigned)n);
-    return key | 1ull << 21 | (uint64_t)X64_PFX_MAP(r->pfx) << 22 |
-           (uint64_t)X64_PFX_PP(r->pfx) << 24 | (uint64_t)(r->w == XW_1) << 26 |
-           (uint64_t)r->opc << 27 | (uint64_t)gop << 35 | (uint64_t)hop << 38 |
-           (uint64_t)(r->ext >= 0 ? r->ext : 0) << 41 | rm << 44 | (uint64_t)fd.features << 47 |
-           u8 << 56;
+    const unsigned rm = mem < 0 ? eop : (unsigned)__builtin_ctz((unsigned)n);
+    return x64_vm_word(key, X64_PFX_MAP(r->pfx), X64_PFX_PP(r->pfx), r->w == XW_1, r->opc, gop,
+                       hop, (unsigned)(r->ext >= 0 ? r->ext : 0), rm, fd.features, (int)u8);
 }
 
 /* Keeps f for its pattern: in the pair's first slot, or its second if the
@@ -189,7 +181,7 @@ static __attribute__((noinline)) uint64_t form_make(x64_op op, const x64_opnd *o
  * again). */
 static void form_keep(uint64_t key, uint64_t f) {
     unsigned s = x64_vm_slot(key);
-    if ((atomic_load_explicit(&x64_vmforms[s], memory_order_relaxed) & X64_VM_KEY) != 0) s ^= 1;
+    if (x64_vm_pattern(atomic_load_explicit(&x64_vmforms[s], memory_order_relaxed)) != 0) s ^= 1;
     atomic_store_explicit(&x64_vmforms[s], f, memory_order_relaxed);
 }
 
@@ -238,11 +230,46 @@ int x64_encode_vmem(x64_op op, const x64_opnd *ops, int nops, uint8_t *out,
         if (c[0].mask) c[0].mask = 1;
         form_keep(key, f = form_make(op, c, nops, mem, key));
     }
-    if (!(f >> 21 & 1)) return 0;
+    if (!x64_vm_present(f)) return 0;
     return x64_vm_fill(f, regs, &m, ops[0].mask, ops[0].zero, imm ? ops[nops - 1].imm : 0, imm,
                        out, features);
 }
 
+
+uint64_t x64_vm_form(x64_op op, int nops, int mem, const x64_vm_mem *m, int masked, int zero,
+                     int has_imm) {
+    const uint64_t key = x64_vm_key(op, nops, mem, m, masked, zero, has_imm);
+    uint64_t f = x64_vm_lookup(key);
+    if (f || (unsigned)op - 1u >= X64_OP_COUNT - 1u || nops < 2 || nops > 4 || mem < 0 ||
+        mem >= nops - (has_imm != 0))
+        return f ? f : key;
+    /* The canonical operands x64_encode_vmem makes of any instruction of
+     * the pattern. */
+    x64_opnd c[4];
+    memset(c, 0, sizeof c);
+    for (int i = 0; i < nops; i++) {
+        c[i].base = c[i].index = X64_NOREG;
+        c[i].scale = 1;
+        if (has_imm && i == nops - 1) {
+            c[i].kind = X64_K_IMM;
+            c[i].imm = 0x5a;
+        } else if (i == mem) {
+            c[i].kind = X64_K_MEM;
+            c[i].bits = m->bits;
+            c[i].base = X64_RAX;   /* no REX bits, no displacement */
+            if (m->index != X64_NOREG) c[i].index = X64_RCX;
+            else c[i].scale = m->scale;
+            c[i].bcst = m->bcst;
+        } else {
+            c[i].kind = X64_K_VEC;
+            c[i].bits = 512;
+        }
+    }
+    c[0].mask = masked ? 1 : 0;
+    c[0].zero = (uint8_t)(zero != 0);
+    form_keep(key, f = form_make(op, c, nops, mem, key));
+    return f;
+}
 
 /* ---- 512-bit register-only forms with mask registers ---------------------- */
 
@@ -272,6 +299,56 @@ uint64_t x64_vk_form(x64_op op, int nops, unsigned kops, int masked, int zero, i
     return f;
 }
 
+/* ---- mask-destination compares with a constant-pool operand ------------- */
+
+/* Read off the full encoder's bytes for these registers (see x64_templ.h). */
+static __attribute__((noinline)) uint64_t vmk_make(x64_op op, uint32_t regs, const x64_vm_mem *m,
+                                                   int64_t imm) {
+    x64_opnd x[4];
+    memset(x, 0, sizeof x);
+    x[0].kind = X64_K_KREG;
+    x[0].reg = (uint8_t)(regs & 7);
+    x[0].bits = 16;
+    x[1].kind = X64_K_VEC;
+    x[1].reg = (uint8_t)(regs >> 8 & 31);
+    x[1].bits = 512;
+    x[2].kind = X64_K_MEM;
+    x[2].base = X64_RIP;
+    x[2].index = X64_NOREG;
+    x[2].scale = 1;
+    x[2].bits = m->bits;
+    x[2].bcst = m->bcst;
+    x[3].kind = X64_K_IMM;
+    x[3].imm = imm;
+    uint8_t want[X64_MAX_LEN + 8], got[X64_MAX_LEN + 8];
+    x64_enc_info info;
+    const int n = x64_encode(op, x, 4, want, &info);
+    if (n != 11 || want[0] != 0x62 || (want[5] & 0xc7) != 5) return 0;
+    /* ModRM.reg: operand 0, vvvv: operand 1; P0's mm, P1's pp and W, the
+     * opcode byte as the encoder wrote them; the imm8 unsigned. */
+    const uint64_t f = x64_vm_word(0, want[1] & 3u, want[2] & 3u, want[2] >> 7, want[4], 0, 1, 0,
+                                   0, info.features & 0x1ff, 1);
+    uint32_t feat;
+    if (x64_vm_fill(f, regs, m, 0, 0, imm, 1, got, &feat) != n || memcmp(got, want, 11)) return 0;
+    return f;
+}
+
+/* Made forms by mnemonic (x64_templ.h): making one (the search, its tables
+ * mostly out of cache by the next kernel) would be paid again by each
+ * kernel that compares against constants. */
+_Atomic uint64_t x64_vmk_forms[X64_OP_COUNT][2];
+
+uint64_t x64_vmk_form(x64_op op, uint32_t regs, const x64_vm_mem *m, int64_t imm) {
+    if ((unsigned)op - 1u >= X64_OP_COUNT - 1u) return 0;
+    const int bc = m->bcst != 0, kept = m->bits == (bc ? 32 : 512);
+    uint64_t f = kept ? atomic_load_explicit(&x64_vmk_forms[op][bc], memory_order_relaxed) : 0;
+    if (!f) {
+        if (!(f = vmk_make(op, regs, m, imm))) return 0;
+        if (kept) atomic_store_explicit(&x64_vmk_forms[op][bc], f, memory_order_relaxed);
+    }
+    return f;
+}
+
 int x64_encode_vkregs(x64_op op, const x64_opnd *ops, int nops, uint8_t *out,
                       uint32_t *features) {
     if ((unsigned)op - 1u >= X64_OP_COUNT - 1u || nops < 2 || nops > 4) return 0;
@@ -290,7 +367,7 @@ int x64_encode_vkregs(x64_op op, const x64_opnd *ops, int nops, uint8_t *out,
     for (int i = 1; i < nops; i++)
         if (ops[i].mask || ops[i].zero) return 0;
     uint64_t f = x64_vk_form(op, nops, kops, ops[0].mask, ops[0].zero, imm);
-    if (!(f >> 21 & 1)) return 0;
+    if (!x64_vm_present(f)) return 0;
     return x64_vk_fill(f, regs, ops[0].mask, ops[0].zero, imm ? ops[nops - 1].imm : 0, imm, out,
                        features);
 }

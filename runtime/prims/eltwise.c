@@ -35,8 +35,8 @@ static void name_put(char *name, size_t n, size_t *at, const char *s) {
 
 fj_status rt_elt_slot_slow(fj_runtime *rt, kg_elt v, fj_kernel **out) {
     const char *isa = rt->isa == FJ_ISA_AVX512 ? "avx512" : "avx2";
-    /* Put together by hand: snprintf took ~1,000 of the ~36,000 host
-     * instructions that make an AVX2 relu kernel. */
+    /* Put together by hand: snprintf is a visible share of making a
+     * small kernel. */
     char name[64];
     size_t at = 0;
     static const char *const kinds[] = {"", "stream_", "large_"};
@@ -117,8 +117,8 @@ __attribute__((noinline)) static fj_status run_slow(fj_runtime *rt, kg_elt v, fl
     kg_elt_fn fn = (kg_elt_fn)k->fn;
     /* A large array into another one: dst's lines would be read from
      * memory only to be overwritten, so from 64-byte alignment on the
-     * stores stream past the caches (measured at 4-64 MiB: relu 12-15 ->
-     * 18-21 GB/s; below 2 MiB per array the caches win). In place, the
+     * stores stream past the caches (from PAR_MIN floats on: smaller
+     * arrays stay in the caches, where plain stores win). In place, the
      * loads bring the lines in anyway and plain stores are faster. Both
      * large kernels prefetch src. */
     const int par = n >= PAR_MIN && rt->opts.threads > 1;

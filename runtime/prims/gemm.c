@@ -363,10 +363,9 @@ void gemm_plan_set_ab(gemm_plan *p, double alpha, double beta) {
 
 /* A plan with `whole` set: the kernel calls straight from here with the
  * plan's own arguments (for small GEMMs the general path's bookkeeping
- * costs as much as their arithmetic; working the arguments out on each
- * call, with the blocked path's frame, was 3-5% of a 32^3 call and 7% of
- * a 16^3 one). The same calls as run_chunk_buf would make, so the same
- * results. */
+ * costs as much as their arithmetic, so the arguments are not worked out
+ * again on each call). The same calls as run_chunk_buf would make, so the
+ * same results. */
 static void run_whole(const gemm_plan *p, const void *a, const void *b, const void *bias,
                       void *c) {
     kg_gemm_fn fn = (kg_gemm_fn)rt_kernel_fn(p->kern);
@@ -534,7 +533,8 @@ check_alias(const char *fn, const gemm_plan *p, const void *a, const void *b,
 }
 
 /* Whether C's span meets A's, B's or the bias's: the every-call part of
- * the check, from the spans the plan keeps (a 16^3 call takes ~70 ns). */
+ * the check, from the spans the plan keeps (cheap next to the smallest
+ * call). */
 static inline int spans_meet(const gemm_plan *p, const void *a, const void *b,
                              const void *bias, const void *c) {
     uintptr_t c0 = (uintptr_t)c, c1 = c0 + p->span_c;

@@ -71,9 +71,10 @@ FJ_INTERNAL int gemm_plan_stores(const gemm_plan *p, double alpha, double beta);
  * out, gemm.c). */
 FJ_INTERNAL void gemm_plan_set_ab(gemm_plan *p, double alpha, double beta);
 
-/* Test hook: replaces the blocking knobs (as FRAMEJIT_GEMM_TUNE would,
- * e.g. "da=0,db=0,kc=16") for plans made afterwards; NULL = defaults.
- * Not thread-safe against concurrent GEMM calls. */
+/* Test hook (gemm_tune.c, which the GEMM tests compile): replaces the
+ * blocking knobs (as FRAMEJIT_GEMM_TUNE would, e.g. "da=0,db=0,kc=16") for
+ * plans made afterwards; NULL = defaults. Not thread-safe against
+ * concurrent GEMM calls. */
 FJ_INTERNAL void gemm_test_tune(const char *spec);
 
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }

@@ -1,7 +1,7 @@
-/* gemm_plan.c: how a GEMM is blocked and which kernel runs it: the tuning
- * knobs, the blocking rules (each with what it was measured to gain), the
- * kernel cache key and the thread's memo of its last plan. gemm.c runs the
- * plans. */
+/* gemm_plan.c: how a GEMM is blocked and which kernel runs it: the
+ * blocking knobs' defaults, the blocking rules (each with its reason; the
+ * measurements behind them are in docs/performance.md), the kernel cache
+ * key and the thread's memo of its last plan. gemm.c runs the plans. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "runtime/prims/gemm_int.h"
+#include "runtime/prims/gemm_tune.h"
 #include "runtime/kcache.h"
 #include "runtime/pool.h"
 #include "runtime/rt.h"
@@ -18,90 +19,47 @@
 
 /* ---- blocking --------------------------------------------------------- */
 
-typedef struct gemm_tune {
-    long l1, l2;          /* data cache bytes per core */
-    int l1_ways;          /* L1 data cache associativity */
-    int mr512, nv512, mr2, nv2, unroll, pf_a, pf_b, pf_c;
-    long kc, mc, nc;      /* 0: from the cache sizes */
-    int direct;           /* -1 auto, 0 never, 1 always (when possible) */
-    int da, db;           /* per operand: -1 auto, 0 pack, 1 in place */
-    long mt_flops;        /* problems smaller than this stay on one thread */
-    int a_reg;            /* AVX-512: broadcast A into a register (-1 auto) */
-    int b_copy;           /* AVX-512: kernels pack row-major B themselves
-                             (> 0, the default) or a separate pass does (0) */
-    int bpf_rows;         /* ... prefetching this many rows of B ahead */
-    long shortk;          /* k up to which wide problems take the 6 x 64 tile */
-    long shared_min;      /* m*n*k from which threads share one packed B */
-    int rpt;              /* shared B: row chunks per thread */
-    int split_n;          /* threads split n, not m (-1 auto, 0 never, 1 when possible) */
-} gemm_tune;
-
 static gemm_tune tune;
 static pthread_once_t tune_once = PTHREAD_ONCE_INIT;
 /* Bumped whenever the knobs change: plans remembered before are stale. */
 static _Atomic unsigned tune_gen;
 
-static void tune_parse(const char *e) {
-    atomic_fetch_add_explicit(&tune_gen, 1, memory_order_relaxed);
+void gemm_tune_defaults(gemm_tune *t) {
     long l1 = sysconf(_SC_LEVEL1_DCACHE_SIZE), l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
     long ways = sysconf(_SC_LEVEL1_DCACHE_ASSOC);
-    tune = (gemm_tune){
+    *t = (gemm_tune){
         .l1 = l1 > 0 ? l1 : 32 << 10, .l2 = l2 > 0 ? l2 : 1 << 20,
         .l1_ways = ways > 0 && ways < 64 ? (int)ways : 8,
         .mr512 = 0, .nv512 = 2, .mr2 = 0, .nv2 = 2, .unroll = 0, .pf_a = 1024, .pf_c = 2,
         .b_copy = 1, .bpf_rows = 8, .shortk = 256, .direct = -1, .da = -1, .db = -1, .a_reg = -1,
         .mt_flops = 1L << 20, .shared_min = 1L << 36, .rpt = 8, .split_n = -1,
     };
-    while (e && *e) {
-        char key[16];
-        long v;
-        int used;
-        if (sscanf(e, "%15[a-z0-9_]=%ld%n", key, &v, &used) != 2) break;
-        if (!strcmp(key, "mr")) tune.mr512 = tune.mr2 = (int)v;
-        else if (!strcmp(key, "nv")) tune.nv512 = tune.nv2 = (int)v;
-        else if (!strcmp(key, "unroll")) tune.unroll = (int)v;
-        else if (!strcmp(key, "pfa")) tune.pf_a = (int)v;
-        else if (!strcmp(key, "pfc")) tune.pf_c = (int)v;
-        else if (!strcmp(key, "pfb")) tune.pf_b = (int)v;
-        else if (!strcmp(key, "kc")) tune.kc = v;
-        else if (!strcmp(key, "mc")) tune.mc = v;
-        else if (!strcmp(key, "nc")) tune.nc = v;
-        else if (!strcmp(key, "direct")) tune.direct = (int)v;
-        else if (!strcmp(key, "da")) tune.da = (int)v;
-        else if (!strcmp(key, "db")) tune.db = (int)v;
-        else if (!strcmp(key, "mt")) tune.mt_flops = v;
-        else if (!strcmp(key, "areg")) tune.a_reg = (int)v;
-        else if (!strcmp(key, "bcopy")) tune.b_copy = (int)v;
-        else if (!strcmp(key, "bpf")) tune.bpf_rows = (int)v;
-        else if (!strcmp(key, "shortk")) tune.shortk = v;
-        else if (!strcmp(key, "shared")) tune.shared_min = v;
-        else if (!strcmp(key, "rpt")) tune.rpt = v > 0 ? (int)v : 1;
-        else if (!strcmp(key, "splitn")) tune.split_n = (int)v;
-        else if (!strcmp(key, "ways")) tune.l1_ways = v > 0 && v < 64 ? (int)v : 8;
-        else if (!strcmp(key, "l2")) tune.l2 = v >= 4096 ? v : tune.l2;
-        e += used;
-        if (*e == ',') e++;
-    }
 }
 
-/* FRAMEJIT_GEMM_TUNE: developer knobs for blocking experiments
- * ("kc=256,mc=280,da=0,..."), not an API; unknown keys end the parse. */
+/* The defaults, and in builds with the experiment parser (meson
+ * -Dgemm_tune=true) FRAMEJIT_GEMM_TUNE's knobs over them. */
 static atomic_int tune_ready;
 static void tune_init(void) {
-    tune_parse(getenv("FRAMEJIT_GEMM_TUNE"));
+    atomic_fetch_add_explicit(&tune_gen, 1, memory_order_relaxed);
+    gemm_tune_defaults(&tune);
+#if FJ_GEMM_TUNE
+    gemm_tune_parse(&tune, getenv("FRAMEJIT_GEMM_TUNE"));
+#endif
     atomic_store_explicit(&tune_ready, 1, memory_order_release);
 }
 
-/* The knobs parsed: a load on every call after the first (pthread_once is
+/* The knobs set: a load on every call after the first (pthread_once is
  * a call through the PLT each time). */
 static inline void tune_need(void) {
     if (!atomic_load_explicit(&tune_ready, memory_order_acquire))
         pthread_once(&tune_once, tune_init);
 }
 
-void gemm_test_tune(const char *spec) {
+void gemm_tune_set(const gemm_tune *t) {
     pthread_once(&tune_once, tune_init);
-    tune_parse(spec);
+    atomic_fetch_add_explicit(&tune_gen, 1, memory_order_relaxed);
+    if (t) tune = *t;
+    else gemm_tune_defaults(&tune);
 }
 
 /* How many of the 64 sets of a (64-set, 64-byte line) L1 the rows of a
@@ -184,8 +142,8 @@ typedef struct plan_inputs {
 
 /* The last plan made on this thread, usually with a reference to its
  * kernel: calls repeating a shape, typical of small GEMMs in a loop, skip
- * the blocking arithmetic and the kernel table (its hash and lock were a
- * fifth of a 32^3 call). A held kernel keeps its arena from eviction, so
+ * the blocking arithmetic and the kernel table (its hash and lock are a
+ * large share of a small call). A held kernel keeps its arena from eviction, so
  * the runtime bounds how many memos hold one (rt_khold_set); a memo
  * without one looks its kernel up on each call. */
 static _Thread_local struct {
@@ -212,7 +170,7 @@ static fj_status plan_make(fj_runtime *rt, gemm_plan *p, int dt, int ta, int tb,
 
 /* This thread's memo plan if it is the plan of these inputs (on this very
  * runtime), else NULL. Field by field: cheaper than building the inputs
- * and comparing them whole, which a 16^3 call noticed. */
+ * and comparing them whole, which shows in the smallest calls. */
 static inline __attribute__((always_inline)) gemm_plan *
 memo_find(fj_runtime *rt, int dt, int ta, int tb, int64_t m, int64_t n, int64_t k, int64_t lda,
           int64_t ldb, int64_t ldc, int has_bias, int act, float act_alpha, float act_beta) {
@@ -371,10 +329,8 @@ static fj_status plan_make(fj_runtime *rt, gemm_plan *p, int dt, int ta, int tb,
     const int auto_tile = avx512 && !tune.mr512 && tune.nv512 == 2;
     /* n that 48-wide panels cover with fewer idle lanes than 32-wide ones
      * (48, 144, 240...: the last 32-wide panel would run half empty): 3
-     * vectors and at most 9 rows (27 accumulators). Measured (one thread,
-     * against oneDNN): 48^3 0.82 -> 1.23x, 40^3 0.85 -> 1.07x, 144^3 0.87
-     * -> 1.00x, 336^3 0.97 -> 1.00x, 1024x48x1024 0.75 -> 0.99x,
-     * 300x140x300 0.89 -> 1.00x. */
+     * vectors and at most 9 rows (27 accumulators): fewer idle lanes is
+     * less wasted FMA work. */
     if (auto_tile && p->nv == 2 && cdiv(n, 3 * p->lanes) * 3 * p->lanes - n < cdiv(n, 2 * p->lanes) * 2 * p->lanes - n) {
         p->nv = 3;
         mr_max = 9;
@@ -390,29 +346,29 @@ static fj_status plan_make(fj_runtime *rt, gemm_plan *p, int dt, int ta, int tb,
                 if (cdiv(m, r) * r < cdiv(m, p->mr) * p->mr) p->mr = r;
     }
     /* Rows of A read in place that one L1 set keeps beside the B panel
-     * streaming through it: 4 in an 8-way L1, 8 in a 12-way one (measured
-     * on each). */
+     * streaming through it: 4 in an 8-way L1, 8 in a 12-way one (the ways
+     * the B panel's lines leave free). */
     int per_set = tune.l1_ways >= 12 ? 8 : 4;
     /* Row-major A whose rows all fall into one L1 set (lda a multiple of
      * 1024 floats) and an L1 that holds 8 of them: 8-row tiles read A in
-     * place instead of packing it for the tallest tile (48 KiB 12-way L1:
-     * +10-12% at 1024^3 and 2048^3). */
+     * place instead of packing it for the tallest tile: the pack costs
+     * more than the shorter tile loses. */
     const int auto_a = !ta && tune.da < 0 && tune.direct < 0; /* A in place or not: ours */
     if (auto_tile && auto_a && m > 256 && per_set >= 8 && l1_spread(lda, p->es) == 1 && p->mr > per_set)
         p->mr = per_set;
     /* Row-major A whose rows fall into 2-3 L1 sets (lda near a multiple
      * of 512 floats) and an L1 that holds fewer of them than the tall tile
      * puts in one set: the tile's rows evict each other in place and its
-     * transposing pack costs 5%; six rows x 64 columns read in place avoid
-     * both (8-way L1: +4-7% at 512^3; at 256^3 the 8-row tile already fits
-     * in place, at 1024^3 even six rows share one set). */
+     * transposing pack is not free; six rows x 64 columns read in place
+     * avoid both (at 256^3 the 8-row tile already fits in place, at 1024^3
+     * even six rows share one set). */
     int six = auto_tile && auto_a && n >= 256 && m > 256 && l1_spread(lda, p->es) >= 2 &&
               cdiv(p->mr, l1_spread(lda, p->es)) > per_set;
     /* Short k and wide C: a tile is a few hundred cycles of FMAs, and
      * touching C costs a page walk per row (rows are often 4 KiB and more
      * apart); the 6 x 64 tile touches a page per 64 outputs instead of per
-     * 32, and prefetching C does not pay (measured +7% at 1024x1024x64,
-     * +6% with k = 128 and 256, -11% at 1024^3). */
+     * 32, and prefetching C does not pay. Only up to a short k (the
+     * shortk knob): with a long k the taller tile's reuse of B wins. */
     int shortk = auto_tile && n >= 256 && m > 256 && k <= tune.shortk;
     if (six || shortk) {
         p->mr = 6;
@@ -426,15 +382,10 @@ static fj_status plan_make(fj_runtime *rt, gemm_plan *p, int dt, int ta, int tb,
     int small_mn = m <= 128 && n <= 128 && k >= 4 * max64(m, n) && !tb;
     /* kc: the B panel (kc x nr) about 4/3 of L1, at most 512 deep: the
      * kernel streams it well from L2, and fewer k blocks mean fewer passes
-     * over C (measured: +1-4% from 1024^3 with 48 KiB L1, where 2/3 of L1
-     * gave kc = 256). With AVX-512, deeper still: a panel of up to an
-     * eighth of L2, at most 1024 deep: one pass over C fewer from k = 513
-     * (one thread, 1024 deep vs 512, bench runs alternated: 2048^3 better
-     * in 9 of 10 pairs against oneDNN, by 2% in the median, 1024^3 by 1-2%
-     * in 3 of 4; 768^3 and 256x1024x1024 +2-3% in a program comparing the
-     * two libraries side by side; 2048 deep was slower at 2048^3; AVX2
-     * kernels did not move). k blocks balanced so that the last one is
-     * not a sliver. */
+     * over C. With AVX-512, deeper still: a panel of up to an eighth of
+     * L2, at most 1024 deep: one pass over C fewer from k = 513 (2048 deep
+     * is too deep for L2). k blocks balanced so that the last one is not a
+     * sliver. */
     int64_t kc = tune.kc       ? tune.kc
                  : small_mn   ? 2048
                  : avx512     ? min64(1024, (tune.l2 / 8) / (p->nr * es))
@@ -445,16 +396,14 @@ static fj_status plan_make(fj_runtime *rt, gemm_plan *p, int dt, int ta, int tb,
     /* mc: four row tiles per B panel. Short row blocks keep the C block
      * that the panels sweep (mc x n) and the A block in L2, and each
      * kernel call's C lines within a few pages; B's panels come from L2 or
-     * L3 again for every row block, which the prefetchers hide (measured
-     * against a quarter of L2 for A: +3% at 512^3-2048^3, +4-10% with
-     * k = 64-256). */
+     * L3 again for every row block, which the prefetchers hide (it beat
+     * sizing the A block to a quarter of L2). */
     int64_t mc = tune.mc ? tune.mc : 4 * p->mr;
     p->mc = max64(p->mr, mc / p->mr * p->mr);
 
     double flops = 2.0 * (double)m * (double)n * (double)k;
-    /* Two threads pay from ~1 MFLOP on (2 cores, workers spinning between
-     * calls: 128^3 0.56x -> 1.03-1.18x oneDNN's two threads, 64x64x1024
-     * 0.90x -> 1.02-1.15x; 64^3 neither gains nor loses). A one-thread
+    /* Threads pay from about 1 MFLOP on (the mt_flops knob): below it,
+     * handing out the work costs what a second thread saves. A one-thread
      * runtime keeps the plan that calls the kernel directly. */
     p->threads = rt_threads(rt) > 1 && flops >= (double)tune.mt_flops ? 64 : 1;
 
@@ -463,10 +412,10 @@ static fj_status plan_make(fj_runtime *rt, gemm_plan *p, int dt, int ta, int tb,
      * and the in-place layout does not alias in L1 (rows of a power-of-two
      * stride fall into a few cache sets and evict each other). */
     int64_t kb = min64(k, p->kc);
-    /* Row-major A: its transposing pack costs more (5-10% of 256^3-512^3)
-     * than reading the rows in place, whatever n, as long as the tile's
-     * rows spread over the L1 sets (at most per_set of them per set: 7 at
-     * 512^3 measured 4% slower than packing with an 8-way L1). */
+    /* Row-major A: its transposing pack costs more than reading the rows
+     * in place, whatever n, as long as the tile's rows spread over the L1
+     * sets (at most per_set of them per set: more evict each other and
+     * lose to packing). */
     int da = ta ? n <= 128 && l1_spread(lda, p->es) * 6 >= kb
                 : (l1_spread(lda, p->es) >= 2 || per_set >= 8) &&
                       cdiv(p->mr, l1_spread(lda, p->es)) <= per_set;
@@ -474,12 +423,8 @@ static fj_status plan_make(fj_runtime *rt, gemm_plan *p, int dt, int ta, int tb,
     /* Row-major B of a small problem on one thread, even where its rows
      * alias in L1: each tile streams the panel from L2 as fast as from a
      * packed copy in L1, and the packing (the first tile's stores) and the
-     * blocked driver are saved (AVX-512, one thread, in place against
-     * packed, alternated in one process, in quiet phases of the host:
-     * 160^3 to 256^3 +1.0-2.5%, 96x256x256 +3.3%, 256x128x256 +2.1%,
-     * 256x256x512 +2.0%, 256x384x256 +0.8%, 128^3 -1.0-+1.5%, 250^3
-     * -0.3%; in noisy phases 256^3 -1.7-+2.4%. Past these sizes it lost:
-     * 256x512x256 -1.5%, 256x256x1024 -2.5%). */
+     * blocked driver are saved. Only up to 256 x 384 x 512: past it the
+     * panel no longer streams from L2 as fast and packing wins. */
     if (!tb && avx512 && p->threads == 1 && m <= 256 && n <= 384 && k <= 512) db = 1;
     if (small_mn || six) da = db = 1;
     if (six) db = 0;
@@ -488,17 +433,11 @@ static fj_status plan_make(fj_runtime *rt, gemm_plan *p, int dt, int ta, int tb,
     p->direct_b = (tune.db >= 0 ? tune.db : db) && !tb;
     /* nc: the B block (kc x nc) in half of L2, in balanced column
      * blocks. Every row block sweeps the whole block again; from L3 that
-     * is more than the prefetchers hide (2 MiB L2, against all of n:
-     * 1024^3 +9%, 2048^3 +13%, 2048x1024x2048 +8%, 1536^3 within 1%).
-     * At least 256 columns: A is packed again for each column block
-     * (a 1 MiB L2 gives 256 at kc = 512, within 2% of all of n at
-     * 1024^3 when measured). At least 1024 for an A read in place that is
-     * four L2s or more: it is read again, from memory, for every column
-     * block, and wider blocks pay, the B block sweeping from L3 instead
-     * (one thread, 1024 columns against 256, alternated in one process:
-     * 2048^3 +1.6-2.4% in four runs, 2048x1024x2048 +1.7%, 1024x2048x1024
-     * +1.0%, 1024^3 and 1536^3 +0.6-1.0%; with A at 1-2 MiB, 512^3 and
-     * 768^3, -0.6-0.8%). */
+     * is more than the prefetchers hide. At least 256 columns: A is packed
+     * again for each column block. At least 1024 for an A read in place
+     * that is four L2s or more: it is read again, from memory, for every
+     * column block, so wider blocks pay even though the B block then
+     * sweeps from L3 (a smaller A still prefers the narrower block). */
     const int wide = avx512 && p->direct_a && k >= 512 &&
                      (double)m * (double)k * es >= 4.0 * (double)tune.l2;
     int64_t nc = max64(wide ? 1024 : 256, (tune.l2 / 2) / (p->kc * es)) / p->nr * p->nr;
@@ -516,23 +455,19 @@ static fj_status plan_make(fj_runtime *rt, gemm_plan *p, int dt, int ta, int tb,
     /* Threads that split the rows share one packed B for short k and for
      * very large problems (per-chunk packing packs, and reads from memory,
      * all of B once per chunk). Otherwise each thread packs B into its own
-     * cache and hands off once (measured on 2 cores, per-chunk vs shared:
-     * 256^3 1.15x, 320^3 1.06x, 384^3 1.13x, 512^3 1.02x; on a 48 KiB-L1
-     * host 768^3 1.10x, 1024^3 1.08-1.12x, 1536^3 1.03x, 2048^3 1.05x,
-     * 2048x512x2048 1.10x; k = 64 favours sharing). Shared rows go in
-     * eight chunks per thread, claimed dynamically (vs four: 1024^3 +3%,
-     * 1024x1024x64 +4%). */
+     * cache and hands off once, which keeps its B in its own cache; a
+     * short k favours sharing. Shared rows go in eight chunks per thread,
+     * claimed dynamically: smaller chunks balance the threads better than
+     * four, and more would pay the hand-off too often. */
     p->share_b = !p->direct_b && ((double)m * (double)n * (double)k >= (double)tune.shared_min ||
                                   k < 128);
     p->rpt = tune.rpt;
     /* Threads that split the rows each pack all of B (k x n) and read half
      * of A in place; split by column panels, each packs half of B and
      * reads all of A. Packing (a copy) costs more than reading, so with
-     * n >= m the columns go first (2 threads, rows -> columns: 128^3 +3%,
-     * 512^3 +2.5%, 256^3, 1024^3 +1%, 2048^3 +2%, 256x1024x256 +6%,
-     * 512x768x512 +2.5%; 1536^3, 100x1000x300, 200x3000x200 within 1%).
-     * Not with B read in place (nothing packed) or shared (short k, very
-     * large problems: one packing for all threads already). */
+     * n >= m the columns go first. Not with B read in place (nothing
+     * packed) or shared (short k, very large problems: one packing for all
+     * threads already). */
     p->split_n = tune.split_n >= 0 ? tune.split_n && !p->share_b
                                    : !p->share_b && !p->direct_b && n >= m;
     p->whole = p->threads == 1 && p->direct_a && p->direct_b && k > 0 && k <= p->kc &&
@@ -540,12 +475,9 @@ static fj_status plan_make(fj_runtime *rt, gemm_plan *p, int dt, int ta, int tb,
 
     /* The k loop's unroll: 4 k steps. The 16-accumulator AVX-512 tile
      * (8 x 32, the one m <= 256 gets when 8 rows waste least) on a short
-     * k runs a tile in a few hundred cycles, and 8 steps per iteration
-     * gained there (one thread, the two alternated in one process, medians
-     * of 15 blocks: 128^3 +0.9-1.1% in three runs, 128x128x256 +0.6%,
-     * 96^3, 192^3, 256^3, 256x256x128 +0.3-0.4%, 64^3 and 32^3 within
-     * 0.3%) but lost at 512^3 (14 x 32) and 1024^3 (8 x 32, k = 1024):
-     * -0.8% and -1.1%. It makes the kernel ~0.8 us longer to generate. */
+     * k runs a tile in a few hundred cycles, where 8 steps per iteration
+     * save loop overhead; with larger tiles or a long k the longer loop
+     * body loses, and it makes the kernel longer to generate. */
     const int unroll = tune.unroll ? tune.unroll
                        : avx512 && p->mr * p->nv <= 16 && k <= 256 ? 8 : 4;
     p->cfg = (kg_gemm_cfg){
@@ -559,20 +491,15 @@ static fj_status plan_make(fj_runtime *rt, gemm_plan *p, int dt, int ta, int tb,
     };
     if (shortk) p->cfg.pf_c = 0;
     /* Row-major B is packed by the kernels' first row tile, hidden under
-     * its FMAs, instead of a separate pass over B (+7% at 128^3, +2-3% at
-     * 256^3-512^3, +8% at 1024x1024x64). Also when B's rows are far apart
-     * (each k step of the copying tile a new page): it once cost 3% at
-     * 1024^3, but with the tile prefetching B's rows ahead and k blocks
-     * up to 1024 deep it is even there and much ahead with few rows of A,
-     * where the separate pass was a fifth of the time (one thread vs
-     * oneDNN: 64x2048x1024 0.88-0.89x -> 0.99-1.01x, 128x1024x1024
-     * 0.96-0.97x -> 1.04x, 256x2048x2048 0.95-0.97x -> 1.00-1.01x,
-     * 1024^3 0.99x -> 1.00-1.02x, 2048^3 and 768^3 unchanged). */
+     * its FMAs, instead of a separate pass over B. Also when B's rows are
+     * far apart (each k step of the copying tile a new page): the tile
+     * prefetches B's rows ahead (bpf_rows), and with few rows of A the
+     * separate pass would be a large share of the time. */
     p->cfg.b_copy = avx512 && !p->direct_b && !tb && tune.b_copy > 0;
     p->b_src_pf = (int64_t)tune.bpf_rows * ldb * es;
     /* In-place row-major A is addressed base + index*scale: an FMA with
      * such a memory operand is split in two uops at rename, a broadcast
-     * load is one (measured: 64x64x1024 +15-20%, 128^3 +20-25%). */
+     * load is one: broadcast A into a register first. */
     if (avx512 && p->cfg.amode == KG_GA_ROWS && tune.a_reg < 0) p->cfg.a_reg = 1;
     /* f64 kernels always broadcast A into a register (kg_gemm_check). */
     p->cfg.dt = dt;

@@ -15,8 +15,10 @@
 #              callback of a JIT kernel finds the kernel and main;
 #   link_cxx_static  link_cxx built with `pkg-config --static --libs`: the
 #              private link flags must not bring libunwind in either.
-# Also: libframejit.so has no DT_NEEDED entry for libunwind, and framejit.pc
-# names libunwind nowhere (Requires, Requires.private, Libs.private).
+# Also: libframejit.so has no DT_NEEDED entry for libunwind, framejit.pc
+# names libunwind nowhere (Requires, Requires.private, Libs.private), and
+# the library exports only the public API (fj_* names declared in the
+# installed headers) and the GDB JIT interface's two symbols.
 set -euo pipefail
 # shellcheck source=tests/tools/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -57,6 +59,28 @@ if grep NEEDED "$TMP/dynamic" | grep -qi 'libunwind'; then
     fail "libframejit.so has a DT_NEEDED entry for libunwind"
 fi
 say "ok: no DT_NEEDED libunwind in libframejit.so"
+
+# ---- libframejit.so exports only the public API ------------------------------
+command -v nm >/dev/null 2>&1 || skip "nm (binutils) is not installed"
+incdir="$(pkg-config --variable=includedir framejit)"
+# The installed headers (pkg-config may or may not prefix the scratch root),
+# else the source tree's.
+for d in "${PKG_CONFIG_SYSROOT_DIR:-}$incdir" "$incdir" "$SRC/../../include"; do
+    [[ -f "$d/framejit.h" ]] && { incdir="$d"; break; }
+done
+[[ -f "$incdir/framejit.h" ]] || fail "no installed framejit.h to compare the exports with"
+nm -D --defined-only "$lib" | awk '{print $NF}' | sort -u >"$TMP/exports"
+bad=0
+while read -r sym; do
+    case "$sym" in
+    __jit_debug_descriptor | __jit_debug_register_code) continue ;;
+    fj_*) grep -rqw -- "$sym" "$incdir/framejit.h" "$incdir/framejit" && continue ;;
+    esac
+    say "exported but not public API: $sym"
+    bad=1
+done <"$TMP/exports"
+((bad == 0)) || fail "libframejit.so exports names outside the public API (see above)"
+say "ok: libframejit.so exports $(wc -l <"$TMP/exports") names, all public API or GDB JIT interface"
 
 # ---- framejit.pc must not hand libunwind to the user's link --------------------
 status=0
