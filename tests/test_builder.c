@@ -295,6 +295,45 @@ START_TEST(dump_dir) {
 }
 END_TEST
 
+/* An instruction whose CPU feature the runtime may not use is refused on
+ * every emit path: register and memory forms, the first time and from the
+ * forms the encoder keeps (vpdpbusd needs VNNI, switched off here). */
+START_TEST(disabled_feature_refused) {
+    if (isas[0] != FJ_ISA_AVX512) return;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int form = 0; form < 3; form++) {
+            fj_options o;
+            fj_options_init(&o);
+            o.isa = FJ_ISA_AVX512;
+            o.threads = 1;
+            o.cpu_disable = pass ? FJ_CPU_NO_VNNI : 0;
+            fj_runtime *r;
+            ck_assert(fj_runtime_create(&o, &r) == FJ_OK);
+            fj_builder *b;
+            ck_assert(fj_builder_create(r, "t_vnni", 1, &b) == FJ_OK);
+            fj_reg p = fj_arg(b, 0), v0 = fj_vreg(b), v1 = fj_vreg(b), v2 = fj_vreg(b);
+            fj_emit(b, FJ_VXORPS, fj_zmm(v0), fj_zmm(v0), fj_zmm(v0));
+            fj_emit(b, FJ_VXORPS, fj_zmm(v1), fj_zmm(v1), fj_zmm(v1));
+            fj_emit(b, FJ_VXORPS, fj_zmm(v2), fj_zmm(v2), fj_zmm(v2));
+            for (int rep = 0; rep < 2; rep++) {
+                if (form == 0) fj_emit(b, FJ_VPDPBUSD, fj_zmm(v0), fj_zmm(v1), fj_zmm(v2));
+                if (form == 1) fj_emit(b, FJ_VPDPBUSD, fj_zmm(v0), fj_zmm(v1), fj_mem(512, p, 64));
+                if (form == 2)
+                    fj_emit(b, FJ_VPDPBUSD, fj_zmm(v0), fj_zmm(v1), fj_bcst(fj_mem(32, p, 4)));
+            }
+            fj_return(b, fj_imm(0));
+            fj_kernel *k = NULL;
+            fj_status st = fj_builder_finish(b, &k);
+            int has = __builtin_cpu_supports("avx512vnni");
+            if (pass || !has) ck_assert_msg(st != FJ_OK, "form %d: vpdpbusd accepted without VNNI", form);
+            else ck_assert_msg(st == FJ_OK, "form %d: %s", form, fj_last_error());
+            if (k) fj_kernel_release(k);
+            fj_runtime_destroy(r);
+        }
+    }
+}
+END_TEST
+
 int main(void) {
     fj_runtime *probe;
     if (fj_runtime_create(NULL, &probe) == FJ_OK) {
@@ -309,6 +348,7 @@ int main(void) {
     tcase_add_test(tc, labels_slots_consts);
     tcase_add_test(tc, verifier_rejects_bad_kernels);
     tcase_add_test(tc, dump_dir);
+    tcase_add_test(tc, disabled_feature_refused);
     suite_add_tcase(s, tc);
     return fjt_run_suite(s);
 }

@@ -551,7 +551,7 @@ START_TEST(test_form_words) {
         ck_assert_int_eq(x64_vf_imm_unsigned(f), !(v & 1));
         const uint64_t key = x64_vk_key((x64_op)(1 + v), 3, v & 7, v & 1, 0, v & 1);
         const uint64_t m = x64_vm_word(key, v & 3, (v + 1) & 3, v & 1, 0xc2 + v, v, 7 - v, v,
-                                       v & 7, 0x100u >> v, v & 1);
+                                       v & 7, 0x800u >> v, v & 1);
         ck_assert(x64_vm_present(m) && x64_vm_pattern(m) == key && !x64_vm_present(key));
         ck_assert_uint_eq(x64_vm_map(m), v & 3);
         ck_assert_uint_eq(x64_vm_pp(m), (v + 1) & 3);
@@ -562,7 +562,7 @@ START_TEST(test_form_words) {
         ck_assert_uint_eq(x64_vm_ext(m), v);
         ck_assert_uint_eq(x64_vm_disp_shift(m), v & 7);
         ck_assert_uint_eq(x64_vm_rm_opnd(m), v & 3);
-        ck_assert_uint_eq(x64_vm_features(m), 0x100u >> v);
+        ck_assert_uint_eq(x64_vm_features(m), 0x800u >> v);
         ck_assert_int_eq(x64_vm_imm_unsigned(m), (int)(v & 1));
     }
     /* The fast paths' one entry gives the template path's bytes. */

@@ -70,6 +70,7 @@ enum {
     X64_F_AVX512DQ = 1u << 7, X64_F_F16C = 1u << 8,
     /* dot products: vpdpbusd (EVEX / VEX AVX-VNNI), vdpbf16ps */
     X64_F_AVX512VNNI = 1u << 9, X64_F_AVX512BF16 = 1u << 10, X64_F_AVXVNNI = 1u << 11,
+    X64_F_ALL = (1u << 12) - 1,
 };
 
 /* What x64_encode tells about the bytes it wrote. */

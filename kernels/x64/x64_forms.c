@@ -327,7 +327,7 @@ static __attribute__((noinline)) uint64_t vmk_make(x64_op op, uint32_t regs, con
     /* ModRM.reg: operand 0, vvvv: operand 1; P0's mm, P1's pp and W, the
      * opcode byte as the encoder wrote them; the imm8 unsigned. */
     const uint64_t f = x64_vm_word(0, want[1] & 3u, want[2] & 3u, want[2] >> 7, want[4], 0, 1, 0,
-                                   0, info.features & 0x1ff, 1);
+                                   0, info.features, 1);
     uint32_t feat;
     if (x64_vm_fill(f, regs, m, 0, 0, imm, 1, got, &feat) != n || memcmp(got, want, 11)) return 0;
     return f;

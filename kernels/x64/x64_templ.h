@@ -34,8 +34,8 @@
  *   bits 0-20 the pattern, 21 present, 22-23 map, 24-25 pp, 26 W, 27-34
  *   opcode, 35-37 ModRM.reg operand (7: /ext), 38-40 vvvv operand (7:
  *   none), 41-43 ext, 44-46 log2 of the disp8 scale N (memory forms) or
- *   44-45 the ModRM.rm operand (mask-register forms), 47-55 features, 56
- *   the imm8 is unsigned.
+ *   44-45 the ModRM.rm operand (mask-register forms), 47-58 features
+ *   (every X64_F_* bit), 59 the imm8 is unsigned.
  * Bit 21 is "present" here but part of the ModRM.rm operand in the
  * register-only word: each format has its own accessors. */
 #ifndef FJ_X64_TEMPL_H
@@ -111,11 +111,12 @@ static inline unsigned x64_vm_ext(uint64_t f) { return (unsigned)(f >> 41 & 7); 
 static inline unsigned x64_vm_disp_shift(uint64_t f) { return (unsigned)(f >> 44 & 7); }
 /* Mask-register forms: which operand goes in ModRM.rm. */
 static inline unsigned x64_vm_rm_opnd(uint64_t f) { return (unsigned)(f >> 44 & 3); }
-static inline uint32_t x64_vm_features(uint64_t f) { return (uint32_t)(f >> 47 & 0x1ff); }
-static inline int x64_vm_imm_unsigned(uint64_t f) { return (int)(f >> 56 & 1); }
+_Static_assert(X64_F_ALL == 0xfff, "the memory form word keeps 12 feature bits");
+static inline uint32_t x64_vm_features(uint64_t f) { return (uint32_t)(f >> 47 & 0xfff); }
+static inline int x64_vm_imm_unsigned(uint64_t f) { return (int)(f >> 59 & 1); }
 /* The word of a present form for pattern key from its fields (rm: the
  * disp8 scale's log2 for a memory form, the ModRM.rm operand for a
- * mask-register one; features must fit 9 bits). An absent form's word is
+ * mask-register one; features must fit 12 bits). An absent form's word is
  * its pattern alone. */
 static inline uint64_t x64_vm_word(uint64_t key, unsigned map, unsigned pp, unsigned w,
                                    unsigned opcode, unsigned gop, unsigned hop, unsigned ext,
@@ -123,7 +124,7 @@ static inline uint64_t x64_vm_word(uint64_t key, unsigned map, unsigned pp, unsi
     return key | 1ull << 21 | (uint64_t)map << 22 | (uint64_t)pp << 24 | (uint64_t)w << 26 |
            (uint64_t)opcode << 27 | (uint64_t)gop << 35 | (uint64_t)hop << 38 |
            (uint64_t)ext << 41 | (uint64_t)rm << 44 | (uint64_t)features << 47 |
-           (uint64_t)(imm_unsigned != 0) << 56;
+           (uint64_t)(imm_unsigned != 0) << 59;
 }
 
 /* [width 128/256/512][any register >= 16][mnemonic][registers - 2][imm8]:
