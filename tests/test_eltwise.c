@@ -172,7 +172,7 @@ static void measure(fj_runtime *rt, int op, float a, float b, const float *x, si
 static double ulp_bound(int op) {
     switch (op) {
     case FJ_ELT_EXP: case FJ_ELT_LOG: case FJ_ELT_TANH: case FJ_ELT_SIGMOID: return 2.0;
-    case FJ_ELT_SWISH: return 3.0;
+    case FJ_ELT_SWISH: return 3.5; /* every float scanned: 3.41 */
     case FJ_ELT_HARDSWISH: return 2.5;
     case FJ_ELT_GELU_TANH: case FJ_ELT_GELU_ERF: return 3.0; /* |x| > GELU_ABS_X */
     default: return 0.5001; /* correctly rounded */
@@ -254,7 +254,7 @@ START_TEST(parameters) {
                 double u = ulp_err(y[i], w);
                 if (ops[o] == FJ_ELT_SWISH && fabs(a * x[i]) > 87.0) /* e^-|z| denormal */
                     u = fabs(y[i] - w) < 1e-36 ? 0 : u;
-                ck_assert_msg(u <= (ops[o] == FJ_ELT_SWISH ? 3.0 : 0.5001),
+                ck_assert_msg(u <= (ops[o] == FJ_ELT_SWISH ? 3.5 : 0.5001),
                               "%s %s alpha %g beta %g: f(%g) = %.9g, want %.9g", isa_name(isa),
                               op_name(ops[o]), a, b, x[i], y[i], w);
             }
