@@ -47,7 +47,7 @@
 #define GELU_C1 1.5957691216057307117597842397375 /* 2 sqrt(2/pi) */
 #define GELU_C2 0.071354816272600469681           /* 2 sqrt(2/pi) 0.044715 */
 
-enum { CMP_LT_OQ = 0x11, CMP_GE_OQ = 0x1d, CMP_NLT_UQ = 0x15 };
+enum { CMP_EQ_OQ = 0x00, CMP_LT_OQ = 0x11, CMP_GE_OQ = 0x1d, CMP_NLT_UQ = 0x15, CMP_NGT_UQ = 0x1a };
 
 /* Q(r) of e^r = 1 + r + r^2 Q(r): 1/13!, 1/12!, ..., 1/2! (highest first). */
 static const double exp_q[12] = {
@@ -157,6 +157,53 @@ static void emit_tanh(a64 *s, fj_reg x) {
     fj_emit(B, FJ_VORPS, V(x), V(x), V(t[3]));
 }
 
+/* log x = k ln2 + log(1 + f), x = m 2^k, m in [0.75, 1.5), f = m - 1
+ * (exact), with s = f / (2 + f): log(1 + f) = f - (h - s (h + R(s^2))),
+ * h = f^2 / 2, R = 2/3 z + 2/5 z^2 + ... (z = s^2 <= 0.04: 11 terms), and
+ * k ln2 in two parts, the high one added last with one rounding. k and m
+ * come from the bits: u = bits(x) - bits(0.75) + 2^63, k + 2048 = u >> 52
+ * (made a double by the 2^52 trick), m's bits = (u & mantissa) +
+ * bits(0.75). Denormal x is scaled by 2^52 first. */
+static const double log_l[11] = {
+    2.0 / 23, 2.0 / 21, 2.0 / 19, 2.0 / 17, 2.0 / 15, 2.0 / 13,
+    2.0 / 11, 2.0 / 9,  2.0 / 7,  2.0 / 5,  2.0 / 3,
+};
+static void emit_log(a64 *s, fj_reg x) {
+    const fj_reg *t = s->t;
+    fj_emit(B, FJ_VMULPD, V(t[1]), V(x), cst(s, 4503599627370496.0)); /* x 2^52 */
+    fj_emit(B, FJ_VMOVUPD, V(t[2]), V(x));
+    sel(s, t[2], x, cst(s, DBL_MIN), CMP_LT_OQ, V(t[1]), t[0]);
+    fj_emit(B, FJ_VXORPS, V(t[3]), V(t[3]), V(t[3]));
+    sel(s, t[3], x, cst(s, DBL_MIN), CMP_LT_OQ, cst(s, 52.0), t[0]);
+    fj_emit(B, FJ_VPSUBQ, V(t[1]), V(t[2]), cbits(s, 0xbfe8000000000000ull)); /* u */
+    fj_emit(B, FJ_VANDPS, V(t[2]), V(t[1]), cbits(s, 0x000fffffffffffffull));
+    fj_emit(B, FJ_VPSUBQ, V(t[2]), V(t[2]), cbits(s, 0xc018000000000000ull)); /* m */
+    fj_emit(B, FJ_VPSRLQ, V(t[1]), V(t[1]), fj_imm(52));
+    fj_emit(B, FJ_VORPS, V(t[1]), V(t[1]), cbits(s, 0x4330000000000000ull));
+    fj_emit(B, FJ_VSUBPD, V(t[1]), V(t[1]), cst(s, 4503599627372544.0)); /* 2^52 + 2048 */
+    fj_emit(B, FJ_VSUBPD, V(t[1]), V(t[1]), V(t[3]));                     /* k */
+    fj_emit(B, FJ_VSUBPD, V(t[2]), V(t[2]), cst(s, 1.0));                 /* f */
+    fj_emit(B, FJ_VADDPD, V(t[3]), V(t[2]), cst(s, 2.0));
+    fj_emit(B, FJ_VDIVPD, V(t[3]), V(t[2]), V(t[3]));                     /* s */
+    fj_emit(B, FJ_VMULPD, V(t[4]), V(t[3]), V(t[3]));                     /* z */
+    ld(s, t[5], log_l[0]);
+    for (int i = 1; i < 11; i++) fj_emit(B, FJ_VFMADD213PD, V(t[5]), V(t[4]), cst(s, log_l[i]));
+    fj_emit(B, FJ_VMULPD, V(t[5]), V(t[5]), V(t[4]));                     /* R */
+    fj_emit(B, FJ_VMULPD, V(t[0]), V(t[2]), V(t[2]));
+    fj_emit(B, FJ_VMULPD, V(t[0]), V(t[0]), cst(s, 0.5));                 /* h */
+    fj_emit(B, FJ_VADDPD, V(t[5]), V(t[5]), V(t[0]));
+    fj_emit(B, FJ_VMULPD, V(t[4]), V(t[1]), cst(s, LN2_LO));
+    fj_emit(B, FJ_VFMADD213PD, V(t[5]), V(t[3]), V(t[4]));  /* s (h + R) + k LN2_LO */
+    fj_emit(B, FJ_VSUBPD, V(t[0]), V(t[0]), V(t[5]));
+    fj_emit(B, FJ_VSUBPD, V(t[2]), V(t[2]), V(t[0]));
+    fj_emit(B, FJ_VFMADD231PD, V(t[2]), V(t[1]), cst(s, LN2_HI));
+    /* x < 0 or NaN: NaN; +-0: -inf; +inf: +inf */
+    sel(s, t[2], x, cst(s, 0.0), CMP_NGT_UQ, cst(s, NAN), t[0]);
+    sel(s, t[2], x, cst(s, 0.0), CMP_EQ_OQ, cst(s, -INFINITY), t[0]);
+    sel(s, t[2], x, cst(s, INFINITY), CMP_EQ_OQ, cst(s, INFINITY), t[0]);
+    fj_emit(B, FJ_VMOVUPD, V(x), V(t[2]));
+}
+
 /* e := e^-|z| (in (0, 1]: nothing overflows) and d := 1 + e. Scratch t[1..3]. */
 static void sig_core(a64 *s, fj_reg z, fj_reg e, fj_reg d) {
     const fj_reg *t = s->t;
@@ -226,7 +273,7 @@ static void emit_xsig(a64 *s, fj_reg x, int gelu) {
 
 int kg_gemm_act64(int act, double alpha) {
     (void)alpha;
-    return act > 0 && act < FJ_ELT__COUNT && act != FJ_ELT_LOG && act != FJ_ELT_GELU_ERF;
+    return act > 0 && act < FJ_ELT__COUNT && act != FJ_ELT_GELU_ERF;
 }
 
 int kg_act64_vregs(int act, int avx512) {
@@ -237,13 +284,15 @@ int kg_act64_vregs(int act, int avx512) {
     case FJ_ELT_EXP: return 3;
     case FJ_ELT_SIGMOID: return 4;
     case FJ_ELT_TANH: return 5;
+    case FJ_ELT_LOG: return 6;
     default: return avx512 ? 6 : 7; /* swish, gelu_tanh */
     }
 }
 
 int kg_act64_kregs(int act, int avx512) {
     if (!avx512) return 0;
-    return act == FJ_ELT_SIGMOID || act == FJ_ELT_SWISH || act == FJ_ELT_GELU_TANH;
+    return act == FJ_ELT_SIGMOID || act == FJ_ELT_SWISH || act == FJ_ELT_GELU_TANH ||
+           act == FJ_ELT_LOG;
 }
 
 void kg_act64_emit(fj_builder *b, int avx512, int act, float key, fj_reg x, fj_reg ca, fj_reg cb,
@@ -295,6 +344,7 @@ void kg_act64_emit(fj_builder *b, int avx512, int act, float key, fj_reg x, fj_r
         fj_emit(B, FJ_VMULPD, V(x), V(x), V(t[0]));
         break;
     case FJ_ELT_EXP: emit_exp(s, x); break;
+    case FJ_ELT_LOG: emit_log(s, x); break;
     case FJ_ELT_TANH: emit_tanh(s, x); break;
     case FJ_ELT_SIGMOID: emit_sigmoid(s, x); break;
     case FJ_ELT_SWISH: emit_xsig(s, x, 0); break;
