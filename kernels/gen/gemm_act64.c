@@ -7,9 +7,11 @@
  * AVX2: vcmppd into a vector and vblendvps, whose sign-bit test sees the
  * same all-ones lanes). alpha and beta are read at run time (ca, cb).
  *
- * Accuracy (tests/test_gemm_f64_act.c, against long double): exp, tanh,
- * sigmoid, swish, gelu_tanh within a few ulp of double, the simple ops
- * correctly rounded (hardswish: two roundings). The common pieces:
+ * Accuracy (tests/test_gemm_f64_act.c, against long double; the bounds
+ * are in include/framejit.h): exp, log, sigmoid within 2 ulp of double,
+ * tanh, swish, gelu_tanh within 3, hardswish 2, the other simple ops
+ * correctly rounded. gelu_erf is not here (an erfc to double accuracy
+ * would need a piecewise fit). The common pieces:
  * - e^r: n = round(x log2e) through the magic constant 1.5 * 2^52 (the
  *   FMA's rounding), r = x - n ln2 with ln2 in two parts (n * LN2_HI is
  *   exact: LN2_HI has 21 trailing zero bits), |r| <= ln2/2, then
