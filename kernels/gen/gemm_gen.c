@@ -106,8 +106,7 @@ fj_status kg_gemm_check(const kg_gemm_cfg *c) {
     if (c->dt == KG_DT_F64 && avx512 && !c->a_reg)
         return fj_fail(FJ_ERR_INVALID_ARG, "gemm kernel: f64 on AVX-512 needs a_reg");
     if (c->dt == KG_DT_F64 && c->act && !kg_gemm_act64(c->act, c->act_alpha))
-        return fj_fail(FJ_ERR_UNSUPPORTED, "gemm: f64 kernels have every post-op but "
-                       "gelu_erf, not %s", act_name(c->act));
+        return fj_fail(FJ_ERR_UNSUPPORTED, "gemm: f64 kernels have no post-op %s", act_name(c->act));
     if (c->stores < 0 || c->stores > KG_STORES_ALL)
         return fj_fail(FJ_ERR_INVALID_ARG, "gemm kernel: stores 0x%x", (unsigned)c->stores);
     if (!act_supported(c->act))

@@ -98,7 +98,7 @@ typedef void (*kg_gemm_fn)(const kg_gemm_args *args);
 enum { KG_GEMM_NARGS = 1 };
 
 /* Whether an f64 kernel has the post-op act with this alpha: every
- * fj_eltwise_op but gelu_erf (kernels/gen/gemm_act64.c). */
+ * fj_eltwise_op (kernels/gen/gemm_act64.c). */
 FJ_INTERNAL int kg_gemm_act64(int act, double alpha);
 /* The f64 post-op's scratch: vector and (AVX-512) mask registers. */
 FJ_INTERNAL int kg_act64_vregs(int act, int avx512);
