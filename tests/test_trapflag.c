@@ -146,12 +146,20 @@ static void gemm_body(void *p) {
 }
 
 /* Loop index: bit 0 ISA, bit 1 f64, bit 2 shape (row and column tails),
- * bit 3 an f64 handle with a bias and clip (its post stage). */
+ * bit 3 an f64 handle with a bias and clip (its post stage); 16-23: f64
+ * handles with a bias and swish (16-19) or tanh (20-23), bit 0 ISA, bit 1
+ * shape (the transcendental post stage: exp, selects, masks). */
 START_TEST(gemm_every_instruction) {
     fj_isa isa = (_i & 1) ? FJ_ISA_AVX2 : FJ_ISA_AVX512;
-    int handle = _i >> 3 & 1, f64 = (_i >> 1 & 1) | handle;
+    int handle = _i >> 3 & 1, f64 = (_i >> 1 & 1) | handle, shape = _i >> 2 & 1;
+    fj_eltwise_op act = FJ_ELT_CLIP;
+    if (_i >= 16) {
+        handle = f64 = 1;
+        shape = _i >> 1 & 1;
+        act = _i < 20 ? FJ_ELT_SWISH : FJ_ELT_TANH;
+    }
     static const int64_t shapes[2][3] = {{5, 7, 3}, {19, 21, 9}};
-    const int64_t *sh = shapes[_i >> 2 & 1];
+    const int64_t *sh = shapes[shape];
     fj_runtime *rt = make_rt(isa);
     if (!rt) return;
     size_t es = f64 ? sizeof(double) : sizeof(float);
@@ -172,7 +180,7 @@ START_TEST(gemm_every_instruction) {
     gemm_arg g = {rt, f64, sh[0], sh[1], sh[2], a, b, c, NULL, bias, FJ_ERR_INVALID_ARG};
     if (handle) {
         fj_gemm_f64_desc d = {'N', 'T', sh[0], sh[1], sh[2], sh[2], sh[2], sh[1], 0.5, 0.0, 1,
-                              FJ_ELT_CLIP, -1.0, 7.0};
+                              act, act == FJ_ELT_CLIP ? -1.0 : 0.75, 7.0};
         ck_assert_int_eq(fj_gemm_f64_create(rt, &d, &g.h), FJ_OK);
     }
     fjt_trace_opts o = {.root = (const void *)main};
@@ -180,7 +188,9 @@ START_TEST(gemm_every_instruction) {
     ck_assert_ptr_nonnull(r);
     char what[96];
     snprintf(what, sizeof what, "gemm %s%s isa=%d %lldx%lldx%lld", f64 ? "f64" : "f32",
-             handle ? " handle bias clip" : "", (int)isa,
+             !handle ? "" : act == FJ_ELT_CLIP ? " handle bias clip"
+                          : act == FJ_ELT_SWISH ? " handle bias swish" : " handle bias tanh",
+             (int)isa,
              (long long)sh[0], (long long)sh[1], (long long)sh[2]);
     int ok = fjt_trace_kernel(gemm_body, &g, &o, r);
     ck_assert_msg(g.s == FJ_OK, "%s: %s", what, fj_last_error());
@@ -195,10 +205,17 @@ START_TEST(gemm_every_instruction) {
             for (int64_t p = 0; p < sh[2]; p++)
                 want += (double)((i * sh[2] + p) % 5) * (double)((j * sh[2] + p) % 3);
             want *= 0.5;
-            if (handle) want = fmin(fmax(want + bias[j], -1.0), 7.0);
+            double tol = 0;
+            if (handle) {
+                want += bias[j];
+                if (act == FJ_ELT_CLIP) want = fmin(fmax(want, -1.0), 7.0);
+                else if (act == FJ_ELT_SWISH) want = want / (1 + exp(-0.75 * want));
+                else want = tanh(want);
+                if (act != FJ_ELT_CLIP) tol = 1e-15 * (fabs(want) + 1e-300);
+            }
             double got = f64 ? ((double *)c)[i * sh[1] + j] : ((float *)c)[i * sh[1] + j];
-            ck_assert_msg(got == want, "%s: C(%lld,%lld) = %g, want %g", what, (long long)i,
-                          (long long)j, got, want);
+            ck_assert_msg(fabs(got - want) <= tol, "%s: C(%lld,%lld) = %.17g, want %.17g", what,
+                          (long long)i, (long long)j, got, want);
         }
     free(r);
     free(a);
@@ -436,7 +453,7 @@ static Suite *suite(void) {
     tcase_set_timeout(t, 240);
     tcase_add_loop_test(t, relu_every_instruction, 0, (int)(4 * NRELU));
     tcase_add_loop_test(t, csr_kernel_every_instruction, 0, 4);
-    tcase_add_loop_test(t, gemm_every_instruction, 0, 16);
+    tcase_add_loop_test(t, gemm_every_instruction, 0, 24);
     tcase_add_loop_test(t, lowp_every_instruction, 0, 16);
     tcase_add_loop_test(t, loop_kernel_every_instruction, 0, 2);
     tcase_add_test(t, chain_check_rejects);

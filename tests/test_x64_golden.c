@@ -333,6 +333,26 @@ static const golden cases[] = {
     { "vpmovdb xmm3, zmm20", "62 e2 7e 48 31 e3", X(VPMOVDB), 2, { XMM(3), ZMM(20) } },
     { "vpmovdw ymmword ptr [r9+0x40]{k2}, zmm5", "62 d2 7e 4a 33 69 02", X(VPMOVDW), 2, { MK(256, R9, 0x40, 2), ZMM(5) } },
     { "vpmovdw ymm1, zmm2", "62 f2 7e 48 33 d1", X(VPMOVDW), 2, { YMM(1), ZMM(2) } },
+    /* the f64 epilogue's math */
+    { "vsubpd zmm1, zmm2, zmm3", "62 f1 ed 48 5c cb", X(VSUBPD), 3, { ZMM(1), ZMM(2), ZMM(3) } },
+    { "vsubpd ymm1, ymm2, ymmword ptr [rax+0x20]", "c5 ed 5c 48 20", X(VSUBPD), 3, { YMM(1), YMM(2), M(256, RAX, 0x20) } },
+    { "vdivpd zmm4, zmm5, zmmword ptr [rcx+0x40]", "62 f1 d5 48 5e 61 01", X(VDIVPD), 3, { ZMM(4), ZMM(5), M(512, RCX, 0x40) } },
+    { "vdivpd ymm1, ymm2, ymm3", "c5 ed 5e cb", X(VDIVPD), 3, { YMM(1), YMM(2), YMM(3) } },
+    { "vsqrtpd zmm1, zmm2", "62 f1 fd 48 51 ca", X(VSQRTPD), 2, { ZMM(1), ZMM(2) } },
+    { "vsqrtpd ymm3, ymm4", "c5 fd 51 dc", X(VSQRTPD), 2, { YMM(3), YMM(4) } },
+    { "vfmadd213pd zmm1, zmm2, zmm3", "62 f2 ed 48 a8 cb", X(VFMADD213PD), 3, { ZMM(1), ZMM(2), ZMM(3) } },
+    { "vfmadd213pd ymm1, ymm2, ymm3", "c4 e2 ed a8 cb", X(VFMADD213PD), 3, { YMM(1), YMM(2), YMM(3) } },
+    { "vfnmadd231pd zmm1, zmm2, zmm3", "62 f2 ed 48 bc cb", X(VFNMADD231PD), 3, { ZMM(1), ZMM(2), ZMM(3) } },
+    { "vfnmadd231pd ymm9, ymm2, ymmword ptr [rcx]", "c4 62 ed bc 09", X(VFNMADD231PD), 3, { YMM(9), YMM(2), M(256, RCX, 0) } },
+    { "vcmppd k1, zmm2, zmm3, 0x1d", "62 f1 ed 48 c2 cb 1d", X(VCMPPD), 4, { KR(1), ZMM(2), ZMM(3), IMM(0x1d) } },
+    { "vcmppd ymm1, ymm2, ymm3, 0x11", "c5 ed c2 cb 11", X(VCMPPD), 4, { YMM(1), YMM(2), YMM(3), IMM(0x11) } },
+    { "vpsllq zmm1, zmm2, 0x34", "62 f1 f5 48 73 f2 34", X(VPSLLQ), 3, { ZMM(1), ZMM(2), IMM(52) } },
+    { "vpsllq ymm1, ymm2, 0x34", "c5 f5 73 f2 34", X(VPSLLQ), 3, { YMM(1), YMM(2), IMM(52) } },
+    { "vpsrlq zmm17, zmm2, 0x1", "62 f1 f5 40 73 d2 01", X(VPSRLQ), 3, { ZMM(17), ZMM(2), IMM(1) } },
+    { "vpsrlq ymm1, ymm2, 0x1", "c5 f5 73 d2 01", X(VPSRLQ), 3, { YMM(1), YMM(2), IMM(1) } },
+    { "vpsubq zmm1, zmm2, zmm3", "62 f1 ed 48 fb cb", X(VPSUBQ), 3, { ZMM(1), ZMM(2), ZMM(3) } },
+    { "vpsubq ymm1, ymm2, ymm3", "c5 ed fb cb", X(VPSUBQ), 3, { YMM(1), YMM(2), YMM(3) } },
+    { "vmovupd zmm1{k2}{z}, zmm1", "62 f1 fd ca 10 c9", X(VMOVUPD), 2, { ZMMK(1, 2, 1), ZMM(1) } },
 };
 
 static int unhex(const char *s, uint8_t *out) {

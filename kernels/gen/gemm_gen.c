@@ -102,13 +102,11 @@ fj_status kg_gemm_check(const kg_gemm_cfg *c) {
                        "registers, the ISA has %d", c->mr, c->nv, loop > epi ? loop : epi, nvec);
     if (c->dt != KG_DT_F32 && c->dt != KG_DT_F64)
         return fj_fail(FJ_ERR_INVALID_ARG, "gemm kernel: element type %d", c->dt);
-    /* f64: no {1to8} operand in the encoder, and the activations are f32 code. */
+    /* f64: no {1to8} operand in the encoder. */
     if (c->dt == KG_DT_F64 && avx512 && !c->a_reg)
         return fj_fail(FJ_ERR_INVALID_ARG, "gemm kernel: f64 on AVX-512 needs a_reg");
     if (c->dt == KG_DT_F64 && c->act && !kg_gemm_act64(c->act, c->act_alpha))
-        return fj_fail(FJ_ERR_UNSUPPORTED, "gemm: f64 kernels have the post-ops relu, "
-                       "leaky_relu (alpha >= 0), clip, linear and square, not %s(%g)",
-                       act_name(c->act), (double)c->act_alpha);
+        return fj_fail(FJ_ERR_UNSUPPORTED, "gemm: f64 kernels have no post-op %s", act_name(c->act));
     if (c->stores < 0 || c->stores > KG_STORES_ALL)
         return fj_fail(FJ_ERR_INVALID_ARG, "gemm kernel: stores 0x%x", (unsigned)c->stores);
     if (!act_supported(c->act))
@@ -485,25 +483,22 @@ static void act_tile(gen *g) {
     kg_elt_finish(s);
 }
 
-int kg_gemm_act64(int act, double alpha) {
-    return act == FJ_ELT_RELU || (act == FJ_ELT_LEAKY_RELU && alpha >= 0) ||
-           act == FJ_ELT_CLIP || act == FJ_ELT_LINEAR || act == FJ_ELT_SQUARE;
-}
-
-/* The f64 post stage's second pass (act_tile's, with the ops of
- * kg_gemm_act64 written out in packed-double instructions, alpha and beta
- * read from the arguments). vmaxpd/vminpd return their second operand
- * when either is NaN: x goes second, so NaN in gives NaN out. */
+/* The f64 post stage's second pass (act_tile's, with the ops written out
+ * in packed-double instructions by kg_act64_emit, alpha and beta read
+ * from the arguments): one vector at a time. */
 static void act_tile64(gen *g) {
     fj_builder *b = g->b;
     const fj_reg rowp = g->k;
     const int act = g->c->act;
-    const double al = g->c->act_alpha;
-    fj_reg ca = fj_vreg(b), cb = fj_vreg(b), x = fj_vreg(b), t = fj_vreg(b), m = {0};
+    const int nt = kg_act64_vregs(act, g->avx512), nk = kg_act64_kregs(act, g->avx512);
+    fj_reg ca = fj_vreg(b), cb = fj_vreg(b), x = fj_vreg(b), t[8], k[2] = {{0}, {0}}, m = {0};
+    for (int i = 0; i < nt; i++) t[i] = fj_vreg(b);
+    for (int i = 0; i < nk; i++) k[i] = fj_kreg(b);
     if (!g->avx512) m = fj_vreg(b);
     fj_emit(b, FJ_VBROADCASTSD, V(g, ca), P(g, OFF(act_a), 64));
     fj_emit(b, FJ_VBROADCASTSD, V(g, cb), P(g, OFF(act_b), 64));
-    if (act == FJ_ELT_RELU && al == 0) fj_emit(b, FJ_VXORPS, fj_xmm(ca), fj_xmm(ca), fj_xmm(ca));
+    if (act == FJ_ELT_RELU && g->c->act_alpha == 0)
+        fj_emit(b, FJ_VXORPS, fj_xmm(ca), fj_xmm(ca), fj_xmm(ca));
     for (int v = 0; v < g->nv; v++) {
         fj_label row = fj_label_new(b);
         if (v) tile_rows(g);
@@ -513,31 +508,7 @@ static void act_tile64(gen *g) {
         fj_opnd mem = fj_mem(0, rowp, v * g->vb);
         if (g->avx512) fj_emit(b, FJ_VMOVUPD, fj_masked(V(g, x), g->km[v], 1), mem);
         else fj_emit(b, FJ_VMASKMOVPD, V(g, x), V(g, m), mem);
-        switch (act) {
-        case FJ_ELT_RELU:
-        case FJ_ELT_LEAKY_RELU:
-            /* x > 0 ? x : alpha*x is max(alpha*x, x) for alpha <= 1 and
-             * min for alpha > 1; relu with alpha 0 is max(0, x) (0*-inf
-             * would be NaN). */
-            if (act == FJ_ELT_RELU && al == 0) {
-                fj_emit(b, FJ_VMAXPD, V(g, x), V(g, ca), V(g, x));
-                break;
-            }
-            fj_emit(b, FJ_VMULPD, V(g, t), V(g, x), V(g, ca));
-            fj_emit(b, al <= 1 ? FJ_VMAXPD : FJ_VMINPD, V(g, x), V(g, t), V(g, x));
-            break;
-        case FJ_ELT_CLIP:
-            fj_emit(b, FJ_VMAXPD, V(g, x), V(g, ca), V(g, x));
-            fj_emit(b, FJ_VMINPD, V(g, x), V(g, cb), V(g, x));
-            break;
-        case FJ_ELT_LINEAR:
-            fj_emit(b, FJ_VMULPD, V(g, x), V(g, x), V(g, ca));
-            fj_emit(b, FJ_VADDPD, V(g, x), V(g, x), V(g, cb));
-            break;
-        default: /* FJ_ELT_SQUARE */
-            fj_emit(b, FJ_VMULPD, V(g, x), V(g, x), V(g, x));
-            break;
-        }
+        kg_act64_emit(b, g->avx512, act, g->c->act_alpha, x, ca, cb, t, k);
         if (g->avx512) fj_emit(b, FJ_VMOVUPD, fj_masked(mem, g->km[v], 0), V(g, x));
         else fj_emit(b, FJ_VMASKMOVPD, mem, V(g, m), V(g, x));
         fj_emit(b, FJ_ADD, fj_r64(rowp), P(g, OFF(ldc), 64));
@@ -547,7 +518,8 @@ static void act_tile64(gen *g) {
     fj_release(b, ca);
     fj_release(b, cb);
     fj_release(b, x);
-    fj_release(b, t);
+    for (int i = 0; i < nt; i++) fj_release(b, t[i]);
+    for (int i = 0; i < nk; i++) fj_release(b, k[i]);
     if (!g->avx512) fj_release(b, m);
 }
 

@@ -4,6 +4,7 @@
 
 #include <stdint.h>
 #include "base/base.h"
+#include "framejit/builder.h"
 
 /* Element type of A, B and C (es: its size in bytes, 4 or 8). */
 enum {
@@ -96,9 +97,18 @@ enum {
 typedef void (*kg_gemm_fn)(const kg_gemm_args *args);
 enum { KG_GEMM_NARGS = 1 };
 
-/* Whether an f64 kernel has the post-op act with this alpha: relu and
- * leaky_relu (alpha >= 0), clip, linear, square. */
+/* Whether an f64 kernel has the post-op act with this alpha: every
+ * fj_eltwise_op (kernels/gen/gemm_act64.c). */
 FJ_INTERNAL int kg_gemm_act64(int act, double alpha);
+/* The f64 post-op's scratch: vector and (AVX-512) mask registers. */
+FJ_INTERNAL int kg_act64_vregs(int act, int avx512);
+FJ_INTERNAL int kg_act64_kregs(int act, int avx512);
+/* x := act(x) in packed doubles; ca, cb hold alpha and beta; key is the
+ * kernel's act_alpha (which form relu/leaky_relu take); t holds
+ * kg_act64_vregs scratch vectors, k kg_act64_kregs masks (k[0], k[1]
+ * read in any case). */
+FJ_INTERNAL void kg_act64_emit(fj_builder *b, int avx512, int act, float key, fj_reg x,
+                               fj_reg ca, fj_reg cb, const fj_reg *t, const fj_reg *k);
 /* 0 if cfg can be generated for the builder's ISA, else FJ_ERR_INVALID_ARG
  * with a message (register budget, modes). */
 FJ_INTERNAL fj_status kg_gemm_check(const kg_gemm_cfg *cfg);

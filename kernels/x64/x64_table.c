@@ -304,6 +304,27 @@ const x64_row x64_rows[] = {
      * epilogue's stores, values already in range). */
     ROW(VPMOVDB, EVEX, (XP_F3 | XM_0F38), 0x31, 0, -1, VZ, T4, 0, F, E(XM128), G(V)),
     ROW(VPMOVDW, EVEX, (XP_F3 | XM_0F38), 0x33, 0, -1, VZ, T8, 0, F, E(YM), G(V)),
+    /* The f64 epilogue's math (packed double, W1 under EVEX, no {1to8}
+     * forms as above; bitwise ops and vector-mask blends use the ps forms,
+     * which act on the same bits). vcmppd's EVEX form writes a mask. */
+    ROW(VSUBPD, VEX, P0F, 0x5C, 0, -1, VXY, NONE, 0, AVX, G(V), H(V), E(VM)),
+    ROW(VSUBPD, EVEX, P0F, 0x5C, 1, -1, VXYZ, FVM, 0, F, G(V), H(V), E(VM)),
+    ROW(VDIVPD, VEX, P0F, 0x5E, 0, -1, VXY, NONE, 0, AVX, G(V), H(V), E(VM)),
+    ROW(VDIVPD, EVEX, P0F, 0x5E, 1, -1, VXYZ, FVM, 0, F, G(V), H(V), E(VM)),
+    ROW(VSQRTPD, VEX, P0F, 0x51, 0, -1, VXY, NONE, 0, AVX, G(V), E(VM)),
+    ROW(VSQRTPD, EVEX, P0F, 0x51, 1, -1, VXYZ, FVM, 0, F, G(V), E(VM)),
+    ROW(VFMADD213PD, VEX, P38, 0xA8, 1, -1, VXY, NONE, 0, FMA, G(V), H(V), E(VM)),
+    ROW(VFMADD213PD, EVEX, P38, 0xA8, 1, -1, VXYZ, FVM, 0, F, G(V), H(V), E(VM)),
+    ROW(VFNMADD231PD, VEX, P38, 0xBC, 1, -1, VXY, NONE, 0, FMA, G(V), H(V), E(VM)),
+    ROW(VFNMADD231PD, EVEX, P38, 0xBC, 1, -1, VXYZ, FVM, 0, F, G(V), H(V), E(VM)),
+    ROW(VCMPPD, VEX, P0F, 0xC2, 0, -1, VXY, NONE, 0, AVX, G(V), H(V), E(VM), A(U8)),
+    ROW(VCMPPD, EVEX, P0F, 0xC2, 1, -1, VXYZ, FVM, 0, F, G(K), H(V), E(VM), A(U8)),
+    ROW(VPSLLQ, VEX, P0F, 0x73, 0, 6, VXY, NONE, XF_I2, AVX, H(V), E(V), A(U8)),
+    ROW(VPSLLQ, EVEX, P0F, 0x73, 1, 6, VXYZ, FVM, 0, F, H(V), E(VM), A(U8)),
+    ROW(VPSRLQ, VEX, P0F, 0x73, 0, 2, VXY, NONE, XF_I2, AVX, H(V), E(V), A(U8)),
+    ROW(VPSRLQ, EVEX, P0F, 0x73, 1, 2, VXYZ, FVM, 0, F, H(V), E(VM), A(U8)),
+    ROW(VPSUBQ, VEX, P0F, 0xFB, 0, -1, VXY, NONE, XF_I2, AVX, G(V), H(V), E(VM)),
+    ROW(VPSUBQ, EVEX, P0F, 0xFB, 1, -1, VXYZ, FVM, 0, F, G(V), H(V), E(VM)),
 };
 
 const int x64_nrows = (int)(sizeof x64_rows / sizeof x64_rows[0]);

@@ -612,18 +612,20 @@ static fj_status gemm_create(const char *fn, int dt, fj_runtime *rt, char transa
         return fj_fail(FJ_ERR_INVALID_ARG, "%s: post_op %d is not an fj_eltwise_op", fn,
                        (int)post_op);
     if (dt == KG_DT_F64 && post_op && !kg_gemm_act64(post_op, post_alpha))
-        return fj_fail(FJ_ERR_UNSUPPORTED, "%s: f64 GEMM's post-ops are relu, leaky_relu "
-                       "(alpha >= 0), clip, linear and square, not op %d (alpha %g)", fn,
-                       (int)post_op, post_alpha);
+        return fj_fail(FJ_ERR_UNSUPPORTED, "%s: f64 GEMM has no post-op %d", fn, (int)post_op);
     fj_gemm *g = fj_calloc(1, sizeof *g);
     if (!g) return fj_fail(FJ_ERR_NO_MEMORY, "%s: out of memory", fn);
     g->has_bias = has_bias != 0;
     /* f64 kernels take the post-op's constants at run time: their code
-     * depends only on which of max/min relu takes (its key says which). */
+     * depends only on which form relu takes (its key says which: max,
+     * min, or the negative-alpha form). */
     float key_a = (float)post_alpha, key_b = (float)post_beta;
     if (dt == KG_DT_F64) {
         int leaky = post_op == FJ_ELT_RELU || post_op == FJ_ELT_LEAKY_RELU;
-        key_a = !leaky || post_alpha == 0 ? 0.0f : post_alpha <= 1 ? 0.5f : 2.0f;
+        key_a = !leaky || post_alpha == 0 ? 0.0f
+                : post_alpha < 0  ? -1.0f
+                : post_alpha <= 1 ? 0.5f
+                                  : 2.0f;
         key_b = 0.0f;
     }
     s = gemm_plan_init(rt, &g->plan, dt, ta, tb, m, n, k, lda, ldb, ldc, alpha, beta,
