@@ -233,12 +233,11 @@ static int code_fill(int fd, size_t from, size_t to) {
  * metadata gets new room. A first store into a page of the view is
  * otherwise a write fault of its own: read faults map the pages around
  * them (for shmem, writable), write faults do not, and placement and the
- * image writer write without reading. On the project's test VM (shadow
- * paging) a write fault costs 10-12 us; MADV_POPULATE_WRITE ~0.4 us a
- * page, after which the page's first store still costs ~4.4 us (the host
- * maps it then). Without it (Linux before 5.14) a read of each page does
- * the same through the read faults' fault-around. Nothing is changed: the
- * bytes there stay. */
+ * image writer write without reading. On virtual machines with shadow
+ * paging a write fault costs several times what populating a page does
+ * (the page's first store still pays the host's mapping of it). Without it
+ * (Linux before 5.14) a read of each page does the same through the read
+ * faults' fault-around. Nothing is changed: the bytes there stay. */
 void cc_populate_rw(cc_arena *a, size_t off, size_t len) {
     size_t page = cc_page_size(), end = off + len;
     off = round_up(off, page);
@@ -587,21 +586,20 @@ fj_status cc_arena_reserve(cc_arena *a, size_t len, cc_txn *t, int *fits) {
 
 /* How code gets into a file arena's pages. A page's first write through
  * the RW view costs the host's mapping of it: on virtual machines with
- * shadow paging several microseconds (~4.4 us per page on the project's
- * test VM with the view's entries populated as the file grows, see
- * populate_rw; 9-12 us as a write fault without), about what encoding a
- * small kernel costs; pwritev() into the file costs a system call (1.3-4
- * us there) and no such touch, but every later write to that page must
- * then go through the file too (one RW touch would pay it after all).
- * Placement is sequential, so only the page holding the cursor can see a
- * later write: its way is remembered (tail_file). Small kernels go through
- * the view, so a page of them pays one touch for all of them; a kernel
- * that reaches a page not written through the view yet (rw_mapped: the
- * first one is, from the arena's creation) and fills at least half a
- * page, or one that continues a page written through the file, goes into
- * the file. (A page of n-byte kernels pays one touch through the view or
- * page/n calls through the file: from about half a page the file wins, at
- * the costs measured there and at usual bare-metal ones.) */
+ * shadow paging several microseconds even with the view's entries
+ * populated as the file grows (populate_rw), about what encoding a small
+ * kernel costs; pwritev() into the file costs a system call and no such
+ * touch, but every later write to that page must then go through the file
+ * too (one RW touch would pay it after all). Placement is sequential, so
+ * only the page holding the cursor can see a later write: its way is
+ * remembered (tail_file). Small kernels go through the view, so a page of
+ * them pays one touch for all of them; a kernel that reaches a page not
+ * written through the view yet (rw_mapped: the first one is, from the
+ * arena's creation) and fills at least half a page, or one that continues
+ * a page written through the file, goes into the file. (A page of n-byte
+ * kernels pays one touch through the view or page/n calls through the
+ * file: from about half a page the file wins, on shadow-paging virtual
+ * machines and on bare metal alike.) */
 static fj_status write_file(cc_arena *a, size_t at, const void *code, size_t len, size_t span) {
     struct iovec iov[2] = {{(void *)code, len}, {(void *)int3_page, span - len}};
     if (file_fault() || pwrite_all(a->fd, iov, 2, (off_t)(a->code_off + at)) != 0)

@@ -1,6 +1,6 @@
 /* finish.c: finishing kernels (assemble -> verify -> place -> register
  * unwind info), kernel handles, and the public builder entry points that
- * need the runtime. */
+ * need the runtime (fj_builder_create's ISA and features, fj_builder_finish). */
 #include "runtime/rt.h"
 
 #include <stdio.h>
@@ -11,27 +11,14 @@
 #include "runtime/publish.h"
 #include "runtime/kcache.h"
 
+/* The builder checks the name and the argument count (kb_create); the
+ * runtime supplies the ISA and CPU features every kernel is built for. */
 fj_status fj_builder_create(fj_runtime *rt, const char *name, int nargs, fj_builder **out) {
     if (!out) return fj_fail(FJ_ERR_INVALID_ARG, "fj_builder_create: out is NULL");
     *out = NULL;
     if (!rt) return fj_fail(FJ_ERR_INVALID_ARG, "fj_builder_create: runtime is NULL");
-    if (!name || !*name) return fj_fail(FJ_ERR_INVALID_ARG, "fj_builder_create: empty kernel name");
-    size_t len = strlen(name);
-    if (len > 200) return fj_fail(FJ_ERR_INVALID_ARG, "fj_builder_create: name longer than 200");
-    for (size_t i = 0; i < len; i++) {
-        char c = name[i];
-        /* Names end up in ELF symbol tables, perf output and file names. */
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '_' || c == '.' || c == '-'))
-            return fj_fail(FJ_ERR_INVALID_ARG, "fj_builder_create: kernel name '%s' has a "
-                           "character outside [A-Za-z0-9_.-]", name);
-    }
-    if (nargs < 0 || nargs > 6)
-        return fj_fail(FJ_ERR_INVALID_ARG, "fj_builder_create: nargs = %d (0..6)", nargs);
-    return kb_new(name, nargs, rt->isa, rt->features, rt, out);
+    return kb_create(name, nargs, rt->isa, rt->features, rt, out);
 }
-
-void fj_builder_destroy(fj_builder *b) { kb_free(b); }
 
 /* An arena's unwind registration (libgcc and libunwind tables, gdb
  * objects), empty. */

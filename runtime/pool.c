@@ -62,16 +62,14 @@
  * loop, short enough that it keeps the scheduler's credit of a thread that
  * sleeps. A thread that spins for long (or yields in a loop) is charged
  * like a CPU hog and, on a busy machine, gets preempted for whole time
- * slices while holding a chunk that everyone else then waits for
- * (measured: with another library's spinning threads alive, 2-thread GEMM
- * was no better with 0.3-2 ms spins and yields than with short spins). */
+ * slices while holding a chunk that everyone else then waits for, so
+ * longer spins buy nothing when other threads compete for the CPUs. */
 enum { WORKER_SPIN_NS = 100 * 1000, CALLER_SPIN_NS = 100 * 1000 };
 /* Then a worker naps until 50 ms after its last job, checking for a job
  * after naps of 20 us, 40 us, ... up to 1 ms: about 50 wakeups in all. A
  * job in that time waits up to a nap for the worker, with the caller
- * running chunks meanwhile. (Naps of 20 us throughout, ~700 wakeups,
- * made oneDNN's two-thread GEMM in the next 50 ms up to 30% slower:
- * every wakeup preempts whatever runs on that CPU.) */
+ * running chunks meanwhile. The naps grow because every wakeup preempts
+ * whatever else runs on that CPU. */
 enum { WORKER_POLL_NS = 50 * 1000 * 1000, WORKER_NAP_NS = 20 * 1000 };
 enum { WORKER_NAP_MAX_NS = 1000 * 1000 };
 

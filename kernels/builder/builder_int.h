@@ -1,6 +1,7 @@
 /* builder_int.h: the builder's internal interface to runtime/ (which owns
- * fj_builder_create/finish because finishing places code and registers
- * unwind info, which kernels/ must not do). */
+ * fj_builder_finish because finishing places code and registers unwind
+ * info, which kernels/ must not do, and gives fj_builder_create the
+ * runtime's ISA and CPU features). */
 #ifndef FJ_BUILDER_INT_H
 #define FJ_BUILDER_INT_H
 
@@ -44,6 +45,11 @@ FJ_INTERNAL int kb_nofp(const fj_builder *b);
  * only remembered (for fj_builder_finish), never used here. */
 FJ_INTERNAL fj_status kb_new(const char *name, int nargs, fj_isa isa, uint32_t cpu_features,
                              fj_runtime *rt, fj_builder **out);
+/* fj_builder_create's checks of what the user asks for (a name of at most
+ * 200 characters of [A-Za-z0-9_.-], 0..6 arguments), then kb_new; *out is
+ * NULL on failure. */
+FJ_INTERNAL fj_status kb_create(const char *name, int nargs, fj_isa isa, uint32_t cpu_features,
+                                fj_runtime *rt, fj_builder **out);
 FJ_INTERNAL const char *kb_name(const fj_builder *b);
 FJ_INTERNAL fj_runtime *kb_runtime(const fj_builder *b);
 /* Lays out prologue + body + epilogue + constants. Returns the builder's

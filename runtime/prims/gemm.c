@@ -564,8 +564,9 @@ gemm_call(const char *fn, int dt, fj_runtime *rt, char transa, char transb, int6
     if (s == FJ_OK) s = check_ptrs(fn, m, n, k, a, b, c);
     if (s != FJ_OK || m == 0 || n == 0) return s;
     if (!p) {
-        s = gemm_plan_borrow(rt, &p, &lent, dt, ta, tb, m, n, k, lda, ldb, ldc, alpha, beta, 0,
-                             0, 0, 0);
+        const gemm_desc d = {.dt = dt, .ta = ta, .tb = tb, .m = m, .n = n, .k = k, .lda = lda,
+                             .ldb = ldb, .ldc = ldc, .alpha = alpha, .beta = beta};
+        s = gemm_plan_borrow(rt, &d, &p, &lent);
         if (s != FJ_OK) return s;
     }
     if (__builtin_expect(spans_meet(p, a, b, NULL, c), 0) &&

@@ -38,8 +38,21 @@ typedef struct gemm_plan {
                                     or writes, for the aliasing check */
 } gemm_plan;
 
-/* Fills p for the problem (dimensions already validated) and acquires its
- * kernel; act is an fj_eltwise_op or 0. */
+/* One GEMM call as the planner sees it (dimensions already validated):
+ * everything a plan depends on, and the alpha and beta the call scales
+ * by (they choose the kernel's C updates only). */
+typedef struct gemm_desc {
+    int dt;                      /* KG_DT_* of A, B, C */
+    int ta, tb;                  /* op(A) = A^T, op(B) = B^T */
+    int64_t m, n, k, lda, ldb, ldc;
+    double alpha, beta;
+    int has_bias;                /* a bias row added in the last k block */
+    int act;                     /* an fj_eltwise_op applied after it, or 0 */
+    float act_alpha, act_beta;   /* the activation's parameters (with act) */
+} gemm_desc;
+
+/* Fills p for the call these arguments describe (gemm_desc's fields) and
+ * acquires its kernel. */
 FJ_INTERNAL fj_status gemm_plan_init(fj_runtime *rt, gemm_plan *p, int dt, int ta, int tb,
                                      int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
                                      int64_t ldc, double alpha, double beta, int has_bias, int act,
@@ -49,11 +62,8 @@ FJ_INTERNAL fj_status gemm_plan_init(fj_runtime *rt, gemm_plan *p, int dt, int t
  * valid until the thread plans again. *lent is NULL when the memo holds
  * the kernel, else a reference for this call, given back with
  * gemm_plan_unborrow after it. */
-FJ_INTERNAL fj_status gemm_plan_borrow(fj_runtime *rt, const gemm_plan **out, fj_kernel **lent,
-                                       int dt, int ta, int tb, int64_t m, int64_t n, int64_t k,
-                                       int64_t lda, int64_t ldb, int64_t ldc, double alpha,
-                                       double beta, int has_bias, int act, float act_alpha,
-                                       float act_beta);
+FJ_INTERNAL fj_status gemm_plan_borrow(fj_runtime *rt, const gemm_desc *d, const gemm_plan **out,
+                                       fj_kernel **lent);
 FJ_INTERNAL void gemm_plan_unborrow(fj_kernel *lent);
 /* A call that repeats this thread's memo (no bias, no activation) and
  * that its kernel serves: the memo's plan with this alpha and beta, valid

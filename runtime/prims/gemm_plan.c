@@ -164,46 +164,45 @@ static void memo_exit(void *arg) {
 }
 static void memo_key_init(void) { memo_key_ok = pthread_key_create(&memo_key, memo_exit) == 0; }
 
-static fj_status plan_make(fj_runtime *rt, gemm_plan *p, int dt, int ta, int tb, int64_t m,
-                           int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc,
-                           int has_bias, int act, float act_alpha, float act_beta);
+static fj_status plan_make(fj_runtime *rt, gemm_plan *p, const gemm_desc *d);
 
-/* This thread's memo plan if it is the plan of these inputs (on this very
- * runtime), else NULL. Field by field: cheaper than building the inputs
- * and comparing them whole, which shows in the smallest calls. */
-static inline __attribute__((always_inline)) gemm_plan *
-memo_find(fj_runtime *rt, int dt, int ta, int tb, int64_t m, int64_t n, int64_t k, int64_t lda,
-          int64_t ldb, int64_t ldc, int has_bias, int act, float act_alpha, float act_beta) {
+/* A float's bits, for comparing parameters bit for bit (taking d's field
+ * addresses for memcmp would keep an inlined d out of registers). */
+static inline uint32_t f32_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+/* This thread's memo plan if it is the plan of d (on this very runtime),
+ * else NULL. Field by field: cheaper than building the inputs and
+ * comparing them whole, which shows in the smallest calls. */
+static inline __attribute__((always_inline)) gemm_plan *memo_find(fj_runtime *rt,
+                                                                  const gemm_desc *d) {
     /* The thread's memo found once: the compiler would ask the TLS
      * descriptor again for each access (three calls in a repeated call's
      * path), had the asm not made the address opaque to it. */
     __typeof__(memo) *mm = &memo;
     __asm__("" : "+r"(mm));
     const plan_inputs *i = &mm->in;
-    if (i->rt != rt || mm->serial != rt->serial || i->m != m || i->n != n || i->k != k ||
-        i->lda != lda || i->ldb != ldb || i->ldc != ldc || i->ta != ta || i->tb != tb ||
-        i->dt != dt ||
-        i->has_bias != has_bias || i->act != act ||
-        i->gen != atomic_load_explicit(&tune_gen, memory_order_relaxed))
+    if (i->rt != rt || mm->serial != rt->serial || i->m != d->m || i->n != d->n ||
+        i->k != d->k || i->lda != d->lda || i->ldb != d->ldb || i->ldc != d->ldc ||
+        i->ta != d->ta || i->tb != d->tb || i->dt != d->dt || i->has_bias != d->has_bias ||
+        i->act != d->act || i->gen != atomic_load_explicit(&tune_gen, memory_order_relaxed))
         return NULL;
-    if (act && (memcmp(&i->act_alpha, &act_alpha, sizeof act_alpha) ||
-                memcmp(&i->act_beta, &act_beta, sizeof act_beta)))
+    if (d->act && (f32_bits(i->act_alpha) != f32_bits(d->act_alpha) ||
+                   f32_bits(i->act_beta) != f32_bits(d->act_beta)))
         return NULL;
     return &mm->p;
 }
 
-/* Plans the problem and makes it this thread's memo. *lent: the kernel's
- * reference when the memo may not hold it (see gemm_plan_borrow). */
-static fj_status memo_make(fj_runtime *rt, int dt, int ta, int tb, int64_t m, int64_t n,
-                           int64_t k, int64_t lda, int64_t ldb, int64_t ldc, double alpha,
-                           double beta,
-                           int has_bias, int act, float act_alpha, float act_beta,
-                           fj_kernel **lent) {
+/* Plans d and makes it this thread's memo. *lent: the kernel's reference
+ * when the memo may not hold it (see gemm_plan_borrow). */
+static fj_status memo_make(fj_runtime *rt, const gemm_desc *d, fj_kernel **lent) {
     gemm_plan p;
-    fj_status s = plan_make(rt, &p, dt, ta, tb, m, n, k, lda, ldb, ldc, has_bias, act,
-                            act_alpha, act_beta);
+    fj_status s = plan_make(rt, &p, d);
     if (s == FJ_OK) {
-        p.cfg.stores = gemm_plan_stores(&p, alpha, beta);
+        p.cfg.stores = gemm_plan_stores(&p, d->alpha, d->beta);
         s = plan_kernel(&p);
     }
     if (s != FJ_OK) return s;
@@ -212,11 +211,12 @@ static fj_status memo_make(fj_runtime *rt, int dt, int ta, int tb, int64_t m, in
         memo.exit_hook = 1;
         if (memo_key_ok) pthread_setspecific(memo_key, &memo);
     }
-    memo.in = (plan_inputs){.rt = rt, .dt = dt, .m = m, .n = n, .k = k, .lda = lda, .ldb = ldb,
-                            .ldc = ldc, .ta = ta, .tb = tb, .has_bias = has_bias, .act = act,
+    memo.in = (plan_inputs){.rt = rt, .dt = d->dt, .m = d->m, .n = d->n, .k = d->k,
+                            .lda = d->lda, .ldb = d->ldb, .ldc = d->ldc, .ta = d->ta,
+                            .tb = d->tb, .has_bias = d->has_bias, .act = d->act,
                             .gen = atomic_load_explicit(&tune_gen, memory_order_relaxed),
-                            .act_alpha = act ? act_alpha : 0.0f,
-                            .act_beta = act ? act_beta : 0.0f};
+                            .act_alpha = d->act ? d->act_alpha : 0.0f,
+                            .act_beta = d->act ? d->act_beta : 0.0f};
     memo.serial = rt->serial;
     if (!rt_khold_set(&memo.hold, rt, p.kern)) *lent = p.kern;
     memo.p = p;
@@ -226,10 +226,13 @@ static fj_status memo_make(fj_runtime *rt, int dt, int ta, int tb, int64_t m, in
 fj_status gemm_plan_init(fj_runtime *rt, gemm_plan *p, int dt, int ta, int tb, int64_t m,
                          int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc,
                          double alpha, double beta, int has_bias, int act, float act_alpha, float act_beta) {
+    const gemm_desc d = {.dt = dt, .ta = ta, .tb = tb, .m = m, .n = n, .k = k, .lda = lda,
+                         .ldb = ldb, .ldc = ldc, .alpha = alpha, .beta = beta,
+                         .has_bias = has_bias, .act = act, .act_alpha = act_alpha,
+                         .act_beta = act_beta};
     const gemm_plan *q;
     fj_kernel *lent;
-    fj_status s = gemm_plan_borrow(rt, &q, &lent, dt, ta, tb, m, n, k, lda, ldb, ldc, alpha, beta,
-                                   has_bias, act, act_alpha, act_beta);
+    fj_status s = gemm_plan_borrow(rt, &d, &q, &lent);
     if (s != FJ_OK) {
         memset(p, 0, sizeof *p);
         return s;
@@ -248,18 +251,15 @@ static int stores_missing(const gemm_plan *p, double alpha, double beta) {
     return gemm_plan_stores(p, alpha, beta) & ~p->cfg.stores;
 }
 
-fj_status gemm_plan_borrow(fj_runtime *rt, const gemm_plan **out, fj_kernel **lent, int dt,
-                           int ta, int tb, int64_t m, int64_t n, int64_t k, int64_t lda,
-                           int64_t ldb, int64_t ldc, double alpha, double beta, int has_bias, int act,
-                           float act_alpha, float act_beta) {
+fj_status gemm_plan_borrow(fj_runtime *rt, const gemm_desc *d, const gemm_plan **out,
+                           fj_kernel **lent) {
     tune_need();
     *lent = NULL;
-    gemm_plan *p = memo_find(rt, dt, ta, tb, m, n, k, lda, ldb, ldc, has_bias, act, act_alpha,
-                             act_beta);
+    const double alpha = d->alpha, beta = d->beta;
+    gemm_plan *p = memo_find(rt, d);
     int miss;
     if (!p) {
-        fj_status s = memo_make(rt, dt, ta, tb, m, n, k, lda, ldb, ldc, alpha, beta, has_bias, act,
-                                act_alpha, act_beta, lent);
+        fj_status s = memo_make(rt, d, lent);
         if (s != FJ_OK) return s;
         p = &memo.p;
     } else if ((miss = stores_missing(p, alpha, beta))) {
@@ -282,10 +282,15 @@ fj_status gemm_plan_borrow(fj_runtime *rt, const gemm_plan **out, fj_kernel **le
     return FJ_OK;
 }
 
+/* The most frequent call of all takes its inputs in registers: a
+ * gemm_desc would be stored to memory and read back on every call
+ * (memo_find is inlined, so d below lives in registers). */
 const gemm_plan *gemm_plan_repeat(fj_runtime *rt, int dt, int ta, int tb, int64_t m, int64_t n,
                                   int64_t k, int64_t lda, int64_t ldb, int64_t ldc, double alpha,
                                   double beta) {
-    gemm_plan *p = memo_find(rt, dt, ta, tb, m, n, k, lda, ldb, ldc, 0, 0, 0.0f, 0.0f);
+    const gemm_desc d = {.dt = dt, .ta = ta, .tb = tb, .m = m, .n = n, .k = k, .lda = lda,
+                         .ldb = ldb, .ldc = ldc};
+    gemm_plan *p = memo_find(rt, &d);
     if (!p || !p->kern) return NULL;
     /* The same alpha and beta as the last call (bit for bit): nothing to
      * redo. */
@@ -303,9 +308,10 @@ void gemm_plan_unborrow(fj_kernel *lent) {
 }
 
 /* The plan without alpha and beta (gemm_plan_borrow sets them per call). */
-static fj_status plan_make(fj_runtime *rt, gemm_plan *p, int dt, int ta, int tb, int64_t m,
-                           int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc,
-                           int has_bias, int act, float act_alpha, float act_beta) {
+static fj_status plan_make(fj_runtime *rt, gemm_plan *p, const gemm_desc *d) {
+    /* (The rules below read the call's fields by their short names.) */
+    const int dt = d->dt, ta = d->ta, tb = d->tb, has_bias = d->has_bias, act = d->act;
+    const int64_t m = d->m, n = d->n, k = d->k, lda = d->lda, ldb = d->ldb, ldc = d->ldc;
     memset(p, 0, sizeof *p);
     const int es = dt == KG_DT_F64 ? 8 : 4;
     *p = (gemm_plan){.rt = rt, .dt = dt, .es = es, .ta = ta, .tb = tb, .m = m, .n = n, .k = k, .lda = lda,
@@ -487,7 +493,7 @@ static fj_status plan_make(fj_runtime *rt, gemm_plan *p, int dt, int ta, int tb,
         .pf_a = p->direct_a ? 0 : tune.pf_a, .pf_c = tune.pf_c,
         .pf_b = p->direct_b ? 0 : tune.pf_b, .a_reg = avx512 && tune.a_reg > 0,
         .has_bias = has_bias,
-        .act = act, .act_alpha = act ? act_alpha : 0.0f, .act_beta = act ? act_beta : 0.0f,
+        .act = act, .act_alpha = act ? d->act_alpha : 0.0f, .act_beta = act ? d->act_beta : 0.0f,
     };
     if (shortk) p->cfg.pf_c = 0;
     /* Row-major B is packed by the kernels' first row tile, hidden under
