@@ -248,9 +248,9 @@ START_TEST(wide_a_blocks) {
         t.ldc = t.n + 1;
         gemm_test_tune(t.tune);
         gemm_plan p;
-        ck_assert_int_eq(gemm_plan_init(rt1, &p, KG_DT_F32, 0, 0, t.m, t.n, t.k, t.lda, t.ldb, t.ldc,
-                                        t.alpha, t.beta, 0, 0, 0, 0),
-                         FJ_OK);
+        const gemm_desc d = {.dt = KG_DT_F32, .m = t.m, .n = t.n, .k = t.k, .lda = t.lda,
+                             .ldb = t.ldb, .ldc = t.ldc, .alpha = t.alpha, .beta = t.beta};
+        ck_assert_int_eq(gemm_plan_init(rt1, &p, &d), FJ_OK);
         if (avx512 && v[c].nc) {
             ck_assert_msg(p.direct_a, "case %d: A packed", c);
             ck_assert_msg(p.nc == v[c].nc, "case %d: nc %lld, want %lld", c, (long long)p.nc,

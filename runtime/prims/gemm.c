@@ -629,8 +629,11 @@ static fj_status gemm_create(const char *fn, int dt, fj_runtime *rt, char transa
                                   : 2.0f;
         key_b = 0.0f;
     }
-    s = gemm_plan_init(rt, &g->plan, dt, ta, tb, m, n, k, lda, ldb, ldc, alpha, beta,
-                       g->has_bias, (int)post_op, key_a, key_b);
+    const gemm_desc d = {.dt = dt, .ta = ta, .tb = tb, .m = m, .n = n, .k = k, .lda = lda,
+                         .ldb = ldb, .ldc = ldc, .alpha = alpha, .beta = beta,
+                         .has_bias = g->has_bias, .act = (int)post_op, .act_alpha = key_a,
+                         .act_beta = key_b};
+    s = gemm_plan_init(rt, &g->plan, &d);
     if (s != FJ_OK) {
         gemm_plan_release(&g->plan);
         fj_free(g);

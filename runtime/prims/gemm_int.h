@@ -51,12 +51,8 @@ typedef struct gemm_desc {
     float act_alpha, act_beta;   /* the activation's parameters (with act) */
 } gemm_desc;
 
-/* Fills p for the call these arguments describe (gemm_desc's fields) and
- * acquires its kernel. */
-FJ_INTERNAL fj_status gemm_plan_init(fj_runtime *rt, gemm_plan *p, int dt, int ta, int tb,
-                                     int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
-                                     int64_t ldc, double alpha, double beta, int has_bias, int act,
-                                     float act_alpha, float act_beta);
+/* Fills p for the call d describes and acquires its kernel. */
+FJ_INTERNAL fj_status gemm_plan_init(fj_runtime *rt, gemm_plan *p, const gemm_desc *d);
 /* The same plan for one call on this thread: *out is the thread's memo
  * (repeated shapes skip the planning, and usually the kernel table),
  * valid until the thread plans again. *lent is NULL when the memo holds

@@ -223,16 +223,10 @@ static fj_status memo_make(fj_runtime *rt, const gemm_desc *d, fj_kernel **lent)
     return FJ_OK;
 }
 
-fj_status gemm_plan_init(fj_runtime *rt, gemm_plan *p, int dt, int ta, int tb, int64_t m,
-                         int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc,
-                         double alpha, double beta, int has_bias, int act, float act_alpha, float act_beta) {
-    const gemm_desc d = {.dt = dt, .ta = ta, .tb = tb, .m = m, .n = n, .k = k, .lda = lda,
-                         .ldb = ldb, .ldc = ldc, .alpha = alpha, .beta = beta,
-                         .has_bias = has_bias, .act = act, .act_alpha = act_alpha,
-                         .act_beta = act_beta};
+fj_status gemm_plan_init(fj_runtime *rt, gemm_plan *p, const gemm_desc *d) {
     const gemm_plan *q;
     fj_kernel *lent;
-    fj_status s = gemm_plan_borrow(rt, &d, &q, &lent);
+    fj_status s = gemm_plan_borrow(rt, d, &q, &lent);
     if (s != FJ_OK) {
         memset(p, 0, sizeof *p);
         return s;
