@@ -2,19 +2,10 @@
  * an object's .eh_frame, or of one frame table per arena edited in place,
  * with a lookup self-check. */
 #include "unwindinfo/uw_int.h"
+#include "unwindinfo/uw_libgcc.h"
 
 #include <string.h>
 #include <sys/mman.h>
-
-/* libgcc's entry points (unwind-dw2-fde.h is not installed). */
-extern void __register_frame(void *begin);
-extern void __deregister_frame(void *begin);
-struct dwarf_eh_bases {
-    void *tbase;
-    void *dbase;
-    void *func;
-};
-extern const void *_Unwind_Find_FDE(void *pc, struct dwarf_eh_bases *bases);
 
 /* ---- One frame table per arena ------------------------------------------------
  * libgcc must never see two registered objects whose pc ranges overlap:

@@ -4,6 +4,7 @@
  * runtime registers kernels per arena (uw_arena.c). */
 #include "unwindinfo/uw_object.h"
 #include "unwindinfo/uw_int.h"
+#include "unwindinfo/uw_libgcc.h"
 
 #include <string.h>
 #include <sys/mman.h>
@@ -34,16 +35,6 @@ fj_status uw_eh_frame_build(const uw_func *fns, size_t n, uint8_t **out, size_t 
 }
 
 /* ---- libgcc: __register_frame of the object's .eh_frame ------------------- */
-
-/* libgcc's entry points (unwind-dw2-fde.h is not installed). */
-extern void __register_frame(void *begin);
-extern void __deregister_frame(void *begin);
-struct dwarf_eh_bases {
-    void *tbase;
-    void *dbase;
-    void *func;
-};
-extern const void *_Unwind_Find_FDE(void *pc, struct dwarf_eh_bases *bases);
 
 static fj_status uw_libgcc_register(uw_object *o) {
     /* libgcc keeps the pointer: o->eh must stay put until deregistration. */
