@@ -139,7 +139,7 @@ void rt_kernel_free(fj_kernel *k) {
     if (k->prev) k->prev->next = k->next;
     else rt->kernels = k->next;
     if (k->next) k->next->prev = k->prev;
-    for (int i = 0; i < KG_ELT__N; i++)
+    for (int i = 0; i < RT_SLOT__N; i++)
         if (atomic_load(&rt->elt[i]) == k) atomic_store(&rt->elt[i], NULL);
     pthread_mutex_unlock(&rt->lock);
     /* The arena's unwind registration goes in the retire hook, before its

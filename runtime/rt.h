@@ -21,6 +21,17 @@ struct fj_kernel {
 typedef struct rt_kslot rt_kslot;
 typedef struct rt_pool rt_pool;
 
+/* The runtime's pinned kernels (rt->elt[], eltslot.h): the element-wise
+ * variants first (kg_elt: plain, streaming and large), then the row
+ * reductions and softmax, each a generator of its own. */
+enum {
+    RT_SLOT_REDUCE0 = KG_ELT__N, /* + (fj_reduce_op - 1) */
+    RT_SLOT_SOFTMAX = RT_SLOT_REDUCE0 + FJ_REDUCE__COUNT - 1,
+    RT_SLOT_LOGSOFTMAX,
+    RT_SLOT__N
+};
+typedef int rt_slot;
+
 struct fj_runtime {
     fj_options opts;
     uint64_t serial;         /* unique per runtime ever created (rt_khold) */
@@ -39,9 +50,9 @@ struct fj_runtime {
      * take it. */
     pthread_mutex_t place_lock;
     struct fj_kernel *kernels;
-    /* Generated element-wise kernels, published with release stores so the
-     * hot path reads them without the lock. */
-    _Atomic(struct fj_kernel *) elt[KG_ELT__N];
+    /* The pinned kernels (RT_SLOT_*), published with release stores so
+     * the hot path reads them without the lock. */
+    _Atomic(struct fj_kernel *) elt[RT_SLOT__N];
     /* Kernels by descriptor key (kcache.c), under kc_lock. */
     pthread_mutex_t kc_lock;
     pthread_cond_t kc_cond;

@@ -92,14 +92,14 @@ static int same(fj_isa isa, int nargs, gen_fn gen, const void *ctx, const char *
 
 START_TEST(eltwise_reduce_softmax) {
     for (int isa = 0; isa < 2; isa++)
-        for (int v = 0; v < KG_ELT__N; v++) {
-            kg_elt e = (kg_elt)v;
+        for (int v = 0; v < RT_SLOT__N; v++) {
+            rt_slot e = v;
             char what[64];
-            snprintf(what, sizeof what, "eltwise slot %d (%s)", v, kg_elt_name(e));
+            snprintf(what, sizeof what, "pinned slot %d (%s)", v, rt_slot_name(e));
             ck_assert_msg(same(isa ? FJ_ISA_AVX512 : FJ_ISA_AVX2, KG_ELT_NARGS, rt_elt_gen, &e, what),
                           "%s: not generated: %s", what, fj_last_error());
         }
-    ck_assert_int_eq(compared, 2 * KG_ELT__N);
+    ck_assert_int_eq(compared, 2 * RT_SLOT__N);
 }
 END_TEST
 

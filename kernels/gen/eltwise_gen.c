@@ -21,17 +21,15 @@
 
 /* ---- names ------------------------------------------------------------- */
 
-static const char *const names[KG_ELT_STREAM0] = {
+static const char *const names[KG_ELT__NELT] = {
     "relu", "leaky_relu", "clip", "linear", "abs", "square", "sqrt", "exp", "log", "tanh",
     "sigmoid", "gelu_tanh", "gelu_erf", "swish", "hardswish",
-    "reduce_sum", "reduce_max", "reduce_min", "reduce_mean", "reduce_l2", "softmax",
-    "logsoftmax",
 };
 
 const char *kg_elt_name(kg_elt v) {
     int kind;
     v = kg_elt_base(v, &kind);
-    return (unsigned)v < KG_ELT_STREAM0 ? names[v] : "?";
+    return (unsigned)v < KG_ELT__NELT ? names[v] : "?";
 }
 
 fj_eltwise_op kg_elt_op(kg_elt v) {

@@ -51,9 +51,7 @@ FJ_INTERNAL int kg_elt_kregs(fj_isa isa, fj_eltwise_op op, float alpha);
 /* ---- standalone kernels ---------------------------------------------- */
 
 /* Code variants: one kernel per variant and ISA, alpha/beta read at run
- * time. The runtime pins one kernel per slot (rt->elt[]): slots below
- * KG_ELT__NELT are eltwise variants, the rest are reduction and softmax
- * kernels (kernels/gen/reduce_gen.h, kernels/gen/softmax_gen.h) pinned the same way. */
+ * time (the runtime pins one kernel per variant). */
 typedef enum kg_elt {
     KG_ELT_RELU = 0,       /* relu with alpha == 0: max(x, 0) */
     KG_ELT_LEAKY_RELU,     /* relu / leaky_relu with a slope */
@@ -61,15 +59,10 @@ typedef enum kg_elt {
     KG_ELT_EXP, KG_ELT_LOG, KG_ELT_TANH, KG_ELT_SIGMOID, KG_ELT_GELU_TANH,
     KG_ELT_GELU_ERF, KG_ELT_SWISH, KG_ELT_HARDSWISH,
     KG_ELT__NELT,
-    /* reductions: KG_ELT_REDUCE0 + (fj_reduce_op - 1) */
-    KG_ELT_REDUCE0 = KG_ELT__NELT,
-    /* softmax, log_softmax */
-    KG_ELT_SOFTMAX = KG_ELT_REDUCE0 + FJ_REDUCE__COUNT - 1,
-    KG_ELT_LOGSOFTMAX,
-    /* the element-wise variants again, for arrays far larger than the
-     * caches: KG_ELT_STREAM0 + variant (into another array, non-temporal
-     * stores), KG_ELT_LARGE0 + variant (in place); both prefetch src */
-    KG_ELT_STREAM0,
+    /* the variants again, for arrays far larger than the caches:
+     * KG_ELT_STREAM0 + variant (into another array, non-temporal stores),
+     * KG_ELT_LARGE0 + variant (in place); both prefetch src */
+    KG_ELT_STREAM0 = KG_ELT__NELT,
     KG_ELT_LARGE0 = KG_ELT_STREAM0 + KG_ELT__NELT,
     KG_ELT__N = KG_ELT_LARGE0 + KG_ELT__NELT
 } kg_elt;
@@ -87,8 +80,8 @@ static inline int kg_elt_variant(fj_eltwise_op op, float alpha) {
 }
 /* Kinds of element-wise kernel a slot holds (see KG_ELT_STREAM0). */
 enum { KG_ELT_PLAIN, KG_ELT_STREAMING, KG_ELT_LARGE };
-/* The variant slot v runs, and (kind) which kernel of it: v itself for
- * the plain and non-element-wise slots. */
+/* The variant v runs, and (kind) which kernel of it: v itself for the
+ * plain ones. */
 static inline kg_elt kg_elt_base(kg_elt v, int *kind) {
     *kind = v >= KG_ELT_LARGE0 ? KG_ELT_LARGE : v >= KG_ELT_STREAM0 ? KG_ELT_STREAMING
                                                                   : KG_ELT_PLAIN;

@@ -17,11 +17,20 @@
 /* ---- pinned slots ----------------------------------------------------------- */
 
 void rt_elt_gen(fj_builder *b, const void *ctx) {
-    kg_elt v = *(const kg_elt *)ctx;
-    int kind;
-    if (kg_elt_base(v, &kind) < KG_ELT__NELT) kg_eltwise(b, v);
-    else if (v < KG_ELT_SOFTMAX) kg_reduce(b, (fj_reduce_op)(v - KG_ELT_REDUCE0 + 1));
-    else kg_softmax(b, v == KG_ELT_LOGSOFTMAX);
+    rt_slot v = *(const rt_slot *)ctx;
+    if (v < KG_ELT__N) kg_eltwise(b, (kg_elt)v);
+    else if (v < RT_SLOT_SOFTMAX) kg_reduce(b, (fj_reduce_op)(v - RT_SLOT_REDUCE0 + 1));
+    else kg_softmax(b, v == RT_SLOT_LOGSOFTMAX);
+}
+
+const char *rt_slot_name(rt_slot v) {
+    static const char *const rows[] = {"reduce_sum", "reduce_max", "reduce_min", "reduce_mean",
+                                       "reduce_l2", "softmax", "logsoftmax"};
+    _Static_assert(sizeof rows / sizeof rows[0] == RT_SLOT__N - RT_SLOT_REDUCE0,
+                   "a name for every reduction and softmax slot");
+    if (v < KG_ELT__N) return kg_elt_name((kg_elt)v);
+    return (unsigned)(v - RT_SLOT_REDUCE0) < RT_SLOT__N - RT_SLOT_REDUCE0 ? rows[v - RT_SLOT_REDUCE0]
+                                                                          : "?";
 }
 
 /* Appends s at *at, within name[0..n-1] (always terminated). */
@@ -33,16 +42,17 @@ static void name_put(char *name, size_t n, size_t *at, const char *s) {
     name[*at] = 0;
 }
 
-fj_status rt_elt_slot_slow(fj_runtime *rt, kg_elt v, fj_kernel **out) {
+fj_status rt_elt_slot_slow(fj_runtime *rt, rt_slot v, fj_kernel **out) {
     const char *isa = rt->isa == FJ_ISA_AVX512 ? "avx512" : "avx2";
     /* Put together by hand: snprintf is a visible share of making a
      * small kernel. */
     char name[64];
     size_t at = 0;
     static const char *const kinds[] = {"", "stream_", "large_"};
-    int kind;
-    const int elt = kg_elt_base(v, &kind) < KG_ELT__NELT;
-    const char *const parts[] = {elt ? "fj_eltwise_" : "fj_", kg_elt_name(v), "_f32_",
+    int kind = KG_ELT_PLAIN;
+    const int elt = v < KG_ELT__N;
+    if (elt) kg_elt_base((kg_elt)v, &kind);
+    const char *const parts[] = {elt ? "fj_eltwise_" : "fj_", rt_slot_name(v), "_f32_",
                                  elt ? kinds[kind] : "", isa};
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
         name_put(name, sizeof name, &at, parts[i]);

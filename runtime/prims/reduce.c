@@ -64,7 +64,7 @@ fj_status fj_reduce_f32(fj_runtime *rt, fj_reduce_op op, int64_t rows, int64_t c
         return FJ_OK;
     }
     fj_kernel *k;
-    fj_status s = rt_elt_slot(rt, (kg_elt)(KG_ELT_REDUCE0 + op - 1), &k);
+    fj_status s = rt_elt_slot(rt, RT_SLOT_REDUCE0 + op - 1, &k);
     if (s != FJ_OK) return s;
     int64_t shape[3] = {cols, ld, 0};
     float fc = (float)cols;

@@ -49,7 +49,7 @@ fj_status fj_softmax_f32(fj_runtime *rt, int log, int64_t rows, int64_t cols, co
         return fj_fail(FJ_ERR_INVALID_ARG, "fj_softmax_f32: src and dst overlap without being the "
                        "same array with the same ld");
     fj_kernel *k;
-    fj_status s = rt_elt_slot(rt, log ? KG_ELT_LOGSOFTMAX : KG_ELT_SOFTMAX, &k);
+    fj_status s = rt_elt_slot(rt, log ? RT_SLOT_LOGSOFTMAX : RT_SLOT_SOFTMAX, &k);
     if (s != FJ_OK) return s;
     const int64_t shape[3] = {cols, ld_src, ld_dst};
     kg_softmax_fn fn = (kg_softmax_fn)k->fn;
