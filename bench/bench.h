@@ -45,6 +45,10 @@ enum { BENCH_WARM_CALLS = 5 };
 void bench_warm_ns(void (*call)(fj_runtime *rt, void *ctx), fj_runtime *rt, void *ctx,
                    double *wall_ns, double *cpu_ns);
 
+/* 1 if list (comma-separated "MxNxK", or "N" for NxNxN) names the shape
+ * m x n x k: the GEMM sections' FJ_BENCH_*_SHAPES filters. */
+int bench_shape_listed(const char *list, int m, int n, int k);
+
 /* One result row: section, case, variant ("framejit", "onednn", "c" ...),
  * the measured value and its unit ("ns", "GB/s", "GFLOP/s", "us", "%"),
  * and an optional ratio against the section's reference (0 = none). */

@@ -26,6 +26,21 @@ static int cmp_d(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+int bench_shape_listed(const char *list, int m, int n, int k) {
+    char want[48], cube[16];
+    snprintf(want, sizeof want, "%dx%dx%d", m, n, k);
+    snprintf(cube, sizeof cube, "%d", m);
+    int is_cube = m == n && n == k;
+    for (const char *p = list; *p;) {
+        size_t len = strcspn(p, ",");
+        if ((len == strlen(want) && !strncmp(p, want, len)) ||
+            (is_cube && len == strlen(cube) && !strncmp(p, cube, len)))
+            return 1;
+        p += len + (p[len] == ',');
+    }
+    return 0;
+}
+
 double bench_median(double *v, int n) {
     qsort(v, (size_t)n, sizeof *v, cmp_d);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);

@@ -166,22 +166,6 @@ static void set_threads(int t) {
 #endif
 }
 
-/* list: comma-separated "MxNxK" or "N" (for NxNxN). */
-static int shape_listed(const char *list, shape s) {
-    char want[48], cube[16];
-    snprintf(want, sizeof want, "%dx%dx%d", s.m, s.n, s.k);
-    snprintf(cube, sizeof cube, "%d", s.m);
-    int is_cube = s.m == s.n && s.n == s.k;
-    for (const char *p = list; *p;) {
-        size_t n = strcspn(p, ",");
-        if ((n == strlen(want) && !strncmp(p, want, n)) ||
-            (is_cube && n == strlen(cube) && !strncmp(p, cube, n)))
-            return 1;
-        p += n + (p[n] == ',');
-    }
-    return 0;
-}
-
 static float *rand_buf(size_t n) {
     float *p = aligned_alloc(64, (n * sizeof(float) + 63) & ~(size_t)63);
     if (!p) return NULL;
@@ -544,7 +528,7 @@ static void fp_tax(const bench_ctx *c) {
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         shape s = shapes[i];
         if (c->quick && (s.m > 1024 || s.m == 16)) continue;
-        if (only && !shape_listed(only, s)) continue;
+        if (only && !bench_shape_listed(only, s.m, s.n, s.k)) continue;
         gemm_bufs g = {s, rand_buf((size_t)s.m * s.k), rand_buf((size_t)s.k * s.n),
                        rand_buf((size_t)s.m * s.n)};
         static double t[3][MAX_ROUNDS], tax[MAX_ROUNDS], aa[MAX_ROUNDS];
@@ -650,7 +634,7 @@ void bench_gemm(const bench_ctx *c) {
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
             shape s = shapes[i];
             if (c->quick && (s.m > 1024 || s.m == 16)) continue;
-            if (only && !shape_listed(only, s)) continue;
+            if (only && !bench_shape_listed(only, s.m, s.n, s.k)) continue;
             one_shape(c, rt[t], t, s);
         }
     }

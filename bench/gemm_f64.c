@@ -28,21 +28,6 @@ static const dshape shapes[] = {
 enum { D_FJ, D_OBLAS, D_N };
 static const char *dname[D_N] = {"framejit", "openblas"};
 
-static int listed(const char *list, dshape s) {
-    char want[48], cube[16];
-    snprintf(want, sizeof want, "%dx%dx%d", s.m, s.n, s.k);
-    snprintf(cube, sizeof cube, "%d", s.m);
-    int is_cube = s.m == s.n && s.n == s.k;
-    for (const char *p = list; *p;) {
-        size_t n = strcspn(p, ",");
-        if ((n == strlen(want) && !strncmp(p, want, n)) ||
-            (is_cube && n == strlen(cube) && !strncmp(p, cube, n)))
-            return 1;
-        p += n + (p[n] == ',');
-    }
-    return 0;
-}
-
 static double *rand_dbuf(size_t n) {
     double *p = aligned_alloc(64, (n * sizeof(double) + 63) & ~(size_t)63);
     if (!p) return NULL;
@@ -160,7 +145,7 @@ void bench_gemm_f64(const bench_ctx *c) {
 #endif
             );
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
-            if (only && !listed(only, shapes[i])) continue;
+            if (only && !bench_shape_listed(only, shapes[i].m, shapes[i].n, shapes[i].k)) continue;
             if (c->quick && shapes[i].m * (double)shapes[i].n * shapes[i].k > 6e8) continue;
             one(c, rt, t, shapes[i]);
         }

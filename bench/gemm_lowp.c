@@ -116,21 +116,6 @@ static int run_v(int v, fj_runtime *rt, lbufs *g) {
     return run_fj(rt, g);
 }
 
-static int lshape_listed(const char *list, lshape s) {
-    char want[48], cube[16];
-    snprintf(want, sizeof want, "%dx%dx%d", s.m, s.n, s.k);
-    snprintf(cube, sizeof cube, "%d", s.m);
-    int is_cube = s.m == s.n && s.n == s.k;
-    for (const char *p = list; *p;) {
-        size_t n = strcspn(p, ",");
-        if ((n == strlen(want) && !strncmp(p, want, n)) ||
-            (is_cube && n == strlen(cube) && !strncmp(p, cube, n)))
-            return 1;
-        p += n + (p[n] == ',');
-    }
-    return 0;
-}
-
 static void one(const bench_ctx *c, fj_runtime *rt, int threads, lshape s, int bf16) {
     int nv = 1;
 #ifdef FJ_BENCH_DNNL
@@ -237,7 +222,7 @@ void bench_lowp(const bench_ctx *c) {
         }
         for (int bf16 = 0; bf16 <= 1; bf16++)
             for (size_t i = 0; i < sizeof lshapes / sizeof lshapes[0]; i++) {
-                if (only && !lshape_listed(only, lshapes[i])) continue;
+                if (only && !bench_shape_listed(only, lshapes[i].m, lshapes[i].n, lshapes[i].k)) continue;
                 one(c, rt, t, lshapes[i], bf16);
             }
         fj_runtime_destroy(rt);
