@@ -66,33 +66,10 @@ static const char *tunes2[] = {
     "mr=5,nv=1,unroll=1,kc=20,pfc=0",
 };
 
-static int64_t rnd_dim(int big) {
-    if (big) return 100 + rnd_to(201);
-    return rnd() % 3 ? dims[rnd_to(sizeof dims / sizeof dims[0])] : rnd_to(70);
-}
-
 static void random_case(gcase *t, int avx512, long it) {
-    memset(t, 0, sizeof *t);
-    int big = it % 50 == 49; /* a few shapes up to 300 */
-    t->ta = (int)(rnd() & 1);
-    t->tb = (int)(rnd() & 1);
-    t->m = rnd_dim(big);
-    t->n = rnd_dim(big);
-    t->k = rnd_dim(big);
-    int64_t pad = rnd() % 4 == 0 ? rnd_to(20) : 0;
-    t->lda = (t->ta ? t->m : t->k) + pad;
-    t->ldb = (t->tb ? t->k : t->n) + (rnd() % 4 == 0 ? rnd_to(9) : 0);
-    t->ldc = t->n + (rnd() % 3 == 0 ? rnd_to(5) : 0);
-    if (t->lda < 1) t->lda = 1;
-    if (t->ldb < 1) t->ldb = 1;
-    if (t->ldc < 1) t->ldc = 1;
-    t->alpha = rnd() % 3 ? edge[rnd_to(4)] : rnd_f() * 2;
-    t->beta = rnd() % 3 ? edge[rnd_to(4)] : rnd_f() * 2;
-    int sp = (int)rnd_to(12);
-    t->special = sp < 3 ? sp + 1 : 0;
-    if (t->special == 3) t->beta = 0;
-    if (avx512) t->tune = tunes512[rnd_to(sizeof tunes512 / sizeof tunes512[0])];
-    else t->tune = tunes2[rnd_to(sizeof tunes2 / sizeof tunes2[0])];
+    size_t n512 = sizeof tunes512 / sizeof tunes512[0], n2 = sizeof tunes2 / sizeof tunes2[0];
+    gcase_random(t, it, dims, sizeof dims / sizeof dims[0], avx512 ? tunes512 : tunes2,
+                 avx512 ? n512 : n2, 0);
 }
 
 static void fuzz(fj_isa isa, uint64_t salt) {

@@ -16,7 +16,6 @@
 
 static const int64_t dims[] = {0,  1,  2,  3,  4,  5,  7,  8,  9,  13, 14, 15, 16, 17,
                                23, 24, 28, 29, 31, 32, 33, 41, 47, 48, 63, 64, 65, 97};
-static const double edge[] = {0.0, 1.0, -1.0, 0.5};
 
 /* Blocking knobs, as in test_gemm.c: in-place and packed operands, small
  * blocks, other tiles, threads from tiny problems on. */
@@ -48,24 +47,14 @@ static const char *tunes2[] = {
     "mr=12,nv=1,kc=40,unroll=4",
 };
 
-typedef struct dcase {
-    int ta, tb;
-    int64_t m, n, k, lda, ldb, ldc;
-    double alpha, beta;
-    int special;          /* 1: NaN in A, 2: Inf in B, 3: NaN in all of C (beta = 0) */
-    const char *tune;
-} dcase;
-
 typedef struct dbufs {
     double *a, *b, *c0, *c, *bias;
     size_t na, nb, nc;
 } dbufs;
 
-static const double PAD = 12345.0;
+static const double PAD = GEMMCASE_PAD;
 
-static double rnd_d(void) { return (double)(rnd() >> 11) / 9007199254740992.0 * 2.0 - 1.0; }
-
-static void dbufs_make(const dcase *t, dbufs *g) {
+static void dbufs_make(const gcase *t, dbufs *g) {
     g->na = (size_t)((t->ta ? t->k : t->m) * t->lda) + 1;
     g->nb = (size_t)((t->tb ? t->n : t->k) * t->ldb) + 1;
     g->nc = (size_t)(t->m * t->ldc) + 1;
@@ -75,24 +64,8 @@ static void dbufs_make(const dcase *t, dbufs *g) {
     g->c = malloc(g->nc * sizeof(double));
     g->bias = malloc((size_t)(t->n + 1) * sizeof(double));
     ck_assert(g->a && g->b && g->c0 && g->c && g->bias);
-    for (size_t i = 0; i < g->na; i++) g->a[i] = rnd_d();
-    for (size_t i = 0; i < g->nb; i++) g->b[i] = rnd_d();
-    for (size_t i = 0; i < g->nc; i++) g->c0[i] = rnd_d();
+    gcase_fill(t, 8, g->a, g->na, g->b, g->nb, g->c0, g->nc);
     for (int64_t j = 0; j <= t->n; j++) g->bias[j] = rnd_d();
-    for (int64_t i = 0; i < t->m; i++)
-        for (int64_t j = t->n; j < t->ldc; j++) g->c0[i * t->ldc + j] = PAD;
-    g->c0[g->nc - 1] = PAD;
-    if (t->special == 1 && t->m && t->k) {
-        int64_t i = rnd_to(t->m), p = rnd_to(t->k);
-        g->a[t->ta ? p * t->lda + i : i * t->lda + p] = NAN;
-    }
-    if (t->special == 2 && t->n && t->k) {
-        int64_t j = rnd_to(t->n), p = rnd_to(t->k);
-        g->b[t->tb ? j * t->ldb + p : p * t->ldb + j] = rnd() & 1 ? INFINITY : -INFINITY;
-    }
-    if (t->special == 3)
-        for (int64_t i = 0; i < t->m; i++)
-            for (int64_t j = 0; j < t->n; j++) g->c0[i * t->ldc + j] = NAN;
     memcpy(g->c, g->c0, g->nc * sizeof(double));
 }
 
@@ -104,16 +77,14 @@ static void dbufs_free(dbufs *g) {
     free(g->bias);
 }
 
-static void dcase_str(const dcase *t, char *buf, size_t n) {
-    snprintf(buf, n, "f64 %c%c m=%lld n=%lld k=%lld lda=%lld ldb=%lld ldc=%lld alpha=%g beta=%g "
-             "special=%d tune=%s", t->ta ? 'T' : 'N', t->tb ? 'T' : 'N', (long long)t->m,
-             (long long)t->n, (long long)t->k, (long long)t->lda, (long long)t->ldb,
-             (long long)t->ldc, t->alpha, t->beta, t->special, t->tune ? t->tune : "auto");
+static void dcase_str(const gcase *t, char *buf, size_t n) {
+    snprintf(buf, n, "f64 ");
+    case_str(t, buf + 4, n - 4);
 }
 
 /* got against alpha*op(A)op(B) + beta*C0 (+ bias) summed in long double;
  * the tolerance scales with the sum of |terms| and k (double rounding). */
-static void dcheck(const dcase *t, const dbufs *g, const double *got, const double *bias,
+static void dcheck(const gcase *t, const dbufs *g, const double *got, const double *bias,
                    const char *what) {
     for (int64_t i = 0; i < t->m; i++) {
         for (int64_t j = 0; j < t->ldc; j++) {
@@ -158,7 +129,7 @@ static void dcheck(const dcase *t, const dbufs *g, const double *got, const doub
 }
 
 /* t on rt1, checked; on rt2 (if any) bitwise the same. */
-static void run_dcase(fj_runtime *rt1, fj_runtime *rt2, const dcase *t) {
+static void run_dcase(fj_runtime *rt1, fj_runtime *rt2, const gcase *t) {
     char what[256];
     dcase_str(t, what, sizeof what);
     gemm_test_tune(t->tune);
@@ -185,32 +156,10 @@ static void run_dcase(fj_runtime *rt1, fj_runtime *rt2, const dcase *t) {
     gemm_test_tune(NULL);
 }
 
-static int64_t rnd_dim(int big) {
-    if (big) return 100 + rnd_to(201);
-    return rnd() % 3 ? dims[rnd_to(sizeof dims / sizeof dims[0])] : rnd_to(70);
-}
-
-static void random_dcase(dcase *t, int avx512, long it) {
-    memset(t, 0, sizeof *t);
-    int big = it % 50 == 49;
-    t->ta = (int)(rnd() & 1);
-    t->tb = (int)(rnd() & 1);
-    t->m = rnd_dim(big);
-    t->n = rnd_dim(big);
-    t->k = rnd_dim(big);
-    t->lda = (t->ta ? t->m : t->k) + (rnd() % 4 == 0 ? rnd_to(20) : 0);
-    t->ldb = (t->tb ? t->k : t->n) + (rnd() % 4 == 0 ? rnd_to(9) : 0);
-    t->ldc = t->n + (rnd() % 3 == 0 ? rnd_to(5) : 0);
-    if (t->lda < 1) t->lda = 1;
-    if (t->ldb < 1) t->ldb = 1;
-    if (t->ldc < 1) t->ldc = 1;
-    t->alpha = rnd() % 3 ? edge[rnd_to(4)] : rnd_d() * 2;
-    t->beta = rnd() % 3 ? edge[rnd_to(4)] : rnd_d() * 2;
-    int sp = (int)rnd_to(12);
-    t->special = sp < 3 ? sp + 1 : 0;
-    if (t->special == 3) t->beta = 0;
-    if (avx512) t->tune = tunes512[rnd_to(sizeof tunes512 / sizeof tunes512[0])];
-    else t->tune = tunes2[rnd_to(sizeof tunes2 / sizeof tunes2[0])];
+static void random_dcase(gcase *t, int avx512, long it) {
+    size_t n512 = sizeof tunes512 / sizeof tunes512[0], n2 = sizeof tunes2 / sizeof tunes2[0];
+    gcase_random(t, it, dims, sizeof dims / sizeof dims[0], avx512 ? tunes512 : tunes2,
+                 avx512 ? n512 : n2, 1);
 }
 
 static void fuzz(fj_isa isa, uint64_t salt) {
@@ -219,7 +168,7 @@ static void fuzz(fj_isa isa, uint64_t salt) {
     seed(salt);
     long iters = fjt_iters("FRAMEJIT_FUZZ_ITERS", 1500);
     for (long it = 0; it < iters; it++) {
-        dcase t;
+        gcase t;
         random_dcase(&t, isa == FJ_ISA_AVX512, it);
         run_dcase(rt1, it % 2 ? rt2 : NULL, &t);
     }
@@ -241,7 +190,7 @@ START_TEST(large) {
     static const int64_t shapes[][3] = {{300, 257, 700}, {129, 600, 1100}, {513, 64, 300}};
     seed(200 + (uint64_t)_i);
     for (int s = 0; s < 3; s++) {
-        dcase t = {.ta = _i >> 1 & 1, .tb = _i >> 2 & 1, .m = shapes[s][0], .n = shapes[s][1],
+        gcase t = {.ta = _i >> 1 & 1, .tb = _i >> 2 & 1, .m = shapes[s][0], .n = shapes[s][1],
                    .k = shapes[s][2], .alpha = 0.75, .beta = s == 1 ? 0.0 : -0.5};
         t.lda = t.ta ? t.m : t.k;
         t.ldb = t.tb ? t.k : t.n;
@@ -339,7 +288,7 @@ static const struct {
 
 /* got = act(alpha*op(A)op(B) + beta*C0 + bias) within the GEMM's
  * tolerance carried through the op. */
-static void dcheck_act(const dcase *t, const dbufs *g, const double *got, const double *bias,
+static void dcheck_act(const gcase *t, const dbufs *g, const double *got, const double *bias,
                        fj_eltwise_op op, double al, double be, const char *what) {
     for (int64_t i = 0; i < t->m; i++)
         for (int64_t j = 0; j < t->n; j++) {
@@ -379,7 +328,7 @@ START_TEST(handles) {
     if (!rt) return;
     seed(300 + (uint64_t)_i);
     for (int it = 0; it < 84; it++) {
-        dcase t;
+        gcase t;
         random_dcase(&t, isa == FJ_ISA_AVX512, it);
         t.special = 0;
         t.tune = NULL;

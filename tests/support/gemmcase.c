@@ -26,7 +26,8 @@ uint64_t rnd(void) {
     return rng_state = x;
 }
 int64_t rnd_to(int64_t n) { return n > 0 ? (int64_t)(rnd() % (uint64_t)n) : 0; }
-float rnd_f(void) { return (float)((double)(rnd() >> 11) / 9007199254740992.0 * 2.0 - 1.0); }
+double rnd_d(void) { return (double)(rnd() >> 11) / 9007199254740992.0 * 2.0 - 1.0; }
+float rnd_f(void) { return (float)rnd_d(); }
 
 long env_long(const char *name, long dflt) {
     const char *e = getenv(name);
@@ -41,6 +42,62 @@ void seed(uint64_t salt) {
 /* ---- reference and checking --------------------------------------------- */
 
 
+static int64_t rnd_dim(const int64_t *dims, size_t ndims, int big) {
+    if (big) return 100 + rnd_to(201);
+    return rnd() % 3 ? dims[rnd_to((int64_t)ndims)] : rnd_to(70);
+}
+
+void gcase_random(gcase *t, long it, const int64_t *dims, size_t ndims, const char *const *tunes,
+                  size_t ntunes, int f64) {
+    static const double edge[] = {0.0, 1.0, -1.0, 0.5};
+    memset(t, 0, sizeof *t);
+    int big = it % 50 == 49; /* a few shapes up to 300 */
+    t->ta = (int)(rnd() & 1);
+    t->tb = (int)(rnd() & 1);
+    t->m = rnd_dim(dims, ndims, big);
+    t->n = rnd_dim(dims, ndims, big);
+    t->k = rnd_dim(dims, ndims, big);
+    t->lda = (t->ta ? t->m : t->k) + (rnd() % 4 == 0 ? rnd_to(20) : 0);
+    t->ldb = (t->tb ? t->k : t->n) + (rnd() % 4 == 0 ? rnd_to(9) : 0);
+    t->ldc = t->n + (rnd() % 3 == 0 ? rnd_to(5) : 0);
+    if (t->lda < 1) t->lda = 1;
+    if (t->ldb < 1) t->ldb = 1;
+    if (t->ldc < 1) t->ldc = 1;
+    t->alpha = rnd() % 3 ? edge[rnd_to(4)] : (f64 ? rnd_d() : rnd_f()) * 2;
+    t->beta = rnd() % 3 ? edge[rnd_to(4)] : (f64 ? rnd_d() : rnd_f()) * 2;
+    int sp = (int)rnd_to(12);
+    t->special = sp < 3 ? sp + 1 : 0;
+    if (t->special == 3) t->beta = 0;
+    t->tune = tunes[rnd_to((int64_t)ntunes)];
+}
+
+static void put(void *p, size_t i, int es, double v) {
+    if (es == 8) ((double *)p)[i] = v;
+    else ((float *)p)[i] = (float)v;
+}
+
+void gcase_fill(const gcase *t, int es, void *a, size_t na, void *b, size_t nb, void *c0,
+                size_t nc) {
+    for (size_t i = 0; i < na; i++) put(a, i, es, rnd_d());
+    for (size_t i = 0; i < nb; i++) put(b, i, es, rnd_d());
+    for (size_t i = 0; i < nc; i++) put(c0, i, es, rnd_d());
+    for (int64_t i = 0; i < t->m; i++)
+        for (int64_t j = t->n; j < t->ldc; j++) put(c0, (size_t)(i * t->ldc + j), es, GEMMCASE_PAD);
+    put(c0, nc - 1, es, GEMMCASE_PAD);
+    if (t->special == 1 && t->m && t->k) {
+        int64_t i = rnd_to(t->m), p = rnd_to(t->k);
+        put(a, (size_t)(t->ta ? p * t->lda + i : i * t->lda + p), es, NAN);
+    }
+    if (t->special == 2 && t->n && t->k) {
+        int64_t j = rnd_to(t->n), p = rnd_to(t->k);
+        put(b, (size_t)(t->tb ? j * t->ldb + p : p * t->ldb + j), es,
+            rnd() & 1 ? INFINITY : -INFINITY);
+    }
+    if (t->special == 3)
+        for (int64_t i = 0; i < t->m; i++)
+            for (int64_t j = 0; j < t->n; j++) put(c0, (size_t)(i * t->ldc + j), es, NAN);
+}
+
 void bufs_make(const gcase *t, gbufs *g) {
     g->na = (size_t)((t->ta ? t->k : t->m) * t->lda) + 1;
     g->nb = (size_t)((t->tb ? t->n : t->k) * t->ldb) + 1;
@@ -50,23 +107,7 @@ void bufs_make(const gcase *t, gbufs *g) {
     g->c0 = malloc(g->nc * sizeof(float));
     g->c = malloc(g->nc * sizeof(float));
     ck_assert(g->a && g->b && g->c0 && g->c);
-    for (size_t i = 0; i < g->na; i++) g->a[i] = rnd_f();
-    for (size_t i = 0; i < g->nb; i++) g->b[i] = rnd_f();
-    for (size_t i = 0; i < g->nc; i++) g->c0[i] = rnd_f();
-    for (int64_t i = 0; i < t->m; i++)
-        for (int64_t j = t->n; j < t->ldc; j++) g->c0[i * t->ldc + j] = GEMMCASE_PAD;
-    g->c0[g->nc - 1] = GEMMCASE_PAD;
-    if (t->special == 1 && t->m && t->k) {
-        int64_t i = rnd_to(t->m), p = rnd_to(t->k);
-        g->a[t->ta ? p * t->lda + i : i * t->lda + p] = NAN;
-    }
-    if (t->special == 2 && t->n && t->k) {
-        int64_t j = rnd_to(t->n), p = rnd_to(t->k);
-        g->b[t->tb ? j * t->ldb + p : p * t->ldb + j] = rnd() & 1 ? INFINITY : -INFINITY;
-    }
-    if (t->special == 3)
-        for (int64_t i = 0; i < t->m; i++)
-            for (int64_t j = 0; j < t->n; j++) g->c0[i * t->ldc + j] = NAN;
+    gcase_fill(t, 4, g->a, g->na, g->b, g->nb, g->c0, g->nc);
     memcpy(g->c, g->c0, g->nc * sizeof(float));
 }
 
@@ -154,16 +195,16 @@ void run_case(fj_runtime *rt1, fj_runtime *rt2, const gcase *t) {
     bufs_make(t, &g);
     static const char tr[2][2] = {{'N', 'n'}, {'T', 't'}};
     char ca = tr[t->ta][rnd() & 1], cb = tr[t->tb][rnd() & 1];
-    fj_status s = fj_gemm_f32(rt1, ca, cb, t->m, t->n, t->k, t->alpha, g.a, t->lda, g.b, t->ldb,
-                              t->beta, g.c, t->ldc);
+    fj_status s = fj_gemm_f32(rt1, ca, cb, t->m, t->n, t->k, (float)t->alpha, g.a, t->lda, g.b,
+                              t->ldb, (float)t->beta, g.c, t->ldc);
     ck_assert_msg(s == FJ_OK, "%s: %s: %s", what, fj_status_str(s), fj_last_error());
     check_result(t, &g, g.c, NULL, 0, 0, 0, what);
     if (rt2) {
         float *c2 = malloc(g.nc * sizeof(float));
         ck_assert_ptr_nonnull(c2);
         memcpy(c2, g.c0, g.nc * sizeof(float));
-        s = fj_gemm_f32(rt2, ca, cb, t->m, t->n, t->k, t->alpha, g.a, t->lda, g.b, t->ldb,
-                        t->beta, c2, t->ldc);
+        s = fj_gemm_f32(rt2, ca, cb, t->m, t->n, t->k, (float)t->alpha, g.a, t->lda, g.b, t->ldb,
+                        (float)t->beta, c2, t->ldc);
         ck_assert_msg(s == FJ_OK, "%s (2 threads): %s", what, fj_last_error());
         ck_assert_msg(!memcmp(c2, g.c, g.nc * sizeof(float)),
                       "%s: 1 and 2 threads differ bitwise", what);

@@ -12,16 +12,29 @@
 uint64_t rnd(void);
 int64_t rnd_to(int64_t n);
 float rnd_f(void); /* uniform in [-1, 1) */
+double rnd_d(void); /* the same in double (rnd_f is it rounded) */
 long env_long(const char *name, long dflt);
 void seed(uint64_t salt);
 
 typedef struct gcase {
     int ta, tb;
     int64_t m, n, k, lda, ldb, ldc;
-    float alpha, beta;
+    double alpha, beta;   /* (f32 cases: float values) */
     int special;          /* 1: NaN in A, 2: Inf in B, 3: NaN everywhere in C (beta = 0) */
     const char *tune;     /* blocking knobs for gemm_test_tune */
 } gcase;
+
+/* A random case (the it-th of a run: every 50th is larger, up to 300):
+ * dimensions mostly from dims, padded strides, alpha and beta mostly
+ * 0, 1, -1, 0.5, NaN/Inf specials, and blocking knobs from tunes. f64:
+ * alpha and beta any double, else float values. */
+void gcase_random(gcase *t, long it, const int64_t *dims, size_t ndims, const char *const *tunes,
+                  size_t ntunes, int f64);
+/* Fills A (na elements), B and C0 of t's element size es (4 or 8) with
+ * random values, C0 outside the m x n region and its last element with
+ * GEMMCASE_PAD, and t's special values. */
+void gcase_fill(const gcase *t, int es, void *a, size_t na, void *b, size_t nb, void *c0,
+                size_t nc);
 
 typedef struct gbufs {
     float *a, *b, *c0, *c;
