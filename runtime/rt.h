@@ -7,6 +7,8 @@
 
 #include "codecache/cc.h"
 #include "kernels/gen/eltwise_gen.h"
+#include "kernels/x64/cpu_desc.h"
+#include "runtime/prims/gemm_model.h"
 #include "unwindinfo/uw.h"
 
 struct fj_kernel {
@@ -38,6 +40,8 @@ struct fj_runtime {
     struct fj_runtime *live_next; /* the live runtimes' list (kcache.c) */
     fj_isa isa;
     uint32_t features;       /* X64_F_* of the CPU */
+    const kc_cpu_desc *cpu;  /* the CPU's description (read once per process) */
+    gemm_model gemm[2];      /* GEMM blocking for isa: f32, f64 (gemm_model.c) */
     unsigned uw_backends;    /* UW_* */
     int verify;
     int perfmap, jitdump;    /* FRAMEJIT_PERFMAP / FRAMEJIT_JITDUMP, read at creation */
