@@ -20,6 +20,16 @@ int gemm_model_mr(const gemm_model *m, int nv) {
     return mr > m->mr_cap ? m->mr_cap : mr < 1 ? 1 : mr;
 }
 
+int64_t gemm_model_rows_cost(const gemm_model *m, int64_t rows, int mr, int nv) {
+    int64_t acc = (int64_t)mr * nv;
+    return (rows + mr - 1) / mr * (acc > m->acc_min ? acc : m->acc_min);
+}
+
+int gemm_model_rows_better(const gemm_model *m, int64_t rows, int r, int mr, int nv) {
+    int64_t a = gemm_model_rows_cost(m, rows, r, nv), b = gemm_model_rows_cost(m, rows, mr, nv);
+    return a < b || (a == b && (rows + r - 1) / r * r < (rows + mr - 1) / mr * mr);
+}
+
 /* BLIS's kc: the B micro-panel (kc x nr) stays in L1 while A's
  * micro-panels (mr x kc) stream through it: of the L1's ways, one is left
  * to the streams and the rest split between B and A as nr : mr. */

@@ -41,6 +41,13 @@ FJ_INTERNAL gemm_model gemm_model_of(const kc_cpu_desc *cpu, int isa, int es);
 /* The tallest tile of nv vectors the register file holds (accumulators, nv
  * B vectors and A's broadcast), at most mr_cap rows. */
 FJ_INTERNAL int gemm_model_mr(const gemm_model *m, int nv);
+/* The cycles, in FMA-pipe slots per k step, that m rows take in tiles of
+ * mr x nv: the row tiles times the larger of the tile's accumulators and
+ * latency x pipes (fewer accumulators wait on their dependency chains). */
+FJ_INTERNAL int64_t gemm_model_rows_cost(const gemm_model *m, int64_t rows, int mr, int nv);
+/* 1 if tiles of r rows take m rows in fewer cycles than tiles of mr rows,
+ * or in as many with fewer rows computed past m. */
+FJ_INTERNAL int gemm_model_rows_better(const gemm_model *m, int64_t rows, int r, int mr, int nv);
 /* kc for an mr x nr tile (before k is split into balanced blocks). */
 FJ_INTERNAL int64_t gemm_model_kc(const gemm_model *m, int mr, int nr);
 /* nc for kc and nr (before n is split into balanced blocks); wide: A is

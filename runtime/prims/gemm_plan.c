@@ -357,13 +357,16 @@ fj_status gemm_plan_block(gemm_plan *p, const gemm_desc *d, const gemm_model *bl
     }
     p->mr = avx512 ? tune.mr512 : tune.mr2;
     if (!p->mr) {
-        /* Rows computed past m are wasted FMAs: for short problems pick the
-         * tile height that wastes least (ties: the taller tile). Tall
-         * problems keep the tallest tile, so they share one kernel. */
+        /* Rows computed past m are wasted FMAs, and a tile with fewer
+         * accumulators than the FMA latency x pipes leaves the pipes idle:
+         * for short problems pick the tile height that takes the fewest
+         * cycles, then wastes fewest rows (gemm_model_rows_better; ties:
+         * the taller tile). Tall problems keep the tallest tile, so they
+         * share one kernel. */
         p->mr = mr_max;
         if (m <= 256)
             for (int r = mr_max - 1; r >= (mr_max + 1) / 2; r--)
-                if (cdiv(m, r) * r < cdiv(m, p->mr) * p->mr) p->mr = r;
+                if (gemm_model_rows_better(bl, m, r, p->mr, p->nv)) p->mr = r;
     }
     /* Rows of A read in place that one L1 set keeps beside the B panel
      * streaming through it (the model's: 4 in an 8-way L1, 8 in a 12-way
