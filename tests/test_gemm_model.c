@@ -62,7 +62,7 @@ static kc_cache_info cache(int64_t kib, int ways, int sharing) {
 
 static kc_cpu_desc desc_of(const cpu_case *c) {
     kc_cpu_desc d = {.family = c->family, .model = c->model, .avx512 = c->avx512,
-                     .cache_src = "test"};
+                     .vec_bits = c->avx512 ? 512 : 256, .cache_src = "test"};
     snprintf(d.vendor, sizeof d.vendor, "%s", c->vendor);
     d.l1d = cache(c->l1, c->l1w, c->smt);
     d.l2 = cache(c->l2, c->l2w, c->smt);
@@ -347,7 +347,7 @@ START_TEST(decode_zen5) {
     kc_cpu_decode(&r, &d);
     ck_assert_str_eq(d.vendor, "AuthenticAMD");
     ck_assert_str_eq(d.brand, "AMD EPYC");
-    ck_assert(d.family == 0x1a && d.model == 2 && d.stepping == 1 && d.avx512);
+    ck_assert(d.family == 0x1a && d.model == 2 && d.stepping == 1 && d.avx512 && d.vec_bits == 512);
     ck_assert_str_eq(d.cache_src, "leaf8000001d");
     assert_cache(&d.l1d, 48 << 10, 12, 64, 64, 1);
     assert_cache(&d.l2, 1 << 20, 16, 64, 1024, 1);
@@ -366,8 +366,8 @@ START_TEST(decode_zen5) {
 }
 END_TEST
 
-/* A Core i3 of the Kaby Lake generation (family 6 model 0x9e), from a
- * published cpuid dump: leaf 4's deterministic cache parameters. */
+/* A Pentium of the Kaby Lake generation (family 6 model 0x9e; no AVX, no
+ * FMA), from a published cpuid dump: leaf 4's deterministic caches. */
 START_TEST(decode_kaby_lake) {
     kc_cpuid_raw r = {
         .l0 = R(00000016, 756e6547, 6c65746e, 49656e69),
@@ -380,13 +380,13 @@ START_TEST(decode_kaby_lake) {
     kc_cpu_decode(&r, &d);
     ck_assert_str_eq(d.vendor, "GenuineIntel");
     ck_assert_str_eq(d.brand, "");
-    ck_assert(d.family == 6 && d.model == 0x9e && d.stepping == 9 && !d.avx512);
+    ck_assert(d.family == 6 && d.model == 0x9e && d.stepping == 9 && !d.avx512 && d.vec_bits == 0);
     ck_assert_str_eq(d.cache_src, "leaf4");
     assert_cache(&d.l1d, 32 << 10, 8, 64, 64, 2);
     assert_cache(&d.l2, 256 << 10, 4, 64, 1024, 2);
     assert_cache(&d.l3, 3 << 20, 12, 64, 4096, 16);
     ck_assert_str_eq(d.uarch, "skylake");
-    ck_assert(d.fma256 == 2 && d.fma512 == 0 && d.fma_lat == 4);
+    ck_assert(d.fma256 == 0 && d.fma512 == 0 && d.fma_lat == 4);
 }
 END_TEST
 
@@ -401,7 +401,11 @@ START_TEST(decode_bare) {
     kc_cpu_desc d;
     kc_cpu_decode(&r, &d);
     ck_assert_str_eq(d.brand, "Intel Core");
-    ck_assert(d.family == 6 && d.model == 0x3c && !d.avx512);
+    ck_assert(d.family == 6 && d.model == 0x3c && !d.avx512 && d.vec_bits == 0);
+    /* FMA3 (leaf 1 ecx bit 12): 256-bit vectors. */
+    r.l1.c = 1u << 12;
+    kc_cpu_decode(&r, &d);
+    ck_assert_int_eq(d.vec_bits, 256);
     ck_assert_str_eq(d.cache_src, "");
     ck_assert_int_eq(d.l1d.size, 0);
     ck_assert_str_eq(d.uarch, "haswell");

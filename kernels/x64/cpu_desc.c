@@ -127,6 +127,7 @@ void kc_cpu_decode(const kc_cpuid_raw *r, kc_cpu_desc *d) {
     d->model = (int)(sig >> 4 & 15) | (base_fam == 6 || base_fam == 15 ? (int)(sig >> 16 & 15) << 4 : 0);
     d->stepping = (int)(sig & 15);
     d->avx512 = r->l0.a >= 7 && (r->l7.b >> 16 & 1);
+    d->vec_bits = d->avx512 ? 512 : r->l0.a >= 1 && (r->l1.c >> 12 & 1) ? 256 : 0;
     d->cache_src = "";
     if (decode_det(r->l4, d)) d->cache_src = "leaf4";
     else if (decode_det(r->e1d, d)) d->cache_src = "leaf8000001d";
@@ -215,6 +216,7 @@ void kc_cpu_fma(kc_cpu_desc *d) {
     d->fma512 = row ? row->fma512 : 2;
     d->fma_lat = row ? row->lat : 4;
     if (!d->avx512) d->fma512 = 0;
+    if (!d->vec_bits) d->fma256 = 0;
 }
 
 /* A sysconf cache figure, or 0. */

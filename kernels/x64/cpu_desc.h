@@ -20,6 +20,7 @@ typedef struct kc_cpu_desc {
     char brand[49];      /* the brand string, "" when the CPU has none */
     int family, model, stepping; /* display family and model (extended fields added) */
     int avx512;          /* the CPU has AVX-512F (whether or not the OS enables it) */
+    int vec_bits;        /* its widest FMA vectors: 512, 256 (FMA3), 0 (none) */
     kc_cache_info l1d, l2, l3;
     const char *cache_src; /* where the caches came from: "leaf4", "leaf8000001d",
                               "leaf80000005", "sysconf", "default" */
@@ -52,7 +53,8 @@ FJ_INTERNAL void kc_cpuid_read(kc_cpuid_raw *r);
  * FMA fields from the microarchitecture table. Caches r does not describe
  * stay zero (kc_cpu_describe fills them from sysconf). Pure. */
 FJ_INTERNAL void kc_cpu_decode(const kc_cpuid_raw *r, kc_cpu_desc *d);
-/* The FMA pipes and latency of d's vendor/family/model (d->avx512 set):
+/* The FMA pipes and latency of d's vendor/family/model (d->avx512 and
+ * d->vec_bits set; none at a width the CPU lacks):
  * the table row, or the default row for an unknown CPU. Pure. */
 FJ_INTERNAL void kc_cpu_fma(kc_cpu_desc *d);
 /* Completes a cache level from what is known: sets from size, ways and

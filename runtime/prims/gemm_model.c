@@ -165,10 +165,11 @@ void gemm_model_cpu_str(const kc_cpu_desc *cpu, char *buf, size_t n) {
     cache_str("L3", &cpu->l3, l3, sizeof l3);
     snprintf(buf, n,
              "cpu: %s family 0x%x model 0x%x stepping %d (%s) \"%s\"; %s; %s; %s (from %s); "
-             "FMA/cycle 256-bit %d, 512-bit %d, latency %d",
+             "vectors %d-bit, FMA/cycle 256-bit %d, 512-bit %d, latency %d",
              cpu->vendor[0] ? cpu->vendor : "unknown", cpu->family, cpu->model, cpu->stepping,
              cpu->uarch ? cpu->uarch : "unknown", cpu->brand, l1, l2, l3,
-             cpu->cache_src ? cpu->cache_src : "?", cpu->fma256, cpu->fma512, cpu->fma_lat);
+             cpu->cache_src ? cpu->cache_src : "?", cpu->vec_bits, cpu->fma256, cpu->fma512,
+             cpu->fma_lat);
 }
 
 void gemm_model_str(const gemm_model *m, char *buf, size_t n) {

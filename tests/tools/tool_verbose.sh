@@ -18,7 +18,7 @@ check_isa() { # ISA (auto: the best the CPU has)
     want="$(sed -n 's/.*runtime: isa=\([a-z0-9]*\) .*/\1/p' "$TMP/err" | head -1)"
     [[ -n "$want" ]] || { show "$TMP/err"; fail "no 'runtime: isa=' line"; }
     local cpu
-    cpu="$(grep -c 'runtime: cpu: .* family 0x[0-9a-f]* model 0x[0-9a-f]* .*L1d [0-9]* KiB [0-9]*-way [0-9]* B lines [0-9]* sets shared by [0-9]*; L2 [0-9]* KiB.*FMA/cycle 256-bit [0-9]*, 512-bit [0-9]*, latency [0-9]*' "$TMP/err" || true)"
+    cpu="$(grep -c 'runtime: cpu: .* family 0x[0-9a-f]* model 0x[0-9a-f]* .*L1d [0-9]* KiB [0-9]*-way [0-9]* B lines [0-9]* sets shared by [0-9]*; L2 [0-9]* KiB.*vectors [0-9]*-bit, FMA/cycle 256-bit [0-9]*, 512-bit [0-9]*, latency [0-9]*' "$TMP/err" || true)"
     [[ "$cpu" == 1 ]] || { show "$TMP/err"; fail "$isa: $cpu CPU description lines, 1 expected"; }
     for dt in f32 f64; do
         local n
