@@ -40,8 +40,6 @@ struct fj_runtime {
     struct fj_runtime *live_next; /* the live runtimes' list (kcache.c) */
     fj_isa isa;
     uint32_t features;       /* X64_F_* of the CPU */
-    const kc_cpu_desc *cpu;  /* the CPU's description (read once per process) */
-    gemm_model gemm[2];      /* GEMM blocking for isa: f32, f64 (gemm_model.c) */
     unsigned uw_backends;    /* UW_* */
     int verify;
     int perfmap, jitdump;    /* FRAMEJIT_PERFMAP / FRAMEJIT_JITDUMP, read at creation */
@@ -73,6 +71,8 @@ struct fj_runtime {
     pthread_mutex_t pool_lock;
     rt_pool *pool;
     int no_stitch;           /* rt_set_stitch(rt, 0): measurement only */
+    const kc_cpu_desc *cpu;  /* the CPU's description (read once per process) */
+    gemm_model gemm[2];      /* GEMM blocking for isa: f32, f64 (gemm_model.c) */
 };
 
 /* Frees a kernel: unpublishes its code. Its unwind info stays registered

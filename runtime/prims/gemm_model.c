@@ -5,69 +5,13 @@
 
 #include <stdio.h>
 
-#include "framejit.h"
-
-static int64_t max64m(int64_t a, int64_t b) { return a > b ? a : b; }
-static int64_t min64m(int64_t a, int64_t b) { return a < b ? a : b; }
-
-int gemm_model_mr(const gemm_model *m, int nv) {
-    /* The k loop holds mr*nv accumulators, nv B vectors and A's broadcast;
-     * the epilogue the accumulators, alpha and beta (and on AVX2 a
-     * temporary and a mask). */
-    int epi = m->isa == FJ_ISA_AVX512 ? 2 : 4;
-    int loop = (m->regs - nv - 1) / nv, tail = (m->regs - epi) / nv;
-    int mr = loop < tail ? loop : tail;
-    return mr > m->mr_cap ? m->mr_cap : mr < 1 ? 1 : mr;
-}
-
-int64_t gemm_model_rows_cost(const gemm_model *m, int64_t rows, int mr, int nv) {
-    int64_t acc = (int64_t)mr * nv;
-    return (rows + mr - 1) / mr * (acc > m->acc_min ? acc : m->acc_min);
-}
-
-int gemm_model_rows_better(const gemm_model *m, int64_t rows, int r, int mr, int nv) {
-    int64_t a = gemm_model_rows_cost(m, rows, r, nv), b = gemm_model_rows_cost(m, rows, mr, nv);
-    return a < b || (a == b && (rows + r - 1) / r * r < (rows + mr - 1) / mr * mr);
-}
-
 /* BLIS's kc: the B micro-panel (kc x nr) stays in L1 while A's
  * micro-panels (mr x kc) stream through it: of the L1's ways, one is left
  * to the streams and the rest split between B and A as nr : mr. */
 static int64_t kc_l1(const gemm_model *m, int mr, int nr) {
     int64_t way = (int64_t)m->l1_sets * m->line;
     int64_t b_ways = (int64_t)(m->l1_ways - 1) * nr / (nr + mr);
-    return max64m(1, b_ways) * way / ((int64_t)nr * m->es);
-}
-
-int64_t gemm_model_kc(const gemm_model *m, int mr, int nr) {
-    (void)mr;
-    /* framejit's kernels stream the B panel from beyond L1: with AVX-512
-     * they copy and prefetch it, and it takes an eighth of L2 (the A block,
-     * C's rows and the next panel take the rest); with AVX2 it takes 4/3
-     * of L1, streaming partly from L2. Both measured faster than the
-     * L1-resident panel (kc_l1). */
-    int64_t budget = m->l2_stream ? m->l2 / 8 : m->l1 * 4 / 3;
-    return min64m(m->kc_max, budget / ((int64_t)nr * m->es));
-}
-
-int64_t gemm_model_nc(const gemm_model *m, int64_t kc, int nr, int wide) {
-    /* The B block (kc x nc) in its budget; at least nc_min columns (A is
-     * packed again per column block), nc_min_wide when A is read again
-     * from memory per column block. */
-    int64_t nc = max64m(wide ? m->nc_min_wide : m->nc_min, m->nc_bytes / (max64m(1, kc) * m->es));
-    return max64m(nr, nc / nr * nr);
-}
-
-int64_t gemm_model_spread(const gemm_model *m, int64_t ld, int es) {
-    int64_t bytes = ld * es, sets = m->l1_sets, line = m->line;
-    if (bytes % line) return sets;
-    int64_t l = (bytes / line) % sets, g = sets;
-    while (l) {
-        int64_t t = g % l;
-        g = l;
-        l = t;
-    }
-    return sets / g;
+    return gm_max(1, b_ways) * way / ((int64_t)nr * m->es);
 }
 
 gemm_model gemm_model_of(const kc_cpu_desc *cpu, int isa, int es) {
@@ -82,6 +26,7 @@ gemm_model gemm_model_of(const kc_cpu_desc *cpu, int isa, int es) {
     /* In-place row-major A takes a register per row (and per 7 rows an
      * index): the generator takes at most 14 rows. */
     m.mr_cap = 14;
+    for (int nv = 1; nv <= 4; nv++) m.mr_nv[nv] = gemm_model_mr(&m, nv);
     m.l1 = cpu->l1d.size > 0 ? cpu->l1d.size : 32 << 10;
     m.l2 = cpu->l2.size > 0 ? cpu->l2.size : 1 << 20;
     m.l3 = cpu->l3.size > 0 ? cpu->l3.size : m.l2;
@@ -89,6 +34,11 @@ gemm_model gemm_model_of(const kc_cpu_desc *cpu, int isa, int es) {
     m.l1_ways = cpu->l1d.ways > 0 ? cpu->l1d.ways : 8;
     m.l1_sets = cpu->l1d.sets > 0 ? cpu->l1d.sets : (int)(m.l1 / (m.l1_ways * m.line));
     if (m.l1_sets < 1) m.l1_sets = 1;
+    /* Set indexing is by address bits: both are powers of two (rounded
+     * down should a description say otherwise). */
+    while (m.line & (m.line - 1)) m.line &= m.line - 1;
+    while (m.l1_sets & (m.l1_sets - 1)) m.l1_sets &= m.l1_sets - 1;
+    m.line_shift = __builtin_ctz((unsigned)m.line);
     m.l2_ways = cpu->l2.ways > 0 ? cpu->l2.ways : 16;
     m.l2_sets = cpu->l2.sets > 0 ? cpu->l2.sets : (int)(m.l2 / ((int64_t)m.l2_ways * m.line));
     if (m.l2_sets < 1) m.l2_sets = 1;
@@ -119,15 +69,15 @@ gemm_model gemm_model_of(const kc_cpu_desc *cpu, int isa, int es) {
     for (m.kc_max = 16; m.kc_max < deep; m.kc_max *= 2) {}
     m.l2_stream = avx512;
     m.kc_l1 = kc_l1(&m, m.mr, nr);
-    m.kc = max64m(16, gemm_model_kc(&m, m.mr, nr) & ~(int64_t)7);
+    m.kc = gm_max(16, gemm_model_kc(&m, nr) & ~(int64_t)7);
     /* mc: four row tiles per B panel (measured faster than BLIS's A block
      * that fills the L2 ways the B panel leaves, mc_l2, which bounds it). */
     m.mc_tiles = 4;
     int64_t l2_way = (int64_t)m.l2_sets * m.line;
     int64_t b_ways = ((int64_t)m.kc * nr * es + l2_way - 1) / l2_way;
-    int64_t a_ways = max64m(1, m.l2_ways - 1 - b_ways);
-    m.mc_l2 = max64m(m.mr, a_ways * l2_way / (m.kc * es) / m.mr * m.mr);
-    m.mc = min64m((int64_t)m.mc_tiles * m.mr, m.mc_l2);
+    int64_t a_ways = gm_max(1, m.l2_ways - 1 - b_ways);
+    m.mc_l2 = gm_max(m.mr, a_ways * l2_way / (m.kc * es) / m.mr * m.mr);
+    m.mc = gm_min((int64_t)m.mc_tiles * m.mr, m.mc_l2);
     /* nc: the B block in half of L2 (BLIS keeps it in L3; from L3 each row
      * block's sweep is more than the prefetchers hide), at least 256
      * columns, 1024 for an A read again per column block, at most 8192
@@ -136,7 +86,7 @@ gemm_model gemm_model_of(const kc_cpu_desc *cpu, int isa, int es) {
     m.nc_min = 256;
     m.nc_min_wide = 1024;
     m.nc_max = 8192;
-    m.nc = min64m(m.nc_max, gemm_model_nc(&m, m.kc, nr, 0));
+    m.nc = gm_min(m.nc_max, gemm_model_nc(&m, m.kc, nr, 0));
     /* The k loop: 4 steps per iteration, 8 for a small tile (16
      * accumulators or fewer) on a short k, where loop overhead shows. */
     m.unroll = 4;

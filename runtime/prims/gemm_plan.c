@@ -408,7 +408,7 @@ fj_status gemm_plan_block(gemm_plan *p, const gemm_desc *d, const gemm_model *bl
      * k blocks balanced so that the last one is not a sliver. */
     int64_t kc = tune.kc       ? tune.kc
                  : small_mn   ? 2048
-                              : gemm_model_kc(bl, p->mr, p->nr);
+                              : gemm_model_kc(bl, p->nr);
     kc = max64(16, kc & ~(int64_t)7);
     int64_t nkb = max64(1, cdiv(k, kc));
     p->kc = max64(1, min64(kc, (cdiv(k, nkb) + 7) & ~(int64_t)7));
