@@ -12,6 +12,7 @@
 
 #include "fjtest.h"
 #include "framejit.h"
+#include "gemmcase.h"
 #include "kernels/x64/cpu_desc.h"
 #include "runtime/prims/gemm_int.h"
 #include "runtime/prims/gemm_model.h"
@@ -173,7 +174,7 @@ END_TEST
 /* ---- plans over many shapes ---- */
 
 static uint64_t rng = 0x9e3779b97f4a7c15u;
-static int64_t rnd(int64_t lo, int64_t hi) {
+static int64_t rnd_dim(int64_t lo, int64_t hi) {
     rng = rng * 6364136223846793005u + 1442695040888963407u;
     /* Log-uniform: small and large dimensions alike. */
     double u = (double)(rng >> 11) / 9007199254740992.0;
@@ -283,7 +284,7 @@ START_TEST(plan_invariants) {
         for (int i = 0; i < NFIXED; i++) plan_all(c, &ms[j], fixed[i][0], fixed[i][1], fixed[i][2]);
         rng = 0x9e3779b97f4a7c15u + (uint64_t)_i;
         for (int i = 0; i < NRAND; i++) {
-            int64_t m = rnd(1, 3000), n = rnd(1, 3000), k = rnd(1, 3000);
+            int64_t m = rnd_dim(1, 3000), n = rnd_dim(1, 3000), k = rnd_dim(1, 3000);
             plan_all(c, &ms[j], m, n, k);
         }
     }
@@ -310,6 +311,31 @@ START_TEST(plan_pure) {
     /* A model for the other element size is refused. */
     d.dt = KG_DT_F64;
     ck_assert_int_eq(gemm_plan_block(&a, &d, &bl, 1, &none), FJ_ERR_INVALID_ARG);
+}
+END_TEST
+
+/* Every tile width the model allows on this CPU generates and computes:
+ * with the nv knob the planner takes the model's tallest tile for it
+ * (packed and in place, m tall enough to keep it). */
+START_TEST(model_tiles_run) {
+    seed(36);
+    for (int isa = FJ_ISA_AVX2; isa <= FJ_ISA_AVX512; isa++) {
+        fj_runtime *rt = fjt_runtime((fj_isa)isa, 1);
+        if (!rt) continue;
+        for (int nv = 1; nv <= 4; nv++)
+            for (int packed = 0; packed < 2; packed++) {
+                char tune[64];
+                snprintf(tune, sizeof tune, "nv=%d%s", nv, packed ? ",da=0,db=0" : "");
+                int lanes = isa == FJ_ISA_AVX512 ? 16 : 8;
+                gcase t = {.m = 300, .n = 2 * nv * lanes + 5, .k = 70, .alpha = 1.0f, .beta = 0.5f,
+                           .tune = tune};
+                t.lda = t.k;
+                t.ldb = t.n;
+                t.ldc = t.n;
+                run_case(rt, NULL, &t);
+            }
+        fj_runtime_destroy(rt);
+    }
 }
 END_TEST
 
@@ -439,6 +465,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, model_zen5_figures);
     tcase_add_loop_test(tc, plan_invariants, 0, NCPU);
     tcase_add_test(tc, plan_pure);
+    tcase_add_test(tc, model_tiles_run);
     tcase_add_test(tc, decode_zen5);
     tcase_add_test(tc, decode_kaby_lake);
     tcase_add_test(tc, decode_bare);

@@ -50,9 +50,9 @@ FJ_INTERNAL gemm_model gemm_model_of(const kc_cpu_desc *cpu, int isa, int es);
 static inline int gemm_model_mr(const gemm_model *m, int nv) {
     if (nv >= 1 && nv <= 4 && m->mr_nv[nv]) return m->mr_nv[nv];
     /* The k loop holds mr*nv accumulators, nv B vectors and A's broadcast;
-     * the epilogue the accumulators, alpha and beta (and on AVX2 a
-     * temporary and a mask). */
-    int epi = m->isa == FJ_ISA_AVX512 ? 2 : 4;
+     * the epilogue the accumulators, the B vectors' registers (alpha and
+     * beta in two of them) and on AVX2 a mask and a temporary. */
+    int epi = (nv > 2 ? nv : 2) + (m->isa == FJ_ISA_AVX512 ? 0 : 2);
     int loop = (m->regs - nv - 1) / nv, tail = (m->regs - epi) / nv;
     int mr = loop < tail ? loop : tail;
     return mr > m->mr_cap ? m->mr_cap : mr < 1 ? 1 : mr;
