@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "runtime/prims/gemm_int.h"
 #include "runtime/prims/gemm_model.h"
@@ -327,7 +326,8 @@ fj_status gemm_plan_block(gemm_plan *p, const gemm_desc *d, const gemm_model *bl
     const int64_t m = d->m, n = d->n, k = d->k, lda = d->lda, ldb = d->ldb, ldc = d->ldc;
     memset(p, 0, sizeof *p);
     const int es = dt == KG_DT_F64 ? 8 : 4;
-    if (es != bl->es) return fj_fail(FJ_ERR_INVALID_ARG, "gemm plan: a model for %d-byte elements", bl->es);
+    if (es != bl->es)
+        return fj_fail(FJ_ERR_INVALID_ARG, "gemm plan: a model for %d-byte elements", bl->es);
     *p = (gemm_plan){.dt = dt, .es = es, .ta = ta, .tb = tb, .m = m, .n = n, .k = k, .lda = lda,
                      .ldb = ldb, .ldc = ldc, .has_post = has_bias || act};
     /* (The entry points validated the dimensions: the spans fit.) */
@@ -394,8 +394,8 @@ fj_status gemm_plan_block(gemm_plan *p, const gemm_desc *d, const gemm_model *bl
      * shortk knob): with a long k the taller tile's reuse of B wins. */
     int shortk = auto_tile && n >= 256 && m > 256 && k <= tune.shortk;
     if (six || shortk) {
-        p->nv = 4;
         p->mr = gemm_model_mr(bl, 4);
+        p->nv = 4;
     }
     p->nr = p->nv * p->lanes;
 
