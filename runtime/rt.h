@@ -7,6 +7,8 @@
 
 #include "codecache/cc.h"
 #include "kernels/gen/eltwise_gen.h"
+#include "kernels/x64/cpu_desc.h"
+#include "runtime/prims/gemm_model.h"
 #include "unwindinfo/uw.h"
 
 struct fj_kernel {
@@ -69,6 +71,8 @@ struct fj_runtime {
     pthread_mutex_t pool_lock;
     rt_pool *pool;
     int no_stitch;           /* rt_set_stitch(rt, 0): measurement only */
+    const kc_cpu_desc *cpu;  /* the CPU's description (read once per process) */
+    gemm_model gemm[2];      /* GEMM blocking for isa: f32, f64 (gemm_model.c) */
 };
 
 /* Frees a kernel: unpublishes its code. Its unwind info stays registered

@@ -8,6 +8,7 @@
 
 #include "kernels/builder/builder_int.h"
 #include "kernels/x64/cpu.h"
+#include "kernels/x64/cpu_desc.h"
 #include "runtime/kcache.h"
 #include "runtime/pool.h"
 
@@ -57,6 +58,29 @@ static uint32_t cpu_features(void) {
         atomic_store_explicit(&cached, v, memory_order_relaxed);
     }
     return v & 0x7fffffffu;
+}
+
+/* The CPU's description, for the GEMM blocking model: read once per
+ * process, like the features. */
+static kc_cpu_desc cpu_desc_v;
+static pthread_once_t cpu_desc_once = PTHREAD_ONCE_INIT;
+static void cpu_desc_init(void) { kc_cpu_describe(&cpu_desc_v); }
+static const kc_cpu_desc *cpu_desc(void) {
+    pthread_once(&cpu_desc_once, cpu_desc_init);
+    return &cpu_desc_v;
+}
+
+/* FRAMEJIT_VERBOSE: the CPU description and the GEMM blocking the model
+ * derives from it for this runtime's ISA. */
+static void log_blocking(const fj_runtime *rt) {
+    if (fj_verbose() < 1) return;
+    char line[512];
+    gemm_model_cpu_str(rt->cpu, line, sizeof line);
+    fj_log(1, "runtime: %s", line);
+    for (int i = 0; i < 2; i++) {
+        gemm_model_str(&rt->gemm[i], line, sizeof line);
+        fj_log(1, "runtime: %s", line);
+    }
 }
 
 /* After a normal exit the arena files stay in /dev/shm this long, at most
@@ -125,6 +149,9 @@ fj_status fj_runtime_create(const fj_options *opts, fj_runtime **out) {
     if (s == FJ_OK) s = uw_parse_backends(getenv("FRAMEJIT_UNWIND"), &rt->uw_backends);
     if (s != FJ_OK) { fj_free(rt); return s; }
     rt->opts.isa = rt->isa;
+    rt->cpu = cpu_desc();
+    rt->gemm[0] = gemm_model_of(rt->cpu, rt->isa, 4);
+    rt->gemm[1] = gemm_model_of(rt->cpu, rt->isa, 8);
     /* Probe builds only: every kernel of this runtime without a frame
      * pointer (kernels/builder/builder_int.h, KB_NOFP). */
     if (FJ_FP_TAX_PROBE && fj_env_flag("FRAMEJIT_FP_TAX_PROBE")) rt->features |= KB_NOFP;
@@ -169,6 +196,7 @@ fj_status fj_runtime_create(const fj_options *opts, fj_runtime **out) {
            rt->uw_backends & UW_LIBGCC ? "libgcc," : "",
            rt->uw_backends & UW_LIBUNWIND ? "libunwind," : "",
            rt->uw_backends & UW_GDB ? "gdb" : "", rt->verify);
+    log_blocking(rt);
     *out = rt;
     return FJ_OK;
 }

@@ -51,6 +51,14 @@ typedef struct gemm_desc {
     float act_alpha, act_beta;   /* the activation's parameters (with act) */
 } gemm_desc;
 
+struct gemm_model;
+struct gemm_tune;
+/* The blocking of d (all of p but the runtime and the kernel): a pure
+ * function of the shape, the CPU's blocking model m (for the runtime's ISA
+ * and d's element size: gemm_model.h), the runtime's thread count and the
+ * knobs (gemm_tune.h; gemm_tune_defaults sets none). */
+FJ_INTERNAL fj_status gemm_plan_block(gemm_plan *p, const gemm_desc *d, const struct gemm_model *m,
+                                      int threads, const struct gemm_tune *knobs);
 /* Fills p for the call d describes and acquires its kernel. */
 FJ_INTERNAL fj_status gemm_plan_init(fj_runtime *rt, gemm_plan *p, const gemm_desc *d);
 /* The same plan for one call on this thread: *out is the thread's memo

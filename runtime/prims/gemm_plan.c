@@ -8,9 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "runtime/prims/gemm_int.h"
+#include "runtime/prims/gemm_model.h"
 #include "runtime/prims/gemm_tune.h"
 #include "runtime/kcache.h"
 #include "runtime/pool.h"
@@ -19,19 +19,17 @@
 
 /* ---- blocking --------------------------------------------------------- */
 
-static gemm_tune tune;
+static gemm_tune tune_cur;
 static pthread_once_t tune_once = PTHREAD_ONCE_INIT;
 /* Bumped whenever the knobs change: plans remembered before are stale. */
 static _Atomic unsigned tune_gen;
 
 void gemm_tune_defaults(gemm_tune *t) {
-    long l1 = sysconf(_SC_LEVEL1_DCACHE_SIZE), l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
-    long ways = sysconf(_SC_LEVEL1_DCACHE_ASSOC);
+    /* The cache sizes, the tile and the prefetch distances: the CPU's (the
+     * runtime's model, gemm_model.c) unless a knob sets them. */
     *t = (gemm_tune){
-        .l1 = l1 > 0 ? l1 : 32 << 10, .l2 = l2 > 0 ? l2 : 1 << 20,
-        .l1_ways = ways > 0 && ways < 64 ? (int)ways : 8,
-        .mr512 = 0, .nv512 = 2, .mr2 = 0, .nv2 = 2, .unroll = 0, .pf_a = 1024, .pf_c = 2,
-        .b_copy = 1, .bpf_rows = 8, .shortk = 256, .direct = -1, .da = -1, .db = -1, .a_reg = -1,
+        .mr512 = 0, .nv512 = -1, .mr2 = 0, .nv2 = -1, .unroll = 0, .pf_a = -1, .pf_c = -1,
+        .b_copy = 1, .bpf_rows = -1, .shortk = 256, .direct = -1, .da = -1, .db = -1, .a_reg = -1,
         .mt_flops = 1L << 20, .shared_min = 1L << 36, .rpt = 8, .split_n = -1,
     };
 }
@@ -41,9 +39,9 @@ void gemm_tune_defaults(gemm_tune *t) {
 static atomic_int tune_ready;
 static void tune_init(void) {
     atomic_fetch_add_explicit(&tune_gen, 1, memory_order_relaxed);
-    gemm_tune_defaults(&tune);
+    gemm_tune_defaults(&tune_cur);
 #if FJ_GEMM_TUNE
-    gemm_tune_parse(&tune, getenv("FRAMEJIT_GEMM_TUNE"));
+    gemm_tune_parse(&tune_cur, getenv("FRAMEJIT_GEMM_TUNE"));
 #endif
     atomic_store_explicit(&tune_ready, 1, memory_order_release);
 }
@@ -58,22 +56,8 @@ static inline void tune_need(void) {
 void gemm_tune_set(const gemm_tune *t) {
     pthread_once(&tune_once, tune_init);
     atomic_fetch_add_explicit(&tune_gen, 1, memory_order_relaxed);
-    if (t) tune = *t;
-    else gemm_tune_defaults(&tune);
-}
-
-/* How many of the 64 sets of a (64-set, 64-byte line) L1 the rows of a
- * matrix with leading dimension ld (floats) fall into. */
-static int64_t l1_spread(int64_t ld, int es) {
-    int64_t bytes = ld * es;
-    if (bytes % 64) return 64;
-    int64_t l = (bytes / 64) % 64, g = 64;
-    while (l) {
-        int64_t t = g % l;
-        g = l;
-        l = t;
-    }
-    return 64 / g;
+    if (t) tune_cur = *t;
+    else gemm_tune_defaults(&tune_cur);
 }
 
 /* The kernel cache's key for a configuration: the cache hashes every key
@@ -301,60 +285,99 @@ void gemm_plan_unborrow(fj_kernel *lent) {
     rt_kernel_unref(lent);
 }
 
-/* The plan without alpha and beta (gemm_plan_borrow sets them per call). */
+/* The plan without alpha and beta (gemm_plan_borrow sets them per call):
+ * the runtime's model for d's element size, or with the cache knobs set
+ * (l1, l2, l1_ways), a model of the runtime's CPU with those caches. */
 static fj_status plan_make(fj_runtime *rt, gemm_plan *p, const gemm_desc *d) {
+    const int f64 = d->dt == KG_DT_F64;
+    const gemm_model *bl = &rt->gemm[f64];
+    gemm_model own;
+    if (tune_cur.l1 > 0 || tune_cur.l2 > 0 || tune_cur.l1_ways > 0) {
+        kc_cpu_desc cpu = *rt->cpu;
+        kc_cache_info *l1 = &cpu.l1d;
+        if (tune_cur.l1_ways > 0) {
+            /* The same sets, that many ways. */
+            l1->ways = tune_cur.l1_ways;
+            l1->size = (int64_t)l1->ways * l1->sets * l1->line;
+        }
+        if (tune_cur.l1 > 0) l1->size = tune_cur.l1, l1->sets = 0;
+        if (tune_cur.l2 > 0) cpu.l2.size = tune_cur.l2, cpu.l2.sets = 0;
+        kc_cache_complete(l1);
+        kc_cache_complete(&cpu.l2);
+        own = gemm_model_of(&cpu, rt->isa, f64 ? 8 : 4);
+        bl = &own;
+    }
+    fj_status s = gemm_plan_block(p, d, bl, rt_threads(rt), &tune_cur);
+    p->rt = rt;
+    return s;
+}
+
+fj_status gemm_plan_block(gemm_plan *p, const gemm_desc *d, const gemm_model *bl, int threads,
+                          const gemm_tune *knobs) {
+    /* The knobs, with what they leave unset from the model. */
+    gemm_tune tune = *knobs;
+    if (tune.nv512 < 0) tune.nv512 = bl->nv;
+    if (tune.nv2 < 0) tune.nv2 = bl->nv;
+    if (tune.pf_a < 0) tune.pf_a = bl->pf_a;
+    if (tune.pf_c < 0) tune.pf_c = bl->pf_c;
+    if (tune.bpf_rows < 0) tune.bpf_rows = bl->bpf_rows;
     /* (The rules below read the call's fields by their short names.) */
     const int dt = d->dt, ta = d->ta, tb = d->tb, has_bias = d->has_bias, act = d->act;
     const int64_t m = d->m, n = d->n, k = d->k, lda = d->lda, ldb = d->ldb, ldc = d->ldc;
     memset(p, 0, sizeof *p);
     const int es = dt == KG_DT_F64 ? 8 : 4;
-    *p = (gemm_plan){.rt = rt, .dt = dt, .es = es, .ta = ta, .tb = tb, .m = m, .n = n, .k = k, .lda = lda,
+    if (es != bl->es)
+        return fj_fail(FJ_ERR_INVALID_ARG, "gemm plan: a model for %d-byte elements", bl->es);
+    *p = (gemm_plan){.dt = dt, .es = es, .ta = ta, .tb = tb, .m = m, .n = n, .k = k, .lda = lda,
                      .ldb = ldb, .ldc = ldc, .has_post = has_bias || act};
     /* (The entry points validated the dimensions: the spans fit.) */
     p->span_a = rt_mat_bytes(ta ? k : m, ta ? m : k, lda) / 4 * es;
     p->span_b = rt_mat_bytes(tb ? n : k, tb ? k : n, ldb) / 4 * es;
     p->span_c = rt_mat_bytes(m, n, ldc) / 4 * es;
-    int avx512 = fj_runtime_isa(rt) == FJ_ISA_AVX512;
-    p->lanes = (avx512 ? 64 : 32) / es;
+    int avx512 = bl->isa == FJ_ISA_AVX512;
+    p->lanes = bl->lanes;
     p->nv = avx512 ? tune.nv512 : tune.nv2;
-    int mr_max = avx512 ? 14 : 6;
+    int mr_max = gemm_model_mr(bl, p->nv);
     /* Narrow problems: fewer vectors, taller tiles (same register count). */
     while (p->nv > 1 && (int64_t)(p->nv - 1) * p->lanes >= n) {
         p->nv--;
         mr_max = mr_max * (p->nv + 1) / p->nv;
     }
-    if (mr_max > 14) mr_max = 14;
+    if (mr_max > bl->mr_cap) mr_max = bl->mr_cap;
     /* The tile is the plan's to choose (no mr/nv knob set): the rules below
      * may change it. */
-    const int auto_tile = avx512 && !tune.mr512 && tune.nv512 == 2;
+    const int auto_tile = avx512 && !tune.mr512 && tune.nv512 == bl->nv;
     /* n that 48-wide panels cover with fewer idle lanes than 32-wide ones
      * (48, 144, 240...: the last 32-wide panel would run half empty): 3
      * vectors and at most 9 rows (27 accumulators): fewer idle lanes is
      * less wasted FMA work. */
     if (auto_tile && p->nv == 2 && cdiv(n, 3 * p->lanes) * 3 * p->lanes - n < cdiv(n, 2 * p->lanes) * 2 * p->lanes - n) {
         p->nv = 3;
-        mr_max = 9;
+        mr_max = gemm_model_mr(bl, 3);
     }
     p->mr = avx512 ? tune.mr512 : tune.mr2;
     if (!p->mr) {
-        /* Rows computed past m are wasted FMAs: for short problems pick the
-         * tile height that wastes least (ties: the taller tile). Tall
-         * problems keep the tallest tile, so they share one kernel. */
+        /* Rows computed past m are wasted FMAs, and a tile with fewer
+         * accumulators than the FMA latency x pipes leaves the pipes idle:
+         * for short problems pick the tile height that takes the fewest
+         * cycles, then wastes fewest rows (gemm_model_rows_better; ties:
+         * the taller tile). Tall problems keep the tallest tile, so they
+         * share one kernel. */
         p->mr = mr_max;
         if (m <= 256)
             for (int r = mr_max - 1; r >= (mr_max + 1) / 2; r--)
-                if (cdiv(m, r) * r < cdiv(m, p->mr) * p->mr) p->mr = r;
+                if (gemm_model_rows_better(bl, m, r, p->mr, p->nv)) p->mr = r;
     }
     /* Rows of A read in place that one L1 set keeps beside the B panel
-     * streaming through it: 4 in an 8-way L1, 8 in a 12-way one (the ways
-     * the B panel's lines leave free). */
-    int per_set = tune.l1_ways >= 12 ? 8 : 4;
+     * streaming through it (the model's: 4 in an 8-way L1, 8 in a 12-way
+     * one, the ways the B panel's lines leave free). */
+    int per_set = bl->per_set;
     /* Row-major A whose rows all fall into one L1 set (lda a multiple of
      * 1024 floats) and an L1 that holds 8 of them: 8-row tiles read A in
      * place instead of packing it for the tallest tile: the pack costs
      * more than the shorter tile loses. */
     const int auto_a = !ta && tune.da < 0 && tune.direct < 0; /* A in place or not: ours */
-    if (auto_tile && auto_a && m > 256 && per_set >= 8 && l1_spread(lda, p->es) == 1 && p->mr > per_set)
+    if (auto_tile && auto_a && m > 256 && per_set >= 8 && gemm_model_spread(bl, lda, p->es) == 1 && p->mr > per_set)
         p->mr = per_set;
     /* Row-major A whose rows fall into 2-3 L1 sets (lda near a multiple
      * of 512 floats) and an L1 that holds fewer of them than the tall tile
@@ -362,8 +385,8 @@ static fj_status plan_make(fj_runtime *rt, gemm_plan *p, const gemm_desc *d) {
      * transposing pack is not free; six rows x 64 columns read in place
      * avoid both (at 256^3 the 8-row tile already fits in place, at 1024^3
      * even six rows share one set). */
-    int six = auto_tile && auto_a && n >= 256 && m > 256 && l1_spread(lda, p->es) >= 2 &&
-              cdiv(p->mr, l1_spread(lda, p->es)) > per_set;
+    int six = auto_tile && auto_a && n >= 256 && m > 256 && gemm_model_spread(bl, lda, p->es) >= 2 &&
+              cdiv(p->mr, gemm_model_spread(bl, lda, p->es)) > per_set;
     /* Short k and wide C: a tile is a few hundred cycles of FMAs, and
      * touching C costs a page walk per row (rows are often 4 KiB and more
      * apart); the 6 x 64 tile touches a page per 64 outputs instead of per
@@ -371,7 +394,7 @@ static fj_status plan_make(fj_runtime *rt, gemm_plan *p, const gemm_desc *d) {
      * shortk knob): with a long k the taller tile's reuse of B wins. */
     int shortk = auto_tile && n >= 256 && m > 256 && k <= tune.shortk;
     if (six || shortk) {
-        p->mr = 6;
+        p->mr = gemm_model_mr(bl, 4);
         p->nv = 4;
     }
     p->nr = p->nv * p->lanes;
@@ -380,16 +403,12 @@ static fj_status plan_make(fj_runtime *rt, gemm_plan *p, const gemm_desc *d) {
      * packing; read both operands in place over the whole k (one pass
      * over C). */
     int small_mn = m <= 128 && n <= 128 && k >= 4 * max64(m, n) && !tb;
-    /* kc: the B panel (kc x nr) about 4/3 of L1, at most 512 deep: the
-     * kernel streams it well from L2, and fewer k blocks mean fewer passes
-     * over C. With AVX-512, deeper still: a panel of up to an eighth of
-     * L2, at most 1024 deep: one pass over C fewer from k = 513 (2048 deep
-     * is too deep for L2). k blocks balanced so that the last one is not a
-     * sliver. */
+    /* kc: the model's for this tile (gemm_model_kc: the B panel about 4/3
+     * of L1, with AVX-512 an eighth of L2; as deep as C's passes matter).
+     * k blocks balanced so that the last one is not a sliver. */
     int64_t kc = tune.kc       ? tune.kc
                  : small_mn   ? 2048
-                 : avx512     ? min64(1024, (tune.l2 / 8) / (p->nr * es))
-                              : min64(512, (tune.l1 * 4 / 3) / (p->nr * es));
+                              : gemm_model_kc(bl, p->nr);
     kc = max64(16, kc & ~(int64_t)7);
     int64_t nkb = max64(1, cdiv(k, kc));
     p->kc = max64(1, min64(kc, (cdiv(k, nkb) + 7) & ~(int64_t)7));
@@ -398,14 +417,14 @@ static fj_status plan_make(fj_runtime *rt, gemm_plan *p, const gemm_desc *d) {
      * kernel call's C lines within a few pages; B's panels come from L2 or
      * L3 again for every row block, which the prefetchers hide (it beat
      * sizing the A block to a quarter of L2). */
-    int64_t mc = tune.mc ? tune.mc : 4 * p->mr;
+    int64_t mc = tune.mc ? tune.mc : bl->mc_tiles * p->mr;
     p->mc = max64(p->mr, mc / p->mr * p->mr);
 
     double flops = 2.0 * (double)m * (double)n * (double)k;
     /* Threads pay from about 1 MFLOP on (the mt_flops knob): below it,
      * handing out the work costs what a second thread saves. A one-thread
      * runtime keeps the plan that calls the kernel directly. */
-    p->threads = rt_threads(rt) > 1 && flops >= (double)tune.mt_flops ? 64 : 1;
+    p->threads = threads > 1 && flops >= (double)tune.mt_flops ? 64 : 1;
 
     /* Packing costs about one copy of the operand: relative to the product
      * that is ~2/n for A and ~2/m for B. Read in place when that matters
@@ -416,10 +435,10 @@ static fj_status plan_make(fj_runtime *rt, gemm_plan *p, const gemm_desc *d) {
      * in place, whatever n, as long as the tile's rows spread over the L1
      * sets (at most per_set of them per set: more evict each other and
      * lose to packing). */
-    int da = ta ? n <= 128 && l1_spread(lda, p->es) * 6 >= kb
-                : (l1_spread(lda, p->es) >= 2 || per_set >= 8) &&
-                      cdiv(p->mr, l1_spread(lda, p->es)) <= per_set;
-    int db = !tb && m <= 128 && l1_spread(ldb, p->es) * 6 >= kb;
+    int da = ta ? n <= 128 && gemm_model_spread(bl, lda, p->es) * 6 >= kb
+                : (gemm_model_spread(bl, lda, p->es) >= 2 || per_set >= 8) &&
+                      cdiv(p->mr, gemm_model_spread(bl, lda, p->es)) <= per_set;
+    int db = !tb && m <= 128 && gemm_model_spread(bl, ldb, p->es) * 6 >= kb;
     /* Row-major B of a small problem on one thread, even where its rows
      * alias in L1: each tile streams the panel from L2 as fast as from a
      * packed copy in L1, and the packing (the first tile's stores) and the
@@ -431,19 +450,19 @@ static fj_status plan_make(fj_runtime *rt, gemm_plan *p, const gemm_desc *d) {
     if (tune.direct >= 0) da = db = tune.direct;
     p->direct_a = tune.da >= 0 ? tune.da : da;
     p->direct_b = (tune.db >= 0 ? tune.db : db) && !tb;
-    /* nc: the B block (kc x nc) in half of L2, in balanced column
-     * blocks. Every row block sweeps the whole block again; from L3 that
-     * is more than the prefetchers hide. At least 256 columns: A is packed
+    /* nc: the model's (gemm_model_nc): the B block (kc x nc) in half of
+     * L2, in balanced column blocks. Every row block sweeps the whole
+     * block again; from L3 that is more than the prefetchers hide. At least 256 columns: A is packed
      * again for each column block. At least 1024 for an A read in place
      * that is four L2s or more: it is read again, from memory, for every
      * column block, so wider blocks pay even though the B block then
      * sweeps from L3 (a smaller A still prefers the narrower block). */
     const int wide = avx512 && p->direct_a && k >= 512 &&
-                     (double)m * (double)k * es >= 4.0 * (double)tune.l2;
-    int64_t nc = max64(wide ? 1024 : 256, (tune.l2 / 2) / (p->kc * es)) / p->nr * p->nr;
+                     (double)m * (double)k * es >= 4.0 * (double)bl->l2;
+    int64_t nc = gemm_model_nc(bl, p->kc, p->nr, wide);
     int64_t nnb = max64(1, cdiv(n, nc));
     p->nc = tune.nc ? max64(p->nr, tune.nc / p->nr * p->nr) : cdiv(cdiv(n, nnb), p->nr) * p->nr;
-    if (p->nc > 8192) p->nc = 8192;
+    if (p->nc > bl->nc_max) p->nc = bl->nc_max;
 
     size_t kcf = (size_t)p->kc;
     if (p->direct_a) p->scratch = (size_t)p->mr * kcf;
@@ -479,9 +498,9 @@ static fj_status plan_make(fj_runtime *rt, gemm_plan *p, const gemm_desc *d) {
      * save loop overhead; with larger tiles or a long k the longer loop
      * body loses, and it makes the kernel longer to generate. */
     const int unroll = tune.unroll ? tune.unroll
-                       : avx512 && p->mr * p->nv <= 16 && k <= 256 ? 8 : 4;
+                       : avx512 && p->mr * p->nv <= 16 && k <= 256 ? bl->unroll_short : bl->unroll;
     p->cfg = (kg_gemm_cfg){
-        .tag = KG_GEMM_TAG, .isa = avx512 ? FJ_ISA_AVX512 : FJ_ISA_AVX2, .mr = p->mr,
+        .tag = KG_GEMM_TAG, .isa = bl->isa, .mr = p->mr,
         .nv = p->nv, .amode = p->direct_a ? (ta ? KG_GA_COLS : KG_GA_ROWS) : KG_GA_PACKED,
         .bmode = p->direct_b ? KG_GB_ROWS : KG_GB_PACKED, .unroll = unroll,
         .pf_a = p->direct_a ? 0 : tune.pf_a, .pf_c = tune.pf_c,

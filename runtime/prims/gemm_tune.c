@@ -34,6 +34,7 @@ void gemm_tune_parse(gemm_tune *t, const char *e) {
         else if (!strcmp(key, "splitn")) t->split_n = (int)v;
         else if (!strcmp(key, "ways")) t->l1_ways = v > 0 && v < 64 ? (int)v : 8;
         else if (!strcmp(key, "l2")) t->l2 = v >= 4096 ? v : t->l2;
+        else if (!strcmp(key, "l1")) t->l1 = v >= 1024 ? v : t->l1;
         e += used;
         if (*e == ',') e++;
     }
