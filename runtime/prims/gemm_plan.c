@@ -341,8 +341,16 @@ static fj_status plan_make(fj_runtime *rt, gemm_plan *p, const gemm_desc *d) {
          * tile height that wastes least (ties: the taller tile). Tall
          * problems keep the tallest tile, so they share one kernel. */
         p->mr = mr_max;
+        /* AVX2 with a k loop of 64 steps and more: no tile under 12
+         * accumulators. The FMAs in flight are latency (4) x pipes (2) =
+         * 8; a tile of only that many (4 x 16) stalls whenever a load is
+         * late, and loses more than the rows the taller tile wastes. A
+         * shorter k loop is cheap next to the tile's fixed costs (zeroing,
+         * stores, the call), where the least waste wins. */
+        int r_min = (mr_max + 1) / 2;
+        if (!avx512 && k >= 64) r_min = (int)max64(r_min, cdiv(12, p->nv));
         if (m <= 256)
-            for (int r = mr_max - 1; r >= (mr_max + 1) / 2; r--)
+            for (int r = mr_max - 1; r >= r_min; r--)
                 if (cdiv(m, r) * r < cdiv(m, p->mr) * p->mr) p->mr = r;
     }
     /* Rows of A read in place that one L1 set keeps beside the B panel
@@ -403,9 +411,12 @@ static fj_status plan_make(fj_runtime *rt, gemm_plan *p, const gemm_desc *d) {
 
     double flops = 2.0 * (double)m * (double)n * (double)k;
     /* Threads pay from about 1 MFLOP on (the mt_flops knob): below it,
-     * handing out the work costs what a second thread saves. A one-thread
-     * runtime keeps the plan that calls the kernel directly. */
-    p->threads = rt_threads(rt) > 1 && flops >= (double)tune.mt_flops ? 64 : 1;
+     * handing out the work costs what a second thread saves. That is a
+     * time, so with half the lanes (AVX2: half the flops per cycle) from
+     * half as many flops. A one-thread runtime keeps the plan that calls
+     * the kernel directly. */
+    const double mt_flops = (double)tune.mt_flops * (avx512 ? 1.0 : 0.5);
+    p->threads = rt_threads(rt) > 1 && flops >= mt_flops ? 64 : 1;
 
     /* Packing costs about one copy of the operand: relative to the product
      * that is ~2/n for A and ~2/m for B. Read in place when that matters
@@ -437,8 +448,12 @@ static fj_status plan_make(fj_runtime *rt, gemm_plan *p, const gemm_desc *d) {
      * again for each column block. At least 1024 for an A read in place
      * that is four L2s or more: it is read again, from memory, for every
      * column block, so wider blocks pay even though the B block then
-     * sweeps from L3 (a smaller A still prefers the narrower block). */
-    const int wide = avx512 && p->direct_a && k >= 512 &&
+     * sweeps from L3 (a smaller A still prefers the narrower block). With
+     * AVX2, for a packed A of four L2s or more: its transposing pack is
+     * redone for every column block (a tenth of the kernel's time with 256
+     * columns), and the ymm kernel takes B at half the rate of the zmm
+     * one, which L3 keeps up with. */
+    const int wide = (avx512 ? p->direct_a && k >= 512 : !p->direct_a) &&
                      (double)m * (double)k * es >= 4.0 * (double)tune.l2;
     int64_t nc = max64(wide ? 1024 : 256, (tune.l2 / 2) / (p->kc * es)) / p->nr * p->nr;
     int64_t nnb = max64(1, cdiv(n, nc));
