@@ -107,6 +107,9 @@ fj_status kg_gemm_check(const kg_gemm_cfg *c) {
         return fj_fail(FJ_ERR_INVALID_ARG, "gemm kernel: f64 on AVX-512 needs a_reg");
     if (c->dt == KG_DT_F64 && c->act && !kg_gemm_act64(c->act, c->act_alpha))
         return fj_fail(FJ_ERR_UNSUPPORTED, "gemm: f64 kernels have no post-op %s", act_name(c->act));
+    if (c->tail_rows < 0 || c->tail_rows >= c->mr)
+        return fj_fail(FJ_ERR_INVALID_ARG, "gemm kernel: tail rows %d of a %d-row tile",
+                       c->tail_rows, c->mr);
     if (c->stores < 0 || c->stores > KG_STORES_ALL)
         return fj_fail(FJ_ERR_INVALID_ARG, "gemm kernel: stores 0x%x", (unsigned)c->stores);
     if (!act_supported(c->act))
@@ -132,6 +135,8 @@ typedef struct gen {
     const gemm_ops *op;   /* the element type's instructions */
     int es;               /* element bytes */
     int avx512, vb, mr, nv;
+    int mrc;              /* rows the k loop computes: mr, or tail_rows in the
+                             short last tile's loop (A's layout stays mr's) */
     fj_reg p, a, a2, lda, lda3, lda5, bp, ldb, cp, k, tc, rows, bsrc, bpf;
     fj_reg acc[32][4], bv[4], bcr[2];
     fj_reg km[4], kr[4];  /* AVX-512 store masks, C-read masks (0 lanes if beta = 0) */
@@ -212,7 +217,7 @@ static void k_step_pf_a(gen *g, int u) {
 static void k_step_fma(gen *g, int u) {
     fj_builder *b = g->b;
     const kg_gemm_cfg *c = g->c;
-    for (int i = 0; i < g->mr; i++) {
+    for (int i = 0; i < g->mrc; i++) {
         fj_opnd ao = a_opnd(g, i, u);
         if (g->avx512 && !c->a_reg) {
             for (int v = 0; v < g->nv; v++)
@@ -649,7 +654,7 @@ static void prefetch_c_row(gen *g, int i) {
 
 void kg_gemm(fj_builder *b, const void *ctx) {
     const kg_gemm_cfg *c = ctx;
-    gen g = {.b = b, .c = c, .mr = c->mr, .nv = c->nv};
+    gen g = {.b = b, .c = c, .mr = c->mr, .nv = c->nv, .mrc = c->mr};
     g.es = c->dt == KG_DT_F64 ? 8 : 4;
     g.op = g.es == 8 ? &ops_f64 : &ops_f32;
     g.avx512 = fj_builder_isa(b) == FJ_ISA_AVX512;
@@ -753,6 +758,24 @@ void kg_gemm(fj_builder *b, const void *ctx) {
         fj_emit(b, FJ_JMP, fj_lbl(l_after));
         fj_label_bind(b, l_norm);
         k_loop(&g);
+        fj_label_bind(b, l_after);
+    } else if (c->tail_rows) {
+        /* The last tile with at most tail_rows rows: a k loop over those
+         * rows only (its other accumulators stay zero and are never
+         * stored). The FMA part differs: recorded again for each loop. */
+        fj_label l_full = fj_label_new(b), l_tail = fj_label_new(b), l_after = fj_label_new(b);
+        fj_emit(b, FJ_CMP, fj_r64(g.tc), fj_imm(1));
+        fj_emit(b, FJ_JNE, fj_lbl(l_full));
+        fj_emit(b, FJ_CMP, P(&g, OFF(last_rows), 64), fj_imm(c->tail_rows));
+        fj_emit(b, FJ_JLE, fj_lbl(l_tail));
+        fj_label_bind(b, l_full);
+        k_loop(&g);
+        fj_emit(b, FJ_JMP, fj_lbl(l_after));
+        fj_label_bind(b, l_tail);
+        g.mrc = c->tail_rows;
+        if (g.rec != 2) g.rec = 0;
+        k_loop(&g);
+        g.mrc = g.mr;
         fj_label_bind(b, l_after);
     } else {
         k_loop(&g);

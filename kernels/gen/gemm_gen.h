@@ -47,6 +47,8 @@ typedef struct kg_gemm_cfg {
                            store is undefined (no code for it). */
     int32_t dt;         /* KG_DT_*: f64 kernels need a_reg on AVX-512, and their act
                            is one of kg_gemm_act64's (its alpha, beta read at run time) */
+    int32_t tail_rows;  /* 1..mr-1: a last tile of at most this many rows runs a k
+                           loop over those rows only; 0: every tile computes mr */
 } kg_gemm_cfg;
 
 #define KG_GEMM_TAG 0x47454d31 /* "GEM1" */
