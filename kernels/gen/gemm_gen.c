@@ -86,8 +86,8 @@ fj_status kg_gemm_check(const kg_gemm_cfg *c) {
     if (c->amode < KG_GA_PACKED || c->amode > KG_GA_COLS || c->bmode < KG_GB_PACKED ||
         c->bmode > KG_GB_ROWS)
         return fj_fail(FJ_ERR_INVALID_ARG, "gemm kernel: modes %d/%d", c->amode, c->bmode);
-    if (c->b_copy && (!avx512 || c->bmode != KG_GB_PACKED))
-        return fj_fail(FJ_ERR_INVALID_ARG, "gemm kernel: B copy needs AVX-512 and packed B");
+    if (c->b_copy && c->bmode != KG_GB_PACKED)
+        return fj_fail(FJ_ERR_INVALID_ARG, "gemm kernel: B copy needs packed B");
     if (c->amode == KG_GA_ROWS && c->mr > 14)
         return fj_fail(FJ_ERR_INVALID_ARG, "gemm kernel: in-place row-major A needs mr <= 14");
     int acc = c->mr * c->nv;
@@ -742,9 +742,9 @@ void kg_gemm(fj_builder *b, const void *ctx) {
         fj_emit(b, FJ_ADD, fj_r64(g.a2), fj_r64(g.lda));
     }
     fj_emit(b, FJ_MOV, fj_r64(g.k), P(&g, OFF(kc), 64));
+    fj_label l_norm = fj_label_new(b), l_after = fj_label_new(b), l_tail = {0};
     if (c->b_copy) {
         /* The first tile of a copy_b call packs the panel (see k_step). */
-        fj_label l_norm = fj_label_new(b), l_after = fj_label_new(b);
         fj_emit(b, FJ_CMP, P(&g, OFF(copy_b), 32), fj_imm(0));
         fj_emit(b, FJ_JE, fj_lbl(l_norm));
         fj_emit(b, FJ_CMP, fj_r64(g.tc), P(&g, OFF(ntiles), 64));
@@ -756,30 +756,29 @@ void kg_gemm(fj_builder *b, const void *ctx) {
         k_loop(&g);
         g.copy = 0;
         fj_emit(b, FJ_JMP, fj_lbl(l_after));
-        fj_label_bind(b, l_norm);
-        k_loop(&g);
-        fj_label_bind(b, l_after);
-    } else if (c->tail_rows) {
-        /* The last tile with at most tail_rows rows: a k loop over those
-         * rows only (its other accumulators stay zero and are never
-         * stored). The FMA part differs: recorded again for each loop. */
-        fj_label l_full = fj_label_new(b), l_tail = fj_label_new(b), l_after = fj_label_new(b);
+    }
+    if (c->tail_rows) {
+        /* The last tile (not copying B) with at most tail_rows rows: a k
+         * loop over those rows only (its other accumulators stay zero and
+         * are never stored). */
+        l_tail = fj_label_new(b);
         fj_emit(b, FJ_CMP, fj_r64(g.tc), fj_imm(1));
-        fj_emit(b, FJ_JNE, fj_lbl(l_full));
+        fj_emit(b, FJ_JNE, fj_lbl(l_norm));
         fj_emit(b, FJ_CMP, P(&g, OFF(last_rows), 64), fj_imm(c->tail_rows));
         fj_emit(b, FJ_JLE, fj_lbl(l_tail));
-        fj_label_bind(b, l_full);
-        k_loop(&g);
+    }
+    fj_label_bind(b, l_norm);
+    k_loop(&g);
+    if (c->tail_rows) {
+        /* Its FMA part differs: recorded again. */
         fj_emit(b, FJ_JMP, fj_lbl(l_after));
         fj_label_bind(b, l_tail);
         g.mrc = c->tail_rows;
         if (g.rec != 2) g.rec = 0;
         k_loop(&g);
         g.mrc = g.mr;
-        fj_label_bind(b, l_after);
-    } else {
-        k_loop(&g);
     }
+    fj_label_bind(b, l_after);
     /* Free for the epilogue (rewritten each step; the copy's pointers are
      * reloaded at each tile, and the bias pointer needs a register). */
     if (c->b_copy) {

@@ -38,7 +38,7 @@ typedef struct kg_gemm_cfg {
     int32_t pf_b;       /* prefetch distance in bytes ahead of packed B, 0 = none */
     int32_t a_reg;      /* AVX-512: broadcast A into a register (vbroadcastss)
                            instead of an embedded {1to16} FMA operand */
-    int32_t b_copy;     /* AVX-512, packed B: the kernel can pack B itself (copy_b) */
+    int32_t b_copy;     /* packed B: the kernel can pack B itself (copy_b) */
     int32_t has_bias;   /* post stage adds bias[j] */
     int32_t act;        /* fj_eltwise_op of the post stage, 0 = none */
     float act_alpha, act_beta;

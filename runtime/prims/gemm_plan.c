@@ -517,7 +517,7 @@ static fj_status plan_make(fj_runtime *rt, gemm_plan *p, const gemm_desc *d) {
      * far apart (each k step of the copying tile a new page): the tile
      * prefetches B's rows ahead (bpf_rows), and with few rows of A the
      * separate pass would be a large share of the time. */
-    p->cfg.b_copy = avx512 && !p->direct_b && !tb && tune.b_copy > 0;
+    p->cfg.b_copy = !p->direct_b && !tb && tune.b_copy > 0;
     p->b_src_pf = (int64_t)tune.bpf_rows * ldb * es;
     /* In-place row-major A is addressed base + index*scale: an FMA with
      * such a memory operand is split in two uops at rename, a broadcast
