@@ -142,6 +142,9 @@ typedef struct gen {
     fj_reg km[4], kr[4];  /* AVX-512 store masks, C-read masks (0 lanes if beta = 0) */
     int merged;           /* one store copy: beta = 0 handled by kr */
     int copy;             /* emitting the B-packing copy of the k loop */
+    int full;             /* AVX2: emitting the stores of a panel without a column
+                             tail (plain moves: a masked store is microcoded on
+                             some CPUs) */
     kb_trace *tr;         /* the builder's scratch traces while the k loop's step is
                              recorded (TR_B, TR_FMA below), or NULL */
     int rec;              /* 1: the FMA part is recorded; 2: no replays */
@@ -389,30 +392,36 @@ static void store_tile(gen *g, int beta, int bias, fj_reg alpha_r, fj_reg beta_r
         }
         fj_label_bind(b, end);
     } else {
-        /* AVX2: one mask register, so vectors outermost. */
+        /* AVX2: one mask register, so vectors outermost. A full panel
+         * (g->full) needs no mask: C and the bias are memory operands. */
         fj_reg m = fj_vreg(b), t = fj_vreg(b);
         for (int v = 0; v < g->nv; v++) {
             fj_label end = fj_label_new(b);
-            fj_emit(b, FJ_VMOVUPS, V(g, m), P(g, OFF(ymask) + v * 32, 0));
+            if (!g->full) fj_emit(b, FJ_VMOVUPS, V(g, m), P(g, OFF(ymask) + v * 32, 0));
             fj_emit(b, FJ_MOV, fj_r64(rowp), fj_r64(g->cp));
             for (int i = 0; i < g->mr; i++) {
                 next_row(g, rowp, i, end);
                 fj_reg x = g->acc[i][v];
                 const gemm_ops *o = g->op;
+                const fj_opnd cm = fj_mem(0, rowp, v * g->vb), bm = fj_mem(0, rb, v * g->vb);
+                /* C (or the bias) as an operand: in memory, or loaded under the mask */
+                fj_opnd cv = cm, bv = bm;
+                if (!g->full && ((beta && kind == KG_STORE_GENERAL) || kind == KG_STORE_ADD)) {
+                    fj_emit(b, o->maskmov, V(g, t), V(g, m), cm);
+                    cv = V(g, t);
+                }
                 if (kind == KG_STORE_GENERAL) fj_emit(b, o->mul, V(g, x), V(g, x), V(g, alpha_r));
-                if (beta && kind == KG_STORE_GENERAL) {
-                    fj_emit(b, o->maskmov, V(g, t), V(g, m), fj_mem(0, rowp, v * g->vb));
-                    fj_emit(b, o->fma, V(g, x), V(g, t), V(g, beta_r));
-                }
-                if (kind == KG_STORE_ADD) {
-                    fj_emit(b, o->maskmov, V(g, t), V(g, m), fj_mem(0, rowp, v * g->vb));
-                    fj_emit(b, o->add, V(g, x), V(g, x), V(g, t));
-                }
+                if (beta && kind == KG_STORE_GENERAL) fj_emit(b, o->fma, V(g, x), V(g, beta_r), cv);
+                if (kind == KG_STORE_ADD) fj_emit(b, o->add, V(g, x), V(g, x), cv);
                 if (bias) {
-                    fj_emit(b, o->maskmov, V(g, t), V(g, m), fj_mem(0, rb, v * g->vb));
-                    fj_emit(b, o->add, V(g, x), V(g, x), V(g, t));
+                    if (!g->full) {
+                        fj_emit(b, o->maskmov, V(g, t), V(g, m), bm);
+                        bv = V(g, t);
+                    }
+                    fj_emit(b, o->add, V(g, x), V(g, x), bv);
                 }
-                fj_emit(b, o->maskmov, fj_mem(0, rowp, v * g->vb), V(g, m), V(g, x));
+                if (g->full) fj_emit(b, o->mov, cm, V(g, x));
+                else fj_emit(b, o->maskmov, cm, V(g, m), V(g, x));
             }
             fj_label_bind(b, end);
         }
@@ -528,34 +537,17 @@ static void act_tile64(gen *g) {
     if (!g->avx512) fj_release(b, m);
 }
 
-/* The end of a tile: alpha/beta, the optional post stage, stores. The
- * run-time flags pick one of up to four copies of the store code (two on
- * AVX-512, where beta = 0 is a zero C-read mask instead of a copy). */
-static void epilogue(gen *g) {
-    fj_builder *b = g->b;
-    const kg_gemm_cfg *c = g->c;
-    int has_post = c->has_bias || c->act;
-    fj_label l_done = fj_label_new(b), l_post = {0};
-    if (has_post) l_post = fj_label_new(b);
-    tile_rows(g);
-    /* The B registers are free now: alpha and beta go there. */
-    fj_reg alpha_r = g->bv[0], beta_r = g->nv > 1 ? g->bv[1] : fj_vreg(b);
-    if (g->es == 8) {
-        fj_emit(b, FJ_VBROADCASTSD, V(g, alpha_r), P(g, OFF(alpha_d), 64));
-        fj_emit(b, FJ_VBROADCASTSD, V(g, beta_r), P(g, OFF(beta_d), 64));
-    } else {
-        fj_emit(b, FJ_VBROADCASTSS, V(g, alpha_r), P(g, OFF(alpha), 32));
-        fj_emit(b, FJ_VBROADCASTSS, V(g, beta_r), P(g, OFF(beta), 32));
-    }
-    if (has_post) {
-        fj_emit(b, FJ_CMP, P(g, OFF(post), 32), fj_imm(0));
-        fj_emit(b, FJ_JNE, fj_lbl(l_post));
-    }
+/* The C updates without a post stage, for the kinds the kernel has
+ * (dispatched on args.store), each ending with a jump to l_done but the
+ * last, unless jmp_last. */
+static void store_kinds(gen *g, fj_reg alpha_r, fj_reg beta_r, fj_label l_done, int jmp_last) {
     /* alpha = 1 with beta = 0 or 1 (every k block after the first): no
      * multiply, and for beta = 0 no masked FMA either. With short k these
      * are a few percent of the FMA slots. Only the kinds the plan calls
      * the kernel with are emitted (a third to half of the instructions
      * of a kernel with all three), and one alone needs no dispatch. */
+    const kg_gemm_cfg *c = g->c;
+    fj_builder *b = g->b;
     static const int order[3] = {KG_STORE_SET, KG_STORE_ADD, KG_STORE_GENERAL};
     int st = c->stores ? c->stores : KG_STORES_ALL, left = __builtin_popcount((unsigned)st);
     for (int i = 0; i < 3; i++) {
@@ -580,8 +572,47 @@ static void epilogue(gen *g) {
             fj_label_bind(b, l_nb0);
             store_tile(g, 0, 0, alpha_r, beta_r, KG_STORE_GENERAL);
         }
-        if (left || has_post) fj_emit(b, FJ_JMP, fj_lbl(l_done));
+        if (left || jmp_last) fj_emit(b, FJ_JMP, fj_lbl(l_done));
         if (left) fj_label_bind(b, l_next);
+    }
+}
+
+/* The end of a tile: alpha/beta, the optional post stage, stores. The
+ * run-time flags pick one of up to four copies of the store code (two on
+ * AVX-512, where beta = 0 is a zero C-read mask instead of a copy). */
+static void epilogue(gen *g) {
+    fj_builder *b = g->b;
+    const kg_gemm_cfg *c = g->c;
+    int has_post = c->has_bias || c->act;
+    fj_label l_done = fj_label_new(b), l_post = {0};
+    if (has_post) l_post = fj_label_new(b);
+    tile_rows(g);
+    /* The B registers are free now: alpha and beta go there. */
+    fj_reg alpha_r = g->bv[0], beta_r = g->nv > 1 ? g->bv[1] : fj_vreg(b);
+    if (g->es == 8) {
+        fj_emit(b, FJ_VBROADCASTSD, V(g, alpha_r), P(g, OFF(alpha_d), 64));
+        fj_emit(b, FJ_VBROADCASTSD, V(g, beta_r), P(g, OFF(beta_d), 64));
+    } else {
+        fj_emit(b, FJ_VBROADCASTSS, V(g, alpha_r), P(g, OFF(alpha), 32));
+        fj_emit(b, FJ_VBROADCASTSS, V(g, beta_r), P(g, OFF(beta), 32));
+    }
+    if (has_post) {
+        fj_emit(b, FJ_CMP, P(g, OFF(post), 32), fj_imm(0));
+        fj_emit(b, FJ_JNE, fj_lbl(l_post));
+    }
+    if (g->avx512) {
+        store_kinds(g, alpha_r, beta_r, l_done, has_post);
+    } else {
+        /* AVX2: a panel without a column tail (the last lane of its last
+         * vector's mask set) stores with plain moves. */
+        fj_label l_masked = fj_label_new(b);
+        fj_emit(b, FJ_CMP, P(g, OFF(ymask) + (g->nv - 1) * 32 + 28, 32), fj_imm(0));
+        fj_emit(b, FJ_JE, fj_lbl(l_masked));
+        g->full = 1;
+        store_kinds(g, alpha_r, beta_r, l_done, 1);
+        g->full = 0;
+        fj_label_bind(b, l_masked);
+        store_kinds(g, alpha_r, beta_r, l_done, has_post);
     }
     if (has_post) {
         fj_label l_nb1 = fj_label_new(b), l_act = fj_label_new(b);
