@@ -135,8 +135,10 @@ typedef struct gen {
     const gemm_ops *op;   /* the element type's instructions */
     int es;               /* element bytes */
     int avx512, vb, mr, nv;
-    int mrc;              /* rows the k loop computes: mr, or tail_rows in the
-                             short last tile's loop (A's layout stays mr's) */
+    int mrc;              /* rows the k loop computes: mr, or fewer in the short
+                             last tile's loops (A's layout stays mr's) */
+    int nsets;            /* > 1: step u accumulates into rows (u % nsets)*mrc..
+                             (the split tail loop; the sets are added after) */
     fj_reg p, a, a2, lda, lda3, lda5, bp, ldb, cp, k, tc, rows, bsrc, bpf;
     fj_reg acc[32][4], bv[4], bcr[2];
     fj_reg km[4], kr[4];  /* AVX-512 store masks, C-read masks (0 lanes if beta = 0) */
@@ -220,16 +222,18 @@ static void k_step_pf_a(gen *g, int u) {
 static void k_step_fma(gen *g, int u) {
     fj_builder *b = g->b;
     const kg_gemm_cfg *c = g->c;
+    const int set = g->nsets > 1 ? u % g->nsets * g->mrc : 0;
     for (int i = 0; i < g->mrc; i++) {
         fj_opnd ao = a_opnd(g, i, u);
+        const fj_reg *acc = g->acc[set + i];
         if (g->avx512 && !c->a_reg) {
             for (int v = 0; v < g->nv; v++)
-                fj_emit(b, FJ_VFMADD231PS, V(g, g->acc[i][v]), V(g, g->bv[v]), fj_bcst(ao));
+                fj_emit(b, FJ_VFMADD231PS, V(g, acc[v]), V(g, g->bv[v]), fj_bcst(ao));
         } else {
             fj_reg bc = g->bcr[i & 1];
             fj_emit(b, g->op->bcst, V(g, bc), ao);
             for (int v = 0; v < g->nv; v++)
-                fj_emit(b, g->op->fma, V(g, g->acc[i][v]), V(g, g->bv[v]), V(g, bc));
+                fj_emit(b, g->op->fma, V(g, acc[v]), V(g, g->bv[v]), V(g, bc));
         }
     }
     if (c->bmode == KG_GB_ROWS) fj_emit(b, FJ_ADD, fj_r64(g->bp), fj_r64(g->ldb));
@@ -801,12 +805,38 @@ void kg_gemm(fj_builder *b, const void *ctx) {
     fj_label_bind(b, l_norm);
     k_loop(&g);
     if (c->tail_rows) {
-        /* Its FMA part differs: recorded again. */
+        /* Its FMA part differs: recorded again. A tail of at most a third
+         * of mr rows takes a loop that spreads the k steps over three sets
+         * of its accumulators (the tile's other rows' registers): 4 FMAs
+         * a step need 12 in flight, as the full tile has. */
+        const int r3 = g.mr / 3, split = r3 >= 1 && r3 < c->tail_rows;
+        fj_label l_split = {0};
         fj_emit(b, FJ_JMP, fj_lbl(l_after));
         fj_label_bind(b, l_tail);
+        if (split) {
+            l_split = fj_label_new(b);
+            fj_emit(b, FJ_CMP, P(&g, OFF(last_rows), 64), fj_imm(r3));
+            fj_emit(b, FJ_JLE, fj_lbl(l_split));
+        }
         g.mrc = c->tail_rows;
         if (g.rec != 2) g.rec = 0;
         k_loop(&g);
+        if (split) {
+            /* Emitted step by step (the sets' registers differ, no replays). */
+            fj_emit(b, FJ_JMP, fj_lbl(l_after));
+            fj_label_bind(b, l_split);
+            g.mrc = r3;
+            g.nsets = 3;
+            g.rec = 2;
+            g.tr = NULL;
+            k_loop(&g);
+            for (int st = 1; st < g.nsets; st++)
+                for (int i = 0; i < r3; i++)
+                    for (int v = 0; v < g.nv; v++)
+                        fj_emit(b, g.op->add, V(&g, g.acc[i][v]), V(&g, g.acc[i][v]),
+                                V(&g, g.acc[st * r3 + i][v]));
+            g.nsets = 1;
+        }
         g.mrc = g.mr;
     }
     fj_label_bind(b, l_after);
