@@ -92,10 +92,11 @@ fj_status kg_gemm_check(const kg_gemm_cfg *c) {
         return fj_fail(FJ_ERR_INVALID_ARG, "gemm kernel: in-place row-major A needs mr <= 14");
     int acc = c->mr * c->nv;
     /* Loop: accumulators + B vectors (+ the broadcast register on AVX2).
-     * Epilogue: alpha, beta (+ a temporary and a mask
-     * register on AVX2). */
+     * Epilogue: alpha, beta (+ a temporary and a mask register on AVX2,
+     * where the B vectors past the two holding alpha and beta stay
+     * taken). */
     int loop = acc + c->nv + (avx512 && !c->a_reg ? 0 : 1);
-    int epi = acc + (avx512 ? 2 : 4);
+    int epi = acc + (avx512 ? 2 : (c->nv > 2 ? c->nv : 2) + 2);
     int nvec = avx512 ? 32 : 16;
     if (loop > nvec || epi > nvec)
         return fj_fail(FJ_ERR_INVALID_ARG, "gemm kernel: a %dx%d-vector tile needs %d vector "
