@@ -21,44 +21,72 @@ static inline TAVX2 __m256i lane_mask(int64_t n) {
 /* r[c] := column c of the 8x8 block whose rows are r[0..7]. */
 static inline TAVX2 void transpose8(__m256 r[8]) {
     __m256 t[8], u[8];
+#pragma GCC unroll 8
     for (int i = 0; i < 8; i += 2) {
         t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
         t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
     }
     /* Within each 128-bit half H: u[4q + c] holds column 4H + c of rows 4q..4q+3. */
+#pragma GCC unroll 2
     for (int q = 0; q < 2; q++) {
         u[4 * q + 0] = _mm256_shuffle_ps(t[4 * q], t[4 * q + 2], 0x44);
         u[4 * q + 1] = _mm256_shuffle_ps(t[4 * q], t[4 * q + 2], 0xee);
         u[4 * q + 2] = _mm256_shuffle_ps(t[4 * q + 1], t[4 * q + 3], 0x44);
         u[4 * q + 3] = _mm256_shuffle_ps(t[4 * q + 1], t[4 * q + 3], 0xee);
     }
+#pragma GCC unroll 4
     for (int c = 0; c < 4; c++) {
         r[c] = _mm256_permute2f128_ps(u[c], u[c + 4], 0x20);
         r[c + 4] = _mm256_permute2f128_ps(u[c], u[c + 4], 0x31);
     }
 }
 
-/* Transposes `rows` (<= 8) rows of src (stride ld) over kc columns: for
- * each column k, lanes [0, 8) of the result go to dst + k*dstride (rows
- * past `rows` are zero). With dstride < 8 the 32-byte stores overlap:
- * each one spills into the next column's slot, which the next store
- * rewrites; the last spills up to 32 bytes past the block (the caller
- * leaves that room or rewrites it later). */
-static TAVX2 void transpose_rows(float *dst, int64_t dstride, const float *src, int64_t ld,
-                                 int rows, int64_t kc) {
+/* Transposes `rows` (<= 8, a constant in each inlined copy: rows past it
+ * are zero vectors, no branches, so the block stays in registers) rows of
+ * src (stride ld) over kc columns: for each column k, lanes [0, 8) of the
+ * result go to dst + k*dstride. With dstride < 8 the 32-byte stores
+ * overlap: each one spills into the next column's slot, which the next
+ * store rewrites; the last spills up to 32 bytes past the block (the
+ * caller leaves that room or rewrites it later). */
+static inline __attribute__((always_inline)) TAVX2 void
+transpose_rows_n(float *dst, int64_t dstride, const float *src, int64_t ld, const int rows,
+                 int64_t kc) {
     __m256 r[8];
-    for (int64_t k0 = 0; k0 < kc; k0 += 8) {
-        int kt = kc - k0 < 8 ? (int)(kc - k0) : 8;
+    int64_t k0 = 0;
+    for (; k0 + 8 <= kc; k0 += 8) {
+#pragma GCC unroll 8
         for (int i = 0; i < 8; i++) {
-            if (i >= rows) r[i] = _mm256_setzero_ps();
-            else if (kt == 8) r[i] = _mm256_loadu_ps(src + i * ld + k0);
-            else r[i] = _mm256_maskload_ps(src + i * ld + k0, lane_mask(kt));
+            r[i] = i < rows ? _mm256_loadu_ps(src + i * ld + k0) : _mm256_setzero_ps();
             /* The rows' next lines: rows of a large power-of-two stride
              * share an L1 set, so they come from L2; ask early. */
             if (i < rows) _mm_prefetch((const char *)(src + i * ld + k0 + 32), _MM_HINT_T0);
         }
         transpose8(r);
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; c++) _mm256_storeu_ps(dst + (k0 + c) * dstride, r[c]);
+    }
+    if (k0 < kc) {
+        const int kt = (int)(kc - k0);
+        const __m256i km = lane_mask(kt);
+        for (int i = 0; i < 8; i++)
+            r[i] = i < rows ? _mm256_maskload_ps(src + i * ld + k0, km) : _mm256_setzero_ps();
+        transpose8(r);
         for (int c = 0; c < kt; c++) _mm256_storeu_ps(dst + (k0 + c) * dstride, r[c]);
+    }
+}
+
+static TAVX2 void transpose_rows(float *dst, int64_t dstride, const float *src, int64_t ld,
+                                 int rows, int64_t kc) {
+    switch (rows) {
+    case 1: transpose_rows_n(dst, dstride, src, ld, 1, kc); break;
+    case 2: transpose_rows_n(dst, dstride, src, ld, 2, kc); break;
+    case 3: transpose_rows_n(dst, dstride, src, ld, 3, kc); break;
+    case 4: transpose_rows_n(dst, dstride, src, ld, 4, kc); break;
+    case 5: transpose_rows_n(dst, dstride, src, ld, 5, kc); break;
+    case 6: transpose_rows_n(dst, dstride, src, ld, 6, kc); break;
+    case 7: transpose_rows_n(dst, dstride, src, ld, 7, kc); break;
+    case 8: transpose_rows_n(dst, dstride, src, ld, 8, kc); break;
+    default: transpose_rows_n(dst, dstride, src, ld, 0, kc); break;
     }
 }
 
