@@ -138,6 +138,7 @@ typedef struct gen {
     int avx512, vb, mr, nv;
     int mrc;              /* rows the k loop computes: mr, or fewer in the short
                              last tile's loops (A's layout stays mr's) */
+    int unroll;           /* k steps per main-loop iteration of the loop being made */
     int nsets;            /* > 1: step u accumulates into rows (u % nsets)*mrc..
                              (the split tail loop; the sets are added after) */
     fj_reg p, a, a2, lda, lda3, lda5, bp, ldb, cp, k, tc, rows, bsrc, bpf;
@@ -145,9 +146,8 @@ typedef struct gen {
     fj_reg km[4], kr[4];  /* AVX-512 store masks, C-read masks (0 lanes if beta = 0) */
     int merged;           /* one store copy: beta = 0 handled by kr */
     int copy;             /* emitting the B-packing copy of the k loop */
-    int full;             /* AVX2: emitting the stores of a panel without a column
-                             tail (plain moves: a masked store is microcoded on
-                             some CPUs) */
+    int full;             /* AVX2, full_panels: stores without masks (plain moves:
+                             a masked store is microcoded on some CPUs) */
     kb_trace *tr;         /* the builder's scratch traces while the k loop's step is
                              recorded (TR_B, TR_FMA below), or NULL */
     int rec;              /* 1: the FMA part is recorded; 2: no replays */
@@ -313,7 +313,7 @@ static void k_advance(gen *g, int steps) {
 
 static void k_loop(gen *g) {
     fj_builder *b = g->b;
-    int U = g->c->unroll;
+    int U = g->unroll;
     fj_label l_rem = fj_label_new(b), l_one = fj_label_new(b), l_done = fj_label_new(b);
     record_steps(g);
     if (U > 1) {
@@ -605,20 +605,8 @@ static void epilogue(gen *g) {
         fj_emit(b, FJ_CMP, P(g, OFF(post), 32), fj_imm(0));
         fj_emit(b, FJ_JNE, fj_lbl(l_post));
     }
-    if (g->avx512) {
-        store_kinds(g, alpha_r, beta_r, l_done, has_post);
-    } else {
-        /* AVX2: a panel without a column tail (the last lane of its last
-         * vector's mask set) stores with plain moves. */
-        fj_label l_masked = fj_label_new(b);
-        fj_emit(b, FJ_CMP, P(g, OFF(ymask) + (g->nv - 1) * 32 + 28, 32), fj_imm(0));
-        fj_emit(b, FJ_JE, fj_lbl(l_masked));
-        g->full = 1;
-        store_kinds(g, alpha_r, beta_r, l_done, 1);
-        g->full = 0;
-        fj_label_bind(b, l_masked);
-        store_kinds(g, alpha_r, beta_r, l_done, has_post);
-    }
+    g->full = !g->avx512 && c->full_panels;
+    store_kinds(g, alpha_r, beta_r, l_done, has_post);
     if (has_post) {
         fj_label l_nb1 = fj_label_new(b), l_act = fj_label_new(b);
         fj_label_bind(b, l_post);
@@ -690,7 +678,7 @@ static void prefetch_c_row(gen *g, int i) {
 
 void kg_gemm(fj_builder *b, const void *ctx) {
     const kg_gemm_cfg *c = ctx;
-    gen g = {.b = b, .c = c, .mr = c->mr, .nv = c->nv, .mrc = c->mr};
+    gen g = {.b = b, .c = c, .mr = c->mr, .nv = c->nv, .mrc = c->mr, .unroll = c->unroll};
     g.es = c->dt == KG_DT_F64 ? 8 : 4;
     g.op = g.es == 8 ? &ops_f64 : &ops_f32;
     g.avx512 = fj_builder_isa(b) == FJ_ISA_AVX512;
@@ -806,39 +794,32 @@ void kg_gemm(fj_builder *b, const void *ctx) {
     fj_label_bind(b, l_norm);
     k_loop(&g);
     if (c->tail_rows) {
-        /* Its FMA part differs: recorded again. A tail of at most a third
-         * of mr rows takes a loop that spreads the k steps over three sets
-         * of its accumulators (the tile's other rows' registers): 4 FMAs
-         * a step need 12 in flight, as the full tile has. */
-        const int r3 = g.mr / 3, split = r3 >= 1 && r3 < c->tail_rows;
-        fj_label l_split = {0};
+        /* Its k steps go round sets of accumulators (the tile's other
+         * rows' registers) when they fit: as many FMAs in flight as the
+         * full tile has, added up after the loop. One set: replays as
+         * the full loop (recorded again); several: emitted step by step
+         * (the sets' registers differ). It runs once per call at most:
+         * unrolled only as far as the sets need (less code to make). */
         fj_emit(b, FJ_JMP, fj_lbl(l_after));
         fj_label_bind(b, l_tail);
-        if (split) {
-            l_split = fj_label_new(b);
-            fj_emit(b, FJ_CMP, P(&g, OFF(last_rows), 64), fj_imm(r3));
-            fj_emit(b, FJ_JLE, fj_lbl(l_split));
-        }
         g.mrc = c->tail_rows;
-        if (g.rec != 2) g.rec = 0;
-        k_loop(&g);
-        if (split) {
-            /* Emitted step by step (the sets' registers differ, no replays). */
-            fj_emit(b, FJ_JMP, fj_lbl(l_after));
-            fj_label_bind(b, l_split);
-            g.mrc = r3;
-            g.nsets = 3;
+        g.nsets = g.mr / c->tail_rows < c->unroll ? g.mr / c->tail_rows : c->unroll;
+        g.unroll = g.nsets;
+        if (g.nsets > 1) {
             g.rec = 2;
             g.tr = NULL;
-            k_loop(&g);
-            for (int st = 1; st < g.nsets; st++)
-                for (int i = 0; i < r3; i++)
-                    for (int v = 0; v < g.nv; v++)
-                        fj_emit(b, g.op->add, V(&g, g.acc[i][v]), V(&g, g.acc[i][v]),
-                                V(&g, g.acc[st * r3 + i][v]));
-            g.nsets = 1;
+        } else if (g.rec != 2) {
+            g.rec = 0;
         }
+        k_loop(&g);
+        for (int st = 1; st < g.nsets; st++)
+            for (int i = 0; i < g.mrc; i++)
+                for (int v = 0; v < g.nv; v++)
+                    fj_emit(b, g.op->add, V(&g, g.acc[i][v]), V(&g, g.acc[i][v]),
+                            V(&g, g.acc[st * g.mrc + i][v]));
+        g.nsets = 1;
         g.mrc = g.mr;
+        g.unroll = c->unroll;
     }
     fj_label_bind(b, l_after);
     /* Free for the epilogue (rewritten each step; the copy's pointers are

@@ -48,7 +48,10 @@ typedef struct kg_gemm_cfg {
     int32_t dt;         /* KG_DT_*: f64 kernels need a_reg on AVX-512, and their act
                            is one of kg_gemm_act64's (its alpha, beta read at run time) */
     int32_t tail_rows;  /* 1..mr-1: a last tile of at most this many rows runs a k
-                           loop over those rows only; 0: every tile computes mr */
+                           loop over those rows only (spread over min(mr/tail_rows,
+                           unroll) sets of accumulators); 0: every tile computes mr */
+    int32_t full_panels; /* AVX2: every call's panel is nv*lanes wide (no column
+                           tail): C is stored with plain moves, not under masks */
 } kg_gemm_cfg;
 
 #define KG_GEMM_TAG 0x47454d31 /* "GEM1" */

@@ -83,7 +83,7 @@ static int64_t l1_spread(int64_t ld, int es) {
 typedef struct gemm_key {
     int32_t tag;
     uint8_t isa, mr, nv, amode, bmode, unroll, pf_c, a_reg, has_bias, act, b_copy;
-    uint8_t stores, tail_rows, spare; /* (spare: no padding before pf_a) */
+    uint8_t stores, tail_rows, full_panels; /* (no padding before pf_a) */
     uint16_t pf_a, pf_b;
     float act_alpha, act_beta; /* only with act */
 } gemm_key;
@@ -96,7 +96,8 @@ static size_t gemm_key_of(const kg_gemm_cfg *c, gemm_key *k) {
         (unsigned)c->amode > 255 || (unsigned)c->bmode > 255 || (unsigned)c->unroll > 255 ||
         (unsigned)c->pf_c > 255 || (unsigned)c->a_reg > 255 || (unsigned)c->has_bias > 255 ||
         (unsigned)c->act > 255 || (unsigned)c->b_copy > 255 || (unsigned)c->pf_a > 65535 ||
-        (unsigned)c->pf_b > 65535 || (unsigned)c->stores > 255 || (unsigned)c->tail_rows > 255)
+        (unsigned)c->pf_b > 65535 || (unsigned)c->stores > 255 || (unsigned)c->tail_rows > 255 ||
+        (unsigned)c->full_panels > 255)
         return 0;
     memset(k, 0, sizeof *k);
     *k = (gemm_key){.tag = c->dt == KG_DT_F64 ? GEMM_KEY_TAG64 : GEMM_KEY_TAG, .isa = (uint8_t)c->isa, .mr = (uint8_t)c->mr,
@@ -105,6 +106,7 @@ static size_t gemm_key_of(const kg_gemm_cfg *c, gemm_key *k) {
                     .a_reg = (uint8_t)c->a_reg, .has_bias = (uint8_t)c->has_bias,
                     .act = (uint8_t)c->act, .b_copy = (uint8_t)c->b_copy,
                     .stores = (uint8_t)c->stores, .tail_rows = (uint8_t)c->tail_rows,
+                    .full_panels = (uint8_t)c->full_panels,
                     .pf_a = (uint16_t)c->pf_a,
                     .pf_b = (uint16_t)c->pf_b};
     if (!c->act) return offsetof(gemm_key, act_alpha);
@@ -506,12 +508,17 @@ static fj_status plan_make(fj_runtime *rt, gemm_plan *p, const gemm_desc *d) {
         .act = act, .act_alpha = act ? d->act_alpha : 0.0f, .act_beta = act ? d->act_beta : 0.0f,
     };
     if (shortk) p->cfg.pf_c = 0;
-    /* AVX2: a last tile of few rows runs a k loop over cdiv(8, nv) rows
-     * (8 accumulators: FMA latency 4 x 2 pipes, the fewest that keep the
-     * FMAs busy per k step) instead of all mr: a 4-row tail of a 6-row
-     * tile (m = 64, 256) takes 4 cycles a k step instead of 6. */
-    const int tail = (int)cdiv(8, p->nv);
-    if (!avx512 && tail < p->mr) p->cfg.tail_rows = tail;
+    /* AVX2: the last row tile (m % mr rows; only the problem's last rows
+     * are ever a short tile, whatever the blocking and threads) runs a k
+     * loop over its own rows, not all mr: the 4-row tail of a 6-row tile
+     * (m = 64, 256) takes 4 cycles a k step instead of 6, a 2-row one
+     * (128) 2 (its steps spread over three sets of accumulators). And n a
+     * multiple of the panel width: no call has a column tail, C is stored
+     * without masks. */
+    if (!avx512) {
+        p->cfg.tail_rows = (int)(m % p->mr);
+        p->cfg.full_panels = n % p->nr == 0;
+    }
     /* Row-major B is packed by the kernels' first row tile, hidden under
      * its FMAs, instead of a separate pass over B. Also when B's rows are
      * far apart (each k step of the copying tile a new page): the tile
