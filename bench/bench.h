@@ -55,6 +55,11 @@ int bench_shape_listed(const char *list, int m, int n, int k);
 void bench_row(const char *section, const char *name, const char *variant, double value,
                const char *unit, double ratio);
 
+/* The ISA framejit's runtimes use in this run ("avx512" or "avx2": the
+ * CPU's best, or what --isa / FRAMEJIT_ISA caps it to), for the sections'
+ * header lines. */
+const char *bench_isa(void);
+
 /* Sections. */
 void bench_eltwise(const bench_ctx *c);
 void bench_encode(const bench_ctx *c);

@@ -335,8 +335,8 @@ static void bench_builder(const bench_ctx *c, fj_runtime *rt, const char *name, 
 }
 
 void bench_encode(const bench_ctx *c) {
-    printf("# encode: median of %d; x64_encode alone, then whole kernels through the "
-           "builder API\n", c->reps);
+    printf("# encode: isa %s; median of %d; x64_encode alone, then whole kernels through the "
+           "builder API\n", bench_isa(), c->reps);
     bench_raw(c);
     fj_options o;
     fj_options_init(&o);

@@ -89,42 +89,61 @@ int bench_gen_fresh(const bench_ctx *c, void (*call)(fj_runtime *rt, void *ctx),
 
 static FILE *json;
 static int json_rows;
+static const char *isa_name = "avx2";
+/* --isa: appended to every row's section ("gemm-avx2"), so that rows of a
+ * run with another ISA than the CPU's best never mix with the default
+ * rows (scripts/perf-doc keys rows by section, case and variant). */
+static char isa_suffix[16];
+
+const char *bench_isa(void) { return isa_name; }
 
 void bench_row(const char *section, const char *name, const char *variant, double value,
                const char *unit, double ratio) {
+    char sec[48];
+    snprintf(sec, sizeof sec, "%s%s", section, isa_suffix);
     if (ratio > 0)
-        printf("%-10s %-28s %-16s %12.2f %-8s ratio %.2f\n", section, name, variant, value, unit,
+        printf("%-10s %-28s %-16s %12.2f %-8s ratio %.2f\n", sec, name, variant, value, unit,
                ratio);
     else
-        printf("%-10s %-28s %-16s %12.2f %-8s\n", section, name, variant, value, unit);
+        printf("%-10s %-28s %-16s %12.2f %-8s\n", sec, name, variant, value, unit);
     fflush(stdout);
     if (json) {
         fprintf(json, "%s  {\"section\": \"%s\", \"case\": \"%s\", \"variant\": \"%s\", "
                 "\"value\": %.4f, \"unit\": \"%s\", \"ratio\": %.4f}",
-                json_rows++ ? ",\n" : "", section, name, variant, value, unit, ratio);
+                json_rows++ ? ",\n" : "", sec, name, variant, value, unit, ratio);
     }
 }
 
 typedef struct section {
     const char *name;
     void (*run)(const bench_ctx *);
+    int isa_in_header;   /* its own header line names the ISA (else main's does) */
 } section;
 
 static const section sections[] = {
-    {"eltwise", bench_eltwise},
-    {"encode", bench_encode},
-    {"peak", bench_peak},
-    {"gemm", bench_gemm},
-    {"gemm_f64", bench_gemm_f64},
-    {"lowp", bench_lowp},
-    {"unwind", bench_unwind},
-    {"profiling", bench_profiling},
-    {"cache", bench_cache},
-    {"reduce", bench_reduce},
-    {"stitch", bench_stitch},
+    {"eltwise", bench_eltwise, 1},
+    {"encode", bench_encode, 1},
+    {"peak", bench_peak, 1},
+    {"gemm", bench_gemm, 1},
+    {"gemm_f64", bench_gemm_f64, 1},
+    {"lowp", bench_lowp, 1},
+    {"unwind", bench_unwind, 0},
+    {"profiling", bench_profiling, 1},
+    {"cache", bench_cache, 0},
+    {"reduce", bench_reduce, 1},
+    {"stitch", bench_stitch, 0},
 };
 
-int main(int argc, char **argv) {
+/* --isa avx2 (or avx512): framejit's runtimes and oneDNN capped to that
+ * ISA through their environment variables. oneDNN reads its own once, at
+ * first use, and OpenBLAS's timeout must be set before it loads: both
+ * are set here and the program starts again with them (as it does for
+ * OpenBLAS alone). 0 on success, else the bad value. */
+static int isa_env(int argc, char **argv) {
+    const char *want = NULL;
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--isa")) want = argv[i + 1];
+    int again = 0;
 #ifdef FJ_BENCH_OPENBLAS
     /* OpenBLAS's idle workers spin (sched_yield) for ~2^28 cycles after each
      * call and steal the second core from whatever runs next, which skewed
@@ -132,28 +151,65 @@ int main(int argc, char **argv) {
      * read when OpenBLAS loads, before main: set it and start again. */
     if (!getenv("OPENBLAS_THREAD_TIMEOUT")) {
         setenv("OPENBLAS_THREAD_TIMEOUT", "4", 1);
-        execv("/proc/self/exe", argv);
-        /* If exec fails, carry on with the default. */
+        again = 1;
     }
 #endif
+    if (want) {
+        const char *dnnl = !strcmp(want, "avx2") ? "AVX2" : !strcmp(want, "avx512") ? "AVX512_CORE" : NULL;
+        if (!dnnl) return 1;
+        const char *cur = getenv("FRAMEJIT_ISA"), *cur_d = getenv("ONEDNN_MAX_CPU_ISA");
+        if (!cur || strcmp(cur, want) || !cur_d || strcmp(cur_d, dnnl)) {
+            setenv("FRAMEJIT_ISA", want, 1);
+            setenv("ONEDNN_MAX_CPU_ISA", dnnl, 1);
+            again = 1;
+        }
+        snprintf(isa_suffix, sizeof isa_suffix, "-%s", want);
+    }
+    /* If exec fails, carry on: the variables are set, only too late for
+     * OpenBLAS's timeout. */
+    if (again) execv("/proc/self/exe", argv);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (isa_env(argc, argv)) {
+        fprintf(stderr, "framejit-bench: --isa takes avx2 or avx512\n");
+        return 2;
+    }
     bench_ctx c = {.reps = 9};
     const char *json_path = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
         else if (!strcmp(argv[i], "--quick")) c.quick = 1, c.reps = 5;
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) c.filter = argv[++i];
+        else if (!strcmp(argv[i], "--isa") && i + 1 < argc) i++; /* isa_env's */
         else {
-            fprintf(stderr, "usage: framejit-bench [--json FILE] [--quick] [--only SECTION]\n");
+            fprintf(stderr, "usage: framejit-bench [--json FILE] [--quick] [--only SECTION] "
+                    "[--isa avx2|avx512]\n");
             return 2;
         }
     }
+    /* The ISA the sections' runtimes get. */
+    fj_options o;
+    fj_options_init(&o);
+    o.threads = 1;
+    fj_runtime *rt;
+    if (fj_runtime_create(&o, &rt) != FJ_OK) {
+        fprintf(stderr, "framejit-bench: %s\n", fj_last_error());
+        return 1;
+    }
+    isa_name = fj_runtime_isa(rt) == FJ_ISA_AVX512 ? "avx512" : "avx2";
+    fj_runtime_destroy(rt);
     if (json_path) {
         json = fopen(json_path, "w");
         if (!json) { perror(json_path); return 1; }
         fprintf(json, "{\"rows\": [\n");
     }
     for (size_t i = 0; i < sizeof sections / sizeof sections[0]; i++)
-        if (!c.filter || strstr(sections[i].name, c.filter)) sections[i].run(&c);
+        if (!c.filter || strstr(sections[i].name, c.filter)) {
+            if (!sections[i].isa_in_header) printf("# %s: isa %s\n", sections[i].name, isa_name);
+            sections[i].run(&c);
+        }
     if (json) {
         fprintf(json, "\n]}\n");
         fclose(json);

@@ -117,8 +117,9 @@ void bench_gemm_f64(const bench_ctx *c) {
     const char *only = getenv("FJ_BENCH_GEMM_SHAPES");
     const char *tl = getenv("FJ_BENCH_GEMM_THREADS");
     int tsel = tl ? atoi(tl) : -1;
-    printf("# gemm_f64: row-major NN, alpha 1, beta 0; median of %d interleaved repetitions; "
-           "ratio = framejit GFLOP/s / OpenBLAS cblas_dgemm GFLOP/s%s\n", c->reps,
+    printf("# gemm_f64: row-major NN, alpha 1, beta 0; isa %s; median of %d interleaved "
+           "repetitions; ratio = framejit GFLOP/s / OpenBLAS cblas_dgemm GFLOP/s%s\n", bench_isa(),
+           c->reps,
 #ifdef FJ_BENCH_OPENBLAS
            ""
 #else

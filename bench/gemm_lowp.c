@@ -209,8 +209,9 @@ out:
 
 void bench_lowp(const bench_ctx *c) {
     const char *only = getenv("FJ_BENCH_LOWP_SHAPES");
-    printf("# lowp: row-major NN, alpha 1, beta 0 (int8: offsets 0, co 'F' 0); ratio = GOPS / "
-           "oneDNN's; %%peak: against the f32 FMA loop beside each block x4 (int8) or x2 (bf16)\n");
+    printf("# lowp: row-major NN, alpha 1, beta 0 (int8: offsets 0, co 'F' 0); isa %s; ratio = "
+           "GOPS / oneDNN's; %%peak: against the f32 FMA loop beside each block x4 (int8) or x2 "
+           "(bf16)\n", bench_isa());
     for (int t = 1; t <= 2; t++) {
         fj_options o;
         fj_options_init(&o);

@@ -125,8 +125,9 @@ static double copy_bw(size_t bytes, int reps) {
 }
 
 void bench_peak(const bench_ctx *c) {
-    printf("# peak: register-only FMA loop (12 chains), thread CPU time, best of 7; memcpy "
-           "bandwidth (read + write bytes, wall time), median of %d\n", c->reps);
+    printf("# peak: isa %s (the machine's zmm and ymm loops whatever it); register-only FMA "
+           "loop (12 chains), thread CPU time, best of 7; memcpy bandwidth (read + write bytes, "
+           "wall time), median of %d\n", bench_isa(), c->reps);
     bench_row("peak", "fma f32 zmm 1 thread", "machine", bench_fma_peak(1, 1), "GFLOP/s", 0);
     bench_row("peak", "fma f32 zmm 2 threads", "machine", bench_fma_peak(1, 2), "GFLOP/s", 0);
     bench_row("peak", "fma f32 ymm 1 thread", "machine", bench_fma_peak(0, 1), "GFLOP/s", 0);

@@ -100,8 +100,8 @@ void bench_profiling(const bench_ctx *c) {
         perror("bench profiling: mkdtemp");
         return;
     }
-    printf("# profiling: median us per fj_builder_finish of a small kernel (%d kernels per "
-           "runtime, median of %d runtimes); ratio = memfd time / this time\n",
+    printf("# profiling: isa %s; median us per fj_builder_finish of a small kernel (%d kernels "
+           "per runtime, median of %d runtimes); ratio = memfd time / this time\n", bench_isa(),
            c->quick ? KERNELS / 4 : KERNELS, c->reps);
     struct {
         const char *name, *code_file, *perfmap, *jitdump;

@@ -274,8 +274,9 @@ void bench_reduce(const bench_ctx *c) {
 #ifdef FJ_BENCH_DNNL
     int omp_threads = omp_get_max_threads ? omp_get_max_threads() : 0;
 #endif
-    printf("# reduce: rows of a row-major matrix; median of %d (each the best of %d blocks); "
-           "ratio = other time / framejit time; plain C is one thread\n", c->reps, BLOCKS);
+    printf("# reduce: rows of a row-major matrix; isa %s; median of %d (each the best of %d "
+           "blocks); ratio = other time / framejit time; plain C is one thread\n", bench_isa(),
+           c->reps, BLOCKS);
     const shape shapes[] = {{1024, 1024}, {64, 4096}, {4096, 64}};
     const kind kinds[] = {K_SUM, K_MAX, K_L2, K_SOFTMAX, K_LOGSOFTMAX};
     for (int threads = 1; threads <= 2; threads++) {

@@ -86,16 +86,17 @@ fj_status kg_gemm_check(const kg_gemm_cfg *c) {
     if (c->amode < KG_GA_PACKED || c->amode > KG_GA_COLS || c->bmode < KG_GB_PACKED ||
         c->bmode > KG_GB_ROWS)
         return fj_fail(FJ_ERR_INVALID_ARG, "gemm kernel: modes %d/%d", c->amode, c->bmode);
-    if (c->b_copy && (!avx512 || c->bmode != KG_GB_PACKED))
-        return fj_fail(FJ_ERR_INVALID_ARG, "gemm kernel: B copy needs AVX-512 and packed B");
+    if (c->b_copy && c->bmode != KG_GB_PACKED)
+        return fj_fail(FJ_ERR_INVALID_ARG, "gemm kernel: B copy needs packed B");
     if (c->amode == KG_GA_ROWS && c->mr > 14)
         return fj_fail(FJ_ERR_INVALID_ARG, "gemm kernel: in-place row-major A needs mr <= 14");
     int acc = c->mr * c->nv;
     /* Loop: accumulators + B vectors (+ the broadcast register on AVX2).
-     * Epilogue: alpha, beta (+ a temporary and a mask
-     * register on AVX2). */
+     * Epilogue: alpha, beta (+ a temporary and a mask register on AVX2,
+     * where the B vectors past the two holding alpha and beta stay
+     * taken). */
     int loop = acc + c->nv + (avx512 && !c->a_reg ? 0 : 1);
-    int epi = acc + (avx512 ? 2 : 4);
+    int epi = acc + (avx512 ? 2 : (c->nv > 2 ? c->nv : 2) + 2);
     int nvec = avx512 ? 32 : 16;
     if (loop > nvec || epi > nvec)
         return fj_fail(FJ_ERR_INVALID_ARG, "gemm kernel: a %dx%d-vector tile needs %d vector "
@@ -107,6 +108,9 @@ fj_status kg_gemm_check(const kg_gemm_cfg *c) {
         return fj_fail(FJ_ERR_INVALID_ARG, "gemm kernel: f64 on AVX-512 needs a_reg");
     if (c->dt == KG_DT_F64 && c->act && !kg_gemm_act64(c->act, c->act_alpha))
         return fj_fail(FJ_ERR_UNSUPPORTED, "gemm: f64 kernels have no post-op %s", act_name(c->act));
+    if (c->tail_rows < 0 || c->tail_rows >= c->mr)
+        return fj_fail(FJ_ERR_INVALID_ARG, "gemm kernel: tail rows %d of a %d-row tile",
+                       c->tail_rows, c->mr);
     if (c->stores < 0 || c->stores > KG_STORES_ALL)
         return fj_fail(FJ_ERR_INVALID_ARG, "gemm kernel: stores 0x%x", (unsigned)c->stores);
     if (!act_supported(c->act))
@@ -132,11 +136,18 @@ typedef struct gen {
     const gemm_ops *op;   /* the element type's instructions */
     int es;               /* element bytes */
     int avx512, vb, mr, nv;
+    int mrc;              /* rows the k loop computes: mr, or fewer in the short
+                             last tile's loops (A's layout stays mr's) */
+    int unroll;           /* k steps per main-loop iteration of the loop being made */
+    int nsets;            /* > 1: step u accumulates into rows (u % nsets)*mrc..
+                             (the split tail loop; the sets are added after) */
     fj_reg p, a, a2, lda, lda3, lda5, bp, ldb, cp, k, tc, rows, bsrc, bpf;
     fj_reg acc[32][4], bv[4], bcr[2];
     fj_reg km[4], kr[4];  /* AVX-512 store masks, C-read masks (0 lanes if beta = 0) */
     int merged;           /* one store copy: beta = 0 handled by kr */
     int copy;             /* emitting the B-packing copy of the k loop */
+    int full;             /* AVX2, full_panels: stores without masks (plain moves:
+                             a masked store is microcoded on some CPUs) */
     kb_trace *tr;         /* the builder's scratch traces while the k loop's step is
                              recorded (TR_B, TR_FMA below), or NULL */
     int rec;              /* 1: the FMA part is recorded; 2: no replays */
@@ -212,16 +223,18 @@ static void k_step_pf_a(gen *g, int u) {
 static void k_step_fma(gen *g, int u) {
     fj_builder *b = g->b;
     const kg_gemm_cfg *c = g->c;
-    for (int i = 0; i < g->mr; i++) {
+    const int set = g->nsets > 1 ? u % g->nsets * g->mrc : 0;
+    for (int i = 0; i < g->mrc; i++) {
         fj_opnd ao = a_opnd(g, i, u);
+        const fj_reg *acc = g->acc[set + i];
         if (g->avx512 && !c->a_reg) {
             for (int v = 0; v < g->nv; v++)
-                fj_emit(b, FJ_VFMADD231PS, V(g, g->acc[i][v]), V(g, g->bv[v]), fj_bcst(ao));
+                fj_emit(b, FJ_VFMADD231PS, V(g, acc[v]), V(g, g->bv[v]), fj_bcst(ao));
         } else {
             fj_reg bc = g->bcr[i & 1];
             fj_emit(b, g->op->bcst, V(g, bc), ao);
             for (int v = 0; v < g->nv; v++)
-                fj_emit(b, g->op->fma, V(g, g->acc[i][v]), V(g, g->bv[v]), V(g, bc));
+                fj_emit(b, g->op->fma, V(g, acc[v]), V(g, g->bv[v]), V(g, bc));
         }
     }
     if (c->bmode == KG_GB_ROWS) fj_emit(b, FJ_ADD, fj_r64(g->bp), fj_r64(g->ldb));
@@ -300,7 +313,7 @@ static void k_advance(gen *g, int steps) {
 
 static void k_loop(gen *g) {
     fj_builder *b = g->b;
-    int U = g->c->unroll;
+    int U = g->unroll;
     fj_label l_rem = fj_label_new(b), l_one = fj_label_new(b), l_done = fj_label_new(b);
     record_steps(g);
     if (U > 1) {
@@ -384,30 +397,36 @@ static void store_tile(gen *g, int beta, int bias, fj_reg alpha_r, fj_reg beta_r
         }
         fj_label_bind(b, end);
     } else {
-        /* AVX2: one mask register, so vectors outermost. */
+        /* AVX2: one mask register, so vectors outermost. A full panel
+         * (g->full) needs no mask: C and the bias are memory operands. */
         fj_reg m = fj_vreg(b), t = fj_vreg(b);
         for (int v = 0; v < g->nv; v++) {
             fj_label end = fj_label_new(b);
-            fj_emit(b, FJ_VMOVUPS, V(g, m), P(g, OFF(ymask) + v * 32, 0));
+            if (!g->full) fj_emit(b, FJ_VMOVUPS, V(g, m), P(g, OFF(ymask) + v * 32, 0));
             fj_emit(b, FJ_MOV, fj_r64(rowp), fj_r64(g->cp));
             for (int i = 0; i < g->mr; i++) {
                 next_row(g, rowp, i, end);
                 fj_reg x = g->acc[i][v];
                 const gemm_ops *o = g->op;
+                const fj_opnd cm = fj_mem(0, rowp, v * g->vb), bm = fj_mem(0, rb, v * g->vb);
+                /* C (or the bias) as an operand: in memory, or loaded under the mask */
+                fj_opnd cv = cm, bv = bm;
+                if (!g->full && ((beta && kind == KG_STORE_GENERAL) || kind == KG_STORE_ADD)) {
+                    fj_emit(b, o->maskmov, V(g, t), V(g, m), cm);
+                    cv = V(g, t);
+                }
                 if (kind == KG_STORE_GENERAL) fj_emit(b, o->mul, V(g, x), V(g, x), V(g, alpha_r));
-                if (beta && kind == KG_STORE_GENERAL) {
-                    fj_emit(b, o->maskmov, V(g, t), V(g, m), fj_mem(0, rowp, v * g->vb));
-                    fj_emit(b, o->fma, V(g, x), V(g, t), V(g, beta_r));
-                }
-                if (kind == KG_STORE_ADD) {
-                    fj_emit(b, o->maskmov, V(g, t), V(g, m), fj_mem(0, rowp, v * g->vb));
-                    fj_emit(b, o->add, V(g, x), V(g, x), V(g, t));
-                }
+                if (beta && kind == KG_STORE_GENERAL) fj_emit(b, o->fma, V(g, x), V(g, beta_r), cv);
+                if (kind == KG_STORE_ADD) fj_emit(b, o->add, V(g, x), V(g, x), cv);
                 if (bias) {
-                    fj_emit(b, o->maskmov, V(g, t), V(g, m), fj_mem(0, rb, v * g->vb));
-                    fj_emit(b, o->add, V(g, x), V(g, x), V(g, t));
+                    if (!g->full) {
+                        fj_emit(b, o->maskmov, V(g, t), V(g, m), bm);
+                        bv = V(g, t);
+                    }
+                    fj_emit(b, o->add, V(g, x), V(g, x), bv);
                 }
-                fj_emit(b, o->maskmov, fj_mem(0, rowp, v * g->vb), V(g, m), V(g, x));
+                if (g->full) fj_emit(b, o->mov, cm, V(g, x));
+                else fj_emit(b, o->maskmov, cm, V(g, m), V(g, x));
             }
             fj_label_bind(b, end);
         }
@@ -523,34 +542,17 @@ static void act_tile64(gen *g) {
     if (!g->avx512) fj_release(b, m);
 }
 
-/* The end of a tile: alpha/beta, the optional post stage, stores. The
- * run-time flags pick one of up to four copies of the store code (two on
- * AVX-512, where beta = 0 is a zero C-read mask instead of a copy). */
-static void epilogue(gen *g) {
-    fj_builder *b = g->b;
-    const kg_gemm_cfg *c = g->c;
-    int has_post = c->has_bias || c->act;
-    fj_label l_done = fj_label_new(b), l_post = {0};
-    if (has_post) l_post = fj_label_new(b);
-    tile_rows(g);
-    /* The B registers are free now: alpha and beta go there. */
-    fj_reg alpha_r = g->bv[0], beta_r = g->nv > 1 ? g->bv[1] : fj_vreg(b);
-    if (g->es == 8) {
-        fj_emit(b, FJ_VBROADCASTSD, V(g, alpha_r), P(g, OFF(alpha_d), 64));
-        fj_emit(b, FJ_VBROADCASTSD, V(g, beta_r), P(g, OFF(beta_d), 64));
-    } else {
-        fj_emit(b, FJ_VBROADCASTSS, V(g, alpha_r), P(g, OFF(alpha), 32));
-        fj_emit(b, FJ_VBROADCASTSS, V(g, beta_r), P(g, OFF(beta), 32));
-    }
-    if (has_post) {
-        fj_emit(b, FJ_CMP, P(g, OFF(post), 32), fj_imm(0));
-        fj_emit(b, FJ_JNE, fj_lbl(l_post));
-    }
+/* The C updates without a post stage, for the kinds the kernel has
+ * (dispatched on args.store), each ending with a jump to l_done but the
+ * last, unless jmp_last. */
+static void store_kinds(gen *g, fj_reg alpha_r, fj_reg beta_r, fj_label l_done, int jmp_last) {
     /* alpha = 1 with beta = 0 or 1 (every k block after the first): no
      * multiply, and for beta = 0 no masked FMA either. With short k these
      * are a few percent of the FMA slots. Only the kinds the plan calls
      * the kernel with are emitted (a third to half of the instructions
      * of a kernel with all three), and one alone needs no dispatch. */
+    const kg_gemm_cfg *c = g->c;
+    fj_builder *b = g->b;
     static const int order[3] = {KG_STORE_SET, KG_STORE_ADD, KG_STORE_GENERAL};
     int st = c->stores ? c->stores : KG_STORES_ALL, left = __builtin_popcount((unsigned)st);
     for (int i = 0; i < 3; i++) {
@@ -575,9 +577,36 @@ static void epilogue(gen *g) {
             fj_label_bind(b, l_nb0);
             store_tile(g, 0, 0, alpha_r, beta_r, KG_STORE_GENERAL);
         }
-        if (left || has_post) fj_emit(b, FJ_JMP, fj_lbl(l_done));
+        if (left || jmp_last) fj_emit(b, FJ_JMP, fj_lbl(l_done));
         if (left) fj_label_bind(b, l_next);
     }
+}
+
+/* The end of a tile: alpha/beta, the optional post stage, stores. The
+ * run-time flags pick one of up to four copies of the store code (two on
+ * AVX-512, where beta = 0 is a zero C-read mask instead of a copy). */
+static void epilogue(gen *g) {
+    fj_builder *b = g->b;
+    const kg_gemm_cfg *c = g->c;
+    int has_post = c->has_bias || c->act;
+    fj_label l_done = fj_label_new(b), l_post = {0};
+    if (has_post) l_post = fj_label_new(b);
+    tile_rows(g);
+    /* The B registers are free now: alpha and beta go there. */
+    fj_reg alpha_r = g->bv[0], beta_r = g->nv > 1 ? g->bv[1] : fj_vreg(b);
+    if (g->es == 8) {
+        fj_emit(b, FJ_VBROADCASTSD, V(g, alpha_r), P(g, OFF(alpha_d), 64));
+        fj_emit(b, FJ_VBROADCASTSD, V(g, beta_r), P(g, OFF(beta_d), 64));
+    } else {
+        fj_emit(b, FJ_VBROADCASTSS, V(g, alpha_r), P(g, OFF(alpha), 32));
+        fj_emit(b, FJ_VBROADCASTSS, V(g, beta_r), P(g, OFF(beta), 32));
+    }
+    if (has_post) {
+        fj_emit(b, FJ_CMP, P(g, OFF(post), 32), fj_imm(0));
+        fj_emit(b, FJ_JNE, fj_lbl(l_post));
+    }
+    g->full = !g->avx512 && c->full_panels;
+    store_kinds(g, alpha_r, beta_r, l_done, has_post);
     if (has_post) {
         fj_label l_nb1 = fj_label_new(b), l_act = fj_label_new(b);
         fj_label_bind(b, l_post);
@@ -649,7 +678,7 @@ static void prefetch_c_row(gen *g, int i) {
 
 void kg_gemm(fj_builder *b, const void *ctx) {
     const kg_gemm_cfg *c = ctx;
-    gen g = {.b = b, .c = c, .mr = c->mr, .nv = c->nv};
+    gen g = {.b = b, .c = c, .mr = c->mr, .nv = c->nv, .mrc = c->mr, .unroll = c->unroll};
     g.es = c->dt == KG_DT_F64 ? 8 : 4;
     g.op = g.es == 8 ? &ops_f64 : &ops_f32;
     g.avx512 = fj_builder_isa(b) == FJ_ISA_AVX512;
@@ -737,9 +766,9 @@ void kg_gemm(fj_builder *b, const void *ctx) {
         fj_emit(b, FJ_ADD, fj_r64(g.a2), fj_r64(g.lda));
     }
     fj_emit(b, FJ_MOV, fj_r64(g.k), P(&g, OFF(kc), 64));
+    fj_label l_norm = fj_label_new(b), l_after = fj_label_new(b), l_tail = {0};
     if (c->b_copy) {
         /* The first tile of a copy_b call packs the panel (see k_step). */
-        fj_label l_norm = fj_label_new(b), l_after = fj_label_new(b);
         fj_emit(b, FJ_CMP, P(&g, OFF(copy_b), 32), fj_imm(0));
         fj_emit(b, FJ_JE, fj_lbl(l_norm));
         fj_emit(b, FJ_CMP, fj_r64(g.tc), P(&g, OFF(ntiles), 64));
@@ -751,12 +780,48 @@ void kg_gemm(fj_builder *b, const void *ctx) {
         k_loop(&g);
         g.copy = 0;
         fj_emit(b, FJ_JMP, fj_lbl(l_after));
-        fj_label_bind(b, l_norm);
-        k_loop(&g);
-        fj_label_bind(b, l_after);
-    } else {
-        k_loop(&g);
     }
+    if (c->tail_rows) {
+        /* The last tile (not copying B) with at most tail_rows rows: a k
+         * loop over those rows only (its other accumulators stay zero and
+         * are never stored). */
+        l_tail = fj_label_new(b);
+        fj_emit(b, FJ_CMP, fj_r64(g.tc), fj_imm(1));
+        fj_emit(b, FJ_JNE, fj_lbl(l_norm));
+        fj_emit(b, FJ_CMP, P(&g, OFF(last_rows), 64), fj_imm(c->tail_rows));
+        fj_emit(b, FJ_JLE, fj_lbl(l_tail));
+    }
+    fj_label_bind(b, l_norm);
+    k_loop(&g);
+    if (c->tail_rows) {
+        /* Its k steps go round sets of accumulators (the tile's other
+         * rows' registers) when they fit: as many FMAs in flight as the
+         * full tile has, added up after the loop. One set: replays as
+         * the full loop (recorded again); several: emitted step by step
+         * (the sets' registers differ). It runs once per call at most:
+         * unrolled only as far as the sets need (less code to make). */
+        fj_emit(b, FJ_JMP, fj_lbl(l_after));
+        fj_label_bind(b, l_tail);
+        g.mrc = c->tail_rows;
+        g.nsets = g.mr / c->tail_rows < c->unroll ? g.mr / c->tail_rows : c->unroll;
+        g.unroll = g.nsets;
+        if (g.nsets > 1) {
+            g.rec = 2;
+            g.tr = NULL;
+        } else if (g.rec != 2) {
+            g.rec = 0;
+        }
+        k_loop(&g);
+        for (int st = 1; st < g.nsets; st++)
+            for (int i = 0; i < g.mrc; i++)
+                for (int v = 0; v < g.nv; v++)
+                    fj_emit(b, g.op->add, V(&g, g.acc[i][v]), V(&g, g.acc[i][v]),
+                            V(&g, g.acc[st * g.mrc + i][v]));
+        g.nsets = 1;
+        g.mrc = g.mr;
+        g.unroll = c->unroll;
+    }
+    fj_label_bind(b, l_after);
     /* Free for the epilogue (rewritten each step; the copy's pointers are
      * reloaded at each tile, and the bias pointer needs a register). */
     if (c->b_copy) {

@@ -38,7 +38,7 @@ typedef struct kg_gemm_cfg {
     int32_t pf_b;       /* prefetch distance in bytes ahead of packed B, 0 = none */
     int32_t a_reg;      /* AVX-512: broadcast A into a register (vbroadcastss)
                            instead of an embedded {1to16} FMA operand */
-    int32_t b_copy;     /* AVX-512, packed B: the kernel can pack B itself (copy_b) */
+    int32_t b_copy;     /* packed B: the kernel can pack B itself (copy_b) */
     int32_t has_bias;   /* post stage adds bias[j] */
     int32_t act;        /* fj_eltwise_op of the post stage, 0 = none */
     float act_alpha, act_beta;
@@ -47,6 +47,11 @@ typedef struct kg_gemm_cfg {
                            store is undefined (no code for it). */
     int32_t dt;         /* KG_DT_*: f64 kernels need a_reg on AVX-512, and their act
                            is one of kg_gemm_act64's (its alpha, beta read at run time) */
+    int32_t tail_rows;  /* 1..mr-1: a last tile of at most this many rows runs a k
+                           loop over those rows only (spread over min(mr/tail_rows,
+                           unroll) sets of accumulators); 0: every tile computes mr */
+    int32_t full_panels; /* AVX2: every call's panel is nv*lanes wide (no column
+                           tail): C is stored with plain moves, not under masks */
 } kg_gemm_cfg;
 
 #define KG_GEMM_TAG 0x47454d31 /* "GEM1" */

@@ -71,12 +71,12 @@ static void *align64(void *x) { return (void *)(((uintptr_t)x + 63) & ~(uintptr_
 static void pack_a(const gemm_plan *p, void *dst, const void *a, int ta, int64_t rows,
                    int64_t kc) {
     if (p->es == 8) gemm_pack_a64(dst, a, p->lda, ta, rows, kc, p->mr);
-    else gemm_pack_a(dst, a, p->lda, ta, rows, kc, p->mr, p->cfg.isa == FJ_ISA_AVX512);
+    else gemm_pack_a(dst, a, p->lda, ta, rows, kc, p->mr, p->cfg.isa);
 }
 static void pack_b(const gemm_plan *p, void *dst, const void *b, int tb, int64_t kc,
                    int64_t cols) {
     if (p->es == 8) gemm_pack_b64(dst, b, p->ldb, tb, kc, cols, p->nr);
-    else gemm_pack_b(dst, b, p->ldb, tb, kc, cols, p->nr, p->cfg.isa == FJ_ISA_AVX512);
+    else gemm_pack_b(dst, b, p->ldb, tb, kc, cols, p->nr, p->cfg.isa);
 }
 static void copy_rows(const gemm_plan *p, void *dst, const void *a, int64_t rows, int64_t kc) {
     if (p->es == 8) gemm_copy_rows64(dst, a, p->lda, rows, kc, p->mr);

@@ -97,17 +97,18 @@ static inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /* ---- packing (gemm_pack.c) ---- */
 
-/* avx512: the runtime's ISA is AVX-512 (faster transposes may be used).
+/* isa: the runtime's fj_isa (the CPU has it: faster transposes may be
+ * used).
  * A(i, k) for i < rows, k < kc (A(i,k) = ta ? a[k*lda + i] : a[i*lda + k])
  * into micro-panels of mr rows: dst[t*mr*kc + k*mr + i'], rows past `rows`
  * zero. */
 FJ_INTERNAL void gemm_pack_a(float *dst, const float *a, int64_t lda, int ta, int64_t rows,
-                             int64_t kc, int mr, int avx512);
+                             int64_t kc, int mr, int isa);
 /* B(k, j) for k < kc, j < cols (B(k,j) = tb ? b[j*ldb + k] : b[k*ldb + j])
  * into panels of nr columns: dst[p*nr*kc + k*nr + j'], columns past `cols`
  * zero. */
 FJ_INTERNAL void gemm_pack_b(float *dst, const float *b, int64_t ldb, int tb, int64_t kc,
-                             int64_t cols, int nr, int avx512);
+                             int64_t cols, int nr, int isa);
 /* The transposing cases with AVX-512 (gemm_pack512.c; the CPU must have
  * it): row-major A (mr <= 16) and transposed B (nr a multiple of 16). */
 FJ_INTERNAL void gemm_pack_a512(float *dst, const float *a, int64_t lda, int64_t rows,
@@ -117,6 +118,12 @@ FJ_INTERNAL void gemm_pack_bt512(float *dst, const float *b, int64_t ldb, int64_
 /* Row-major B with AVX-512 (nr a multiple of 16). */
 FJ_INTERNAL void gemm_pack_b512(float *dst, const float *b, int64_t ldb, int64_t kc,
                                 int64_t cols, int nr);
+/* The same with AVX2 (gemm_pack_avx2.c; the CPU must have it): A either
+ * way round (mr <= 8) and transposed B (nr a multiple of 8). */
+FJ_INTERNAL void gemm_pack_a_avx2(float *dst, const float *a, int64_t lda, int ta, int64_t rows,
+                                  int64_t kc, int mr);
+FJ_INTERNAL void gemm_pack_bt_avx2(float *dst, const float *b, int64_t ldb, int64_t kc,
+                                   int64_t cols, int nr);
 /* The same for f64 (the portable packers, gemm_pack_tmpl.h). */
 FJ_INTERNAL void gemm_pack_a64(double *dst, const double *a, int64_t lda, int ta, int64_t rows,
                                int64_t kc, int mr);

@@ -48,8 +48,9 @@ float *gemm_scratch(size_t floats) {
 /* ---- entry points ----------------------------------------------------- */
 
 void gemm_pack_a(float *dst, const float *a, int64_t lda, int ta, int64_t rows, int64_t kc,
-                 int mr, int avx512) {
-    if (avx512 && !ta && mr <= 16) gemm_pack_a512(dst, a, lda, rows, kc, mr);
+                 int mr, int isa) {
+    if (isa == FJ_ISA_AVX512 && !ta && mr <= 16) gemm_pack_a512(dst, a, lda, rows, kc, mr);
+    else if (isa == FJ_ISA_AVX2 && mr <= 8) gemm_pack_a_avx2(dst, a, lda, ta, rows, kc, mr);
     else pack_a_f32(dst, a, lda, ta, rows, kc, mr);
 }
 
@@ -58,10 +59,14 @@ void gemm_copy_rows(float *dst, const float *a, int64_t lda, int64_t rows, int64
 }
 
 void gemm_pack_b(float *dst, const float *b, int64_t ldb, int tb, int64_t kc, int64_t cols,
-                 int nr, int avx512) {
-    if (avx512 && nr % 16 == 0) {
+                 int nr, int isa) {
+    if (isa == FJ_ISA_AVX512 && nr % 16 == 0) {
         if (tb) gemm_pack_bt512(dst, b, ldb, kc, cols, nr);
         else gemm_pack_b512(dst, b, ldb, kc, cols, nr);
+        return;
+    }
+    if (isa == FJ_ISA_AVX2 && tb && nr % 8 == 0) {
+        gemm_pack_bt_avx2(dst, b, ldb, kc, cols, nr);
         return;
     }
     pack_b_f32(dst, b, ldb, tb, kc, cols, nr);

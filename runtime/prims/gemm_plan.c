@@ -67,7 +67,7 @@ void gemm_tune_set(const gemm_tune *t) {
 typedef struct gemm_key {
     int32_t tag;
     uint8_t isa, mr, nv, amode, bmode, unroll, pf_c, a_reg, has_bias, act, b_copy;
-    uint8_t stores;            /* (and no padding before pf_a) */
+    uint8_t stores, tail_rows, full_panels; /* (no padding before pf_a) */
     uint16_t pf_a, pf_b;
     float act_alpha, act_beta; /* only with act */
 } gemm_key;
@@ -80,7 +80,8 @@ static size_t gemm_key_of(const kg_gemm_cfg *c, gemm_key *k) {
         (unsigned)c->amode > 255 || (unsigned)c->bmode > 255 || (unsigned)c->unroll > 255 ||
         (unsigned)c->pf_c > 255 || (unsigned)c->a_reg > 255 || (unsigned)c->has_bias > 255 ||
         (unsigned)c->act > 255 || (unsigned)c->b_copy > 255 || (unsigned)c->pf_a > 65535 ||
-        (unsigned)c->pf_b > 65535 || (unsigned)c->stores > 255)
+        (unsigned)c->pf_b > 65535 || (unsigned)c->stores > 255 || (unsigned)c->tail_rows > 255 ||
+        (unsigned)c->full_panels > 255)
         return 0;
     memset(k, 0, sizeof *k);
     *k = (gemm_key){.tag = c->dt == KG_DT_F64 ? GEMM_KEY_TAG64 : GEMM_KEY_TAG, .isa = (uint8_t)c->isa, .mr = (uint8_t)c->mr,
@@ -88,7 +89,9 @@ static size_t gemm_key_of(const kg_gemm_cfg *c, gemm_key *k) {
                     .unroll = (uint8_t)c->unroll, .pf_c = (uint8_t)c->pf_c,
                     .a_reg = (uint8_t)c->a_reg, .has_bias = (uint8_t)c->has_bias,
                     .act = (uint8_t)c->act, .b_copy = (uint8_t)c->b_copy,
-                    .stores = (uint8_t)c->stores, .pf_a = (uint16_t)c->pf_a,
+                    .stores = (uint8_t)c->stores, .tail_rows = (uint8_t)c->tail_rows,
+                    .full_panels = (uint8_t)c->full_panels,
+                    .pf_a = (uint16_t)c->pf_a,
                     .pf_b = (uint16_t)c->pf_b};
     if (!c->act) return offsetof(gemm_key, act_alpha);
     k->act_alpha = c->act_alpha;
@@ -364,8 +367,17 @@ fj_status gemm_plan_block(gemm_plan *p, const gemm_desc *d, const gemm_model *bl
          * the taller tile). Tall problems keep the tallest tile, so they
          * share one kernel. */
         p->mr = mr_max;
+        /* AVX2 with a k loop of 64 steps and more: no tile under 1.5 x
+         * latency x pipes accumulators (12 on two pipes of latency 4). A
+         * tile of only latency x pipes (4 x 16) stalls whenever a load is
+         * late (it has no broadcast folded into its FMAs), and loses more
+         * than the rows the taller tile wastes. A shorter k loop is cheap
+         * next to the tile's fixed costs (zeroing, stores, the call), where
+         * the least waste wins. */
+        int r_min = (mr_max + 1) / 2;
+        if (!avx512 && k >= 64) r_min = (int)max64(r_min, cdiv(bl->acc_min * 3 / 2, p->nv));
         if (m <= 256)
-            for (int r = mr_max - 1; r >= (mr_max + 1) / 2; r--)
+            for (int r = mr_max - 1; r >= r_min; r--)
                 if (gemm_model_rows_better(bl, m, r, p->mr, p->nv)) p->mr = r;
     }
     /* Rows of A read in place that one L1 set keeps beside the B panel
@@ -422,9 +434,14 @@ fj_status gemm_plan_block(gemm_plan *p, const gemm_desc *d, const gemm_model *bl
 
     double flops = 2.0 * (double)m * (double)n * (double)k;
     /* Threads pay from about 1 MFLOP on (the mt_flops knob): below it,
-     * handing out the work costs what a second thread saves. A one-thread
-     * runtime keeps the plan that calls the kernel directly. */
-    p->threads = threads > 1 && flops >= (double)tune.mt_flops ? 64 : 1;
+     * handing out the work costs what a second thread saves. That is a
+     * time: the threshold scales with the flops a cycle this ISA retires
+     * on this CPU (FMA pipes x vector width; the knob is for two 512-bit
+     * pipes). A one-thread runtime keeps the plan that calls the kernel
+     * directly. */
+    const double mt_flops =
+        (double)tune.mt_flops * bl->fma_pipes * (bl->lanes * bl->es * 8) / 1024.0;
+    p->threads = threads > 1 && flops >= mt_flops ? 64 : 1;
 
     /* Packing costs about one copy of the operand: relative to the product
      * that is ~2/n for A and ~2/m for B. Read in place when that matters
@@ -456,8 +473,12 @@ fj_status gemm_plan_block(gemm_plan *p, const gemm_desc *d, const gemm_model *bl
      * again for each column block. At least 1024 for an A read in place
      * that is four L2s or more: it is read again, from memory, for every
      * column block, so wider blocks pay even though the B block then
-     * sweeps from L3 (a smaller A still prefers the narrower block). */
-    const int wide = avx512 && p->direct_a && k >= 512 &&
+     * sweeps from L3 (a smaller A still prefers the narrower block). With
+     * AVX2, for a packed A of four L2s or more: its transposing pack is
+     * redone for every column block (a tenth of the kernel's time with 256
+     * columns), and the ymm kernel takes B at half the rate of the zmm
+     * one, which L3 keeps up with. */
+    const int wide = (avx512 ? p->direct_a && k >= 512 : !p->direct_a) &&
                      (double)m * (double)k * es >= 4.0 * (double)bl->l2;
     int64_t nc = gemm_model_nc(bl, p->kc, p->nr, wide);
     int64_t nnb = max64(1, cdiv(n, nc));
@@ -509,12 +530,23 @@ fj_status gemm_plan_block(gemm_plan *p, const gemm_desc *d, const gemm_model *bl
         .act = act, .act_alpha = act ? d->act_alpha : 0.0f, .act_beta = act ? d->act_beta : 0.0f,
     };
     if (shortk) p->cfg.pf_c = 0;
+    /* AVX2: the last row tile (m % mr rows; only the problem's last rows
+     * are ever a short tile, whatever the blocking and threads) runs a k
+     * loop over its own rows, not all mr: the 4-row tail of a 6-row tile
+     * (m = 64, 256) takes 4 cycles a k step instead of 6, a 2-row one
+     * (128) 2 (its steps spread over three sets of accumulators). And n a
+     * multiple of the panel width: no call has a column tail, C is stored
+     * without masks. */
+    if (!avx512) {
+        p->cfg.tail_rows = (int)(m % p->mr);
+        p->cfg.full_panels = n % p->nr == 0;
+    }
     /* Row-major B is packed by the kernels' first row tile, hidden under
      * its FMAs, instead of a separate pass over B. Also when B's rows are
      * far apart (each k step of the copying tile a new page): the tile
      * prefetches B's rows ahead (bpf_rows), and with few rows of A the
      * separate pass would be a large share of the time. */
-    p->cfg.b_copy = avx512 && !p->direct_b && !tb && tune.b_copy > 0;
+    p->cfg.b_copy = !p->direct_b && !tb && tune.b_copy > 0;
     p->b_src_pf = (int64_t)tune.bpf_rows * ldb * es;
     /* In-place row-major A is addressed base + index*scale: an FMA with
      * such a memory operand is split in two uops at rename, a broadcast

@@ -15,7 +15,7 @@ typedef struct gemm_tune {
     int da, db;           /* per operand: -1 auto, 0 pack, 1 in place */
     long mt_flops;        /* problems smaller than this stay on one thread */
     int a_reg;            /* AVX-512: broadcast A into a register (-1 auto) */
-    int b_copy;           /* AVX-512: kernels pack row-major B themselves
+    int b_copy;           /* kernels pack row-major B themselves
                              (> 0, the default) or a separate pass does (0) */
     int bpf_rows;         /* ... prefetching this many rows of B ahead (-1: the model's) */
     long shortk;          /* k up to which wide problems take the 6 x 64 tile */
