@@ -171,6 +171,39 @@ static int isa_env(int argc, char **argv) {
     return 0;
 }
 
+/* 1 if name is one of list's comma-separated names. */
+static int in_list(const char *list, const char *name) {
+    size_t len = strlen(name);
+    for (const char *p = list; *p;) {
+        size_t l = strcspn(p, ",");
+        if (l == len && !strncmp(p, name, len)) return 1;
+        p += l + (p[l] == ',');
+    }
+    return 0;
+}
+
+/* The host every figure below was measured on: the CPU's name, family and
+ * model, and how many CPUs this process may run on. */
+static void print_host(void) {
+    char line[256], name[128] = "unknown CPU";
+    int fam = -1, model = -1;
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    while (f && fgets(line, sizeof line, f)) {
+        char *v = strchr(line, ':');
+        if (!v) continue;
+        v += 1 + (v[1] == ' ');
+        v[strcspn(v, "\n")] = 0;
+        if (!strncmp(line, "model name", 10) && !strcmp(name, "unknown CPU"))
+            snprintf(name, sizeof name, "%s", v);
+        else if (!strncmp(line, "cpu family", 10) && fam < 0) fam = atoi(v);
+        else if (!strncmp(line, "model\t", 6) && model < 0) model = atoi(v);
+        else if (line[0] == '\n' || !strncmp(line, "power management", 16)) break;
+    }
+    if (f) fclose(f);
+    printf("# host: %s (family %d, model %d), %ld CPUs online; framejit isa %s\n", name, fam,
+           model, sysconf(_SC_NPROCESSORS_ONLN), isa_name);
+}
+
 int main(int argc, char **argv) {
     if (isa_env(argc, argv)) {
         fprintf(stderr, "framejit-bench: --isa takes avx2 or avx512\n");
@@ -184,7 +217,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) c.filter = argv[++i];
         else if (!strcmp(argv[i], "--isa") && i + 1 < argc) i++; /* isa_env's */
         else {
-            fprintf(stderr, "usage: framejit-bench [--json FILE] [--quick] [--only SECTION] "
+            fprintf(stderr, "usage: framejit-bench [--json FILE] [--quick] [--only SECTION[,SECTION...]] "
                     "[--isa avx2|avx512]\n");
             return 2;
         }
@@ -205,8 +238,9 @@ int main(int argc, char **argv) {
         if (!json) { perror(json_path); return 1; }
         fprintf(json, "{\"rows\": [\n");
     }
+    print_host();
     for (size_t i = 0; i < sizeof sections / sizeof sections[0]; i++)
-        if (!c.filter || strstr(sections[i].name, c.filter)) {
+        if (!c.filter || in_list(c.filter, sections[i].name)) {
             if (!sections[i].isa_in_header) printf("# %s: isa %s\n", sections[i].name, isa_name);
             sections[i].run(&c);
         }
