@@ -14,6 +14,12 @@ static int64_t kc_l1(const gemm_model *m, int mr, int nr) {
     return gm_max(1, b_ways) * way / ((int64_t)nr * m->es);
 }
 
+/* How far ahead of the k loop packed A is prefetched, in cycles: long
+ * enough to cover a line's trip from L3 with the next lines in flight
+ * (the distance measured best on Zen 5, 16 lines at 4 bytes a cycle:
+ * docs/performance.md). */
+enum { PF_A_CYCLES = 256 };
+
 gemm_model gemm_model_of(const kc_cpu_desc *cpu, int isa, int es) {
     gemm_model m = {.isa = isa, .es = es};
     int avx512 = isa == FJ_ISA_AVX512;
@@ -91,9 +97,13 @@ gemm_model gemm_model_of(const kc_cpu_desc *cpu, int isa, int es) {
      * accumulators or fewer) on a short k, where loop overhead shows. */
     m.unroll = 4;
     m.unroll_short = 8;
-    /* Packed A is prefetched 16 lines ahead; C's tile at each tile's start
-     * (mode 2); the copying tile reads B's rows 8 ahead. */
-    m.pf_a = 16 * m.line;
+    /* Packed A is prefetched a fixed time ahead of its use: the tile takes
+     * mr elements of A per k step and a k step takes mr nv / pipes cycles
+     * of FMAs, so A streams at es pipes / nv bytes a cycle; PF_A_CYCLES of
+     * that, in whole lines (8 to 64 of them). C's tile is prefetched at
+     * each tile's start (mode 2); the copying tile reads B's rows 8 ahead. */
+    int64_t pf = (int64_t)PF_A_CYCLES * es * m.fma_pipes / m.nv;
+    m.pf_a = (int)gm_min(64 * m.line, gm_max(8 * m.line, pf / m.line * m.line));
     m.pf_c = 2;
     m.bpf_rows = 8;
     return m;
