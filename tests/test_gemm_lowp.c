@@ -137,19 +137,25 @@ static void ref_int8(const icase *t, const uint8_t *a, const int8_t *b, const in
 static const int64_t dims[] = {1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 48, 49, 63, 64, 65, 97};
 enum { NDIMS = sizeof dims / sizeof dims[0] };
 
+/* Sizes m x n x k for t, its leading dimensions drawn. */
+static void set_dims(icase *t, int64_t m, int64_t n, int64_t k) {
+    t->m = m;
+    t->n = n;
+    t->k = k;
+    int64_t acol = t->ta ? m : k, bcol = t->tb ? k : n;
+    t->lda = acol + (rn(3) ? 0 : rn(9));
+    t->ldb = bcol + (rn(3) ? 0 : rn(9));
+    t->ldc = n + (rn(3) ? 0 : rn(9));
+}
+
 static void rand_icase(icase *t) {
     t->s8a = (int)rn(2);
     t->ta = (int)rn(2);
     t->tb = (int)rn(2);
     t->oc = "FCR"[rn(3)];
-    t->m = dims[rn(NDIMS)];
-    t->n = dims[rn(NDIMS)];
-    t->k = dims[rn(NDIMS)];
-    if (rn(8) == 0) t->k = 100 + rn(300);
-    int64_t acol = t->ta ? t->m : t->k, bcol = t->tb ? t->k : t->n;
-    t->lda = acol + (rn(3) ? 0 : rn(9));
-    t->ldb = bcol + (rn(3) ? 0 : rn(9));
-    t->ldc = t->n + (rn(3) ? 0 : rn(9));
+    int64_t m = dims[rn(NDIMS)], n = dims[rn(NDIMS)], k = dims[rn(NDIMS)];
+    if (rn(8) == 0) k = 100 + rn(300);
+    set_dims(t, m, n, k);
     static const float al[] = {1.0f, 1.0f, 1.0f, 0.5f, -2.0f, 0.75f, 1.3f, 1e9f, 0.0f};
     static const float be[] = {0.0f, 1.0f, 0.0f, 1.0f, 0.5f, -1.0f, 2.0f, 0.25f};
     t->alpha = al[rn(9)];
@@ -283,6 +289,57 @@ static uint16_t rand_bf16(void) {
     return (uint16_t)(sign << 15 | e << 7 | mant);
 }
 
+/* One random bf16 case of size m x n x k on rt (transposes, strides, alpha,
+ * beta drawn here); returns the elements out of bound (and reports the first). */
+static long run_bcase(fj_runtime *rt, const char *pname, int64_t m, int64_t n, int64_t k) {
+    long bad = 0;
+    int ta = (int)rn(2), tb = (int)rn(2);
+    int64_t lda = (ta ? m : k) + (rn(3) ? 0 : rn(9)), ldb = (tb ? k : n) + (rn(3) ? 0 : rn(9));
+    int64_t ldc = n + (rn(3) ? 0 : rn(9));
+    static const float al[] = {1.0f, 0.5f, -1.5f, 2.0f};
+    static const float be[] = {0.0f, 1.0f, -0.5f, 0.0f};
+    float alpha = al[rn(4)], beta = be[rn(4)];
+    int64_t arow = ta ? k : m, brow = tb ? n : k;
+    uint16_t *a = malloc((size_t)(arow * lda) * 2), *b = malloc((size_t)(brow * ldb) * 2);
+    float *c = malloc((size_t)(m * ldc) * 4), *c0 = malloc((size_t)(m * ldc) * 4);
+    for (int64_t i = 0; i < arow * lda; i++) a[i] = rand_bf16();
+    for (int64_t i = 0; i < brow * ldb; i++) b[i] = rand_bf16();
+    for (int64_t i = 0; i < m * ldc; i++) c[i] = c0[i] = (float)((int)rn(2001) - 1000) / 64.0f;
+    if (beta == 0.0f && rn(4) == 0)
+        for (int64_t i = 0; i < m * ldc; i++) c[i] = c0[i] = NAN;
+    ck_assert_msg(fj_gemm_bf16bf16f32(rt, ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a,
+                                      lda, b, ldb, beta, c, ldc) == FJ_OK,
+                  "%s", fj_last_error());
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < ldc; j++) {
+            float got = c[i * ldc + j];
+            if (j >= n) {
+                if (memcmp(&got, &c0[i * ldc + j], 4)) bad++;
+                continue;
+            }
+            double s = 0, sa = 0;
+            for (int64_t q = 0; q < k; q++) {
+                double p = (double)bf2f(ta ? a[q * lda + i] : a[i * lda + q]) *
+                           (double)bf2f(tb ? b[j * ldb + q] : b[q * ldb + j]);
+                s += p;
+                sa += fabs(p);
+            }
+            double want = (double)alpha * s + (beta == 0.0f ? 0.0 : (double)beta * c0[i * ldc + j]);
+            /* f32 sums of exact products: (k + 2) roundings of at most
+             * 2^-24 of the running magnitudes, then alpha, beta and the
+             * final add. */
+            double mag = fabs((double)alpha) * sa + (beta == 0.0f ? 0.0 : fabs((double)beta * c0[i * ldc + j]));
+            double bound = (double)(k + 4) * ldexp(1.0, -23) * mag;
+            if (!(fabs((double)got - want) <= bound) && bad++ == 0)
+                fprintf(stderr, "%s bf16 %c%c %lldx%lldx%lld alpha %g beta %g: C(%lld,%lld) = %.9g, "
+                        "want %.9g (bound %.3g)\n", pname, ta ? 'T' : 'N',
+                        tb ? 'T' : 'N', (long long)m, (long long)n, (long long)k, alpha, beta,
+                        (long long)i, (long long)j, got, want, bound);
+        }
+    free(a); free(b); free(c); free(c0);
+    return bad;
+}
+
 START_TEST(bf16_random) {
     int sat, bfd;
     fj_runtime *rt = path_rt(_i, 1 + _i % 2, &sat, &bfd);
@@ -290,55 +347,35 @@ START_TEST(bf16_random) {
     long iters = fjt_iters("FJT_LOWP_ITERS", 1000) / 2, bad = 0;
     rs = 0x7654321ull + (uint64_t)_i * 131;
     for (long it = 0; it < iters; it++) {
-        int ta = (int)rn(2), tb = (int)rn(2);
         int64_t m = dims[rn(NDIMS)], n = dims[rn(NDIMS)], k = dims[rn(NDIMS)];
         if (rn(8) == 0) k = 100 + rn(300);
-        int64_t lda = (ta ? m : k) + (rn(3) ? 0 : rn(9)), ldb = (tb ? k : n) + (rn(3) ? 0 : rn(9));
-        int64_t ldc = n + (rn(3) ? 0 : rn(9));
-        static const float al[] = {1.0f, 0.5f, -1.5f, 2.0f};
-        static const float be[] = {0.0f, 1.0f, -0.5f, 0.0f};
-        float alpha = al[rn(4)], beta = be[rn(4)];
-        int64_t arow = ta ? k : m, brow = tb ? n : k;
-        uint16_t *a = malloc((size_t)(arow * lda) * 2), *b = malloc((size_t)(brow * ldb) * 2);
-        float *c = malloc((size_t)(m * ldc) * 4), *c0 = malloc((size_t)(m * ldc) * 4);
-        for (int64_t i = 0; i < arow * lda; i++) a[i] = rand_bf16();
-        for (int64_t i = 0; i < brow * ldb; i++) b[i] = rand_bf16();
-        for (int64_t i = 0; i < m * ldc; i++) c[i] = c0[i] = (float)((int)rn(2001) - 1000) / 64.0f;
-        if (beta == 0.0f && rn(4) == 0)
-            for (int64_t i = 0; i < m * ldc; i++) c[i] = c0[i] = NAN;
-        ck_assert_msg(fj_gemm_bf16bf16f32(rt, ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a,
-                                          lda, b, ldb, beta, c, ldc) == FJ_OK,
-                      "%s", fj_last_error());
-        for (int64_t i = 0; i < m; i++)
-            for (int64_t j = 0; j < ldc; j++) {
-                float got = c[i * ldc + j];
-                if (j >= n) {
-                    if (memcmp(&got, &c0[i * ldc + j], 4)) bad++;
-                    continue;
-                }
-                double s = 0, sa = 0;
-                for (int64_t q = 0; q < k; q++) {
-                    double p = (double)bf2f(ta ? a[q * lda + i] : a[i * lda + q]) *
-                               (double)bf2f(tb ? b[j * ldb + q] : b[q * ldb + j]);
-                    s += p;
-                    sa += fabs(p);
-                }
-                double want = (double)alpha * s + (beta == 0.0f ? 0.0 : (double)beta * c0[i * ldc + j]);
-                /* f32 sums of exact products: (k + 2) roundings of at most
-                 * 2^-24 of the running magnitudes, then alpha, beta and the
-                 * final add. */
-                double mag = fabs((double)alpha) * sa + (beta == 0.0f ? 0.0 : fabs((double)beta * c0[i * ldc + j]));
-                double bound = (double)(k + 4) * ldexp(1.0, -23) * mag;
-                if (!(fabs((double)got - want) <= bound) && bad++ == 0)
-                    fprintf(stderr, "%s bf16 %c%c %lldx%lldx%lld alpha %g beta %g: C(%lld,%lld) = %.9g, "
-                            "want %.9g (bound %.3g)\n", paths[_i].name, ta ? 'T' : 'N',
-                            tb ? 'T' : 'N', (long long)m, (long long)n, (long long)k, alpha, beta,
-                            (long long)i, (long long)j, got, want, bound);
-            }
-        free(a); free(b); free(c); free(c0);
+        bad += run_bcase(rt, paths[_i].name, m, n, k);
     }
     fj_runtime_destroy(rt);
     ck_assert_msg(bad == 0, "%s: %ld elements out of bound", paths[_i].name, bad);
+}
+END_TEST
+
+/* Sizes that run on two threads (2mnk of at least 4M operations): every
+ * split of rows and column panels into jobs, and the wide packers. */
+static const int64_t big_dims[] = {61, 97, 130, 161, 200};
+
+START_TEST(random_threads) {
+    int sat, bfd;
+    fj_runtime *rt = path_rt(_i, 2, &sat, &bfd);
+    if (!rt) return;
+    long iters = fjt_iters("FJT_LOWP_ITERS", 1000) / 40, bad = 0, bbad = 0;
+    rs = 0x5eed1ull + (uint64_t)_i * 313;
+    for (long it = 0; it < iters; it++) {
+        icase t;
+        rand_icase(&t);
+        set_dims(&t, big_dims[rn(5)], big_dims[rn(5)], 250 + rn(200));
+        bad += run_icase(rt, &t, sat && t.full, paths[_i].name) != 0;
+        bbad += run_bcase(rt, paths[_i].name, big_dims[rn(5)], big_dims[rn(5)], 250 + rn(200));
+    }
+    fj_runtime_destroy(rt);
+    ck_assert_msg(bad == 0, "%s: %ld of %ld int8 cases differ", paths[_i].name, bad, iters);
+    ck_assert_msg(bbad == 0, "%s: %ld bf16 elements out of bound", paths[_i].name, bbad);
 }
 END_TEST
 
@@ -579,6 +616,7 @@ static Suite *suite(void) {
     tcase_add_loop_test(t, int8_saturation_documented, 0, NPATHS);
     tcase_add_test(t, int8_bad_args);
     tcase_add_loop_test(t, bf16_random, 0, NPATHS);
+    tcase_add_loop_test(t, random_threads, 0, NPATHS);
     tcase_add_test(t, int8_threads_same);
     tcase_add_loop_test(t, int8_handle_random, 0, NPATHS);
     tcase_add_loop_test(t, bf16_handle_random, 0, NPATHS);
