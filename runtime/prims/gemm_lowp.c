@@ -120,8 +120,9 @@ static void run_part(const lp_run *r, int64_t t0, int64_t t1, int64_t q, const u
         g.kmask[v] = (uint32_t)((1u << w) - 1u);
         for (int l = 0; l < 8; l++) g.ymask[v][l] = l < w ? -1 : 0;
     }
-    /* In-place A: tiles before pa_t0 read A itself, the rest their packed
-     * copies, or A itself too through the kernel of the last tile's rows. */
+    /* In-place A: the full tiles (before pa_t0) read A itself; the partial
+     * last one its packed copy, or A itself too through the kernel of its
+     * rows. Other A: every tile packed. */
     int64_t tin = t1 < r->pa_t0 ? t1 : t0 > r->pa_t0 ? t0 : r->pa_t0;
     for (int part = 0; part < 2; part++) {
         int64_t ta = part ? tin : t0, tb = part ? t1 : tin;
@@ -288,6 +289,11 @@ static void no_product(const lp_call *x) {
 }
 
 
+/* Packed tile pa_t0 + i (an rt_chunk_fn). */
+static void pack_a_from(void *ctx, int64_t i) {
+    lp_pack_a_tile(ctx, ((lp_run *)ctx)->pa_t0 + i);
+}
+
 static void *aligned_part(uint8_t **cur, size_t bytes) {
     uint8_t *p = (uint8_t *)(((uintptr_t)*cur + 63) & ~(uintptr_t)63);
     *cur = p + bytes;
@@ -385,10 +391,11 @@ static fj_status lp_run_call(fj_runtime *rt, const lp_call *x, const lp_post *po
             return s;
         }
     }
-    /* Packed tiles: all, or with A in place only a partial last one. */
-    r.pa_t0 = !r.fn_rows ? 0 : x->m % mr && !r.fn_tail ? r.mtiles - 1 : r.mtiles;
+    /* Packed tiles: all, or with A in place the partial last one if no kernel reads it in place. */
+    r.pa_t0 = r.fn_rows ? x->m / mr : 0;
+    int64_t npacked = r.fn_tail ? 0 : r.mtiles - r.pa_t0;
     int staged = r.general || (po && po->narrow_after);
-    size_t bytes = (size_t)((r.mtiles - r.pa_t0) * r.a_tile + r.ni * r.npan * r.b_pan) + 6 * 64 +
+    size_t bytes = (size_t)(npacked * r.a_tile + r.ni * r.npan * r.b_pan) + 6 * 64 +
                    (size_t)(r.ni * r.npan * r.nr + r.mtiles * mr * 2) * 4 +
                    (staged ? (size_t)(x->m * x->n) * 4 : 0);
     uint8_t *mem = fj_malloc(bytes), *cur = mem;
@@ -399,7 +406,7 @@ static fj_status lp_run_call(fj_runtime *rt, const lp_call *x, const lp_post *po
         return fj_fail(FJ_ERR_NO_MEMORY, "gemm: out of memory (%zu bytes of packed operands)",
                        bytes);
     }
-    r.pa = aligned_part(&cur, (size_t)((r.mtiles - r.pa_t0) * r.a_tile));
+    r.pa = aligned_part(&cur, (size_t)(npacked * r.a_tile));
     r.pb = aligned_part(&cur, (size_t)(r.ni * r.npan * r.b_pan));
     r.colterm = aligned_part(&cur, (size_t)(r.ni * r.npan * r.nr) * 4);
     r.rowterm = aligned_part(&cur, (size_t)(r.mtiles * mr) * 4);
@@ -408,14 +415,14 @@ static fj_status lp_run_call(fj_runtime *rt, const lp_call *x, const lp_post *po
 
     for (int64_t i = 0; i < r.mtiles * mr; i++) r.rowsum[i] = 0;
     if (r.fn_rows && r.need_rowsum)
-        for (int64_t i = 0; i < x->m && i < r.pa_t0 * mr; i++) {
+        for (int64_t i = 0; i < (r.fn_tail ? x->m : r.pa_t0 * mr); i++) {
             const uint8_t *row = (const uint8_t *)x->a + i * x->lda;
             uint32_t sum = 0;
             for (int64_t kk = 0; kk < x->k; kk++) sum += row[kk];
             r.rowsum[i] = (int32_t)sum;
         }
-    if (r.pa_t0 == 0) rt_parallel(rt, r.mtiles, threads, lp_pack_a_tile, &r);
-    else if (r.pa_t0 < r.mtiles) lp_pack_a_tile(&r, r.pa_t0);
+    if (npacked > 1) rt_parallel(rt, npacked, threads, pack_a_from, &r);
+    else if (npacked == 1) lp_pack_a_tile(&r, r.pa_t0);
     if (!bf16) {
         /* Row offsets folded into per-row terms (mod 2^32); the column
          * terms are formed where each panel is packed. */
