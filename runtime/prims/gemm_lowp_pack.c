@@ -15,9 +15,11 @@
 
 #include "runtime/prims/gemm_lowp_int.h"
 
-#define T512 __attribute__((target("avx512f,avx512bw")))
+#define T512 __attribute__((target("avx512f,avx512bw,avx512vl")))
 
 /* ---- A ------------------------------------------------------------------ */
+
+static void pack_at_512(lp_run *r, int64_t t, uint8_t *d);
 
 void lp_pack_a_tile(void *ctx, int64_t t) {
     lp_run *r = ctx;
@@ -25,6 +27,10 @@ void lp_pack_a_tile(void *ctx, int64_t t) {
     int mr = r->cfg.mr;
     uint8_t *d = r->pa + (t - r->pa_t0) * r->a_tile;
     memset(d, 0, (size_t)r->a_tile);
+    if (x->ta && r->avx512 && mr <= 8) {
+        pack_at_512(r, t, d);
+        return;
+    }
     for (int i = 0; i < mr; i++) {
         int64_t gi = t * mr + i;
         if (gi >= x->m) break;
@@ -247,6 +253,131 @@ static T512 void pack_b16_512(const lp_run *r, int64_t j0, int cols, uint32_t *d
     }
 }
 
+/* Transposed A, one tile: each k group's mr dwords are the tile's columns
+ * of 4 rows of A's storage (int8, interleaved bytes) or 2 (bf16, words),
+ * formed in a 128-bit register and stored under a mask of the tile's rows
+ * (the rest stays zero). Row sums (u8, or s8 before the +128 flip) stay in
+ * a register over k. */
+static T512 void pack_at_512(lp_run *r, int64_t t, uint8_t *d) {
+    const lp_call *x = r->x;
+    int mr = r->cfg.mr;
+    int64_t i0 = t * mr, rows = x->m - i0 < mr ? x->m - i0 : mr, lda = x->lda;
+    __mmask16 km = (__mmask16)((1u << rows) - 1);
+    if (x->kind == LP_BF16) {
+        const uint16_t *a = (const uint16_t *)x->a + i0;
+        for (int64_t g = 0; g < r->kq; g++) {
+            __m128i v0 = _mm_maskz_loadu_epi16((__mmask8)km, a + 2 * g * lda);
+            __m128i v1 = 2 * g + 1 < x->k ? _mm_maskz_loadu_epi16((__mmask8)km, a + (2 * g + 1) * lda)
+                                          : _mm_setzero_si128();
+            __m256i w = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_unpacklo_epi16(v0, v1)),
+                                                _mm_unpackhi_epi16(v0, v1), 1);
+            _mm256_mask_storeu_epi32(d + g * mr * 4, (__mmask8)km, w);
+        }
+        return;
+    }
+    const uint8_t *a = (const uint8_t *)x->a + i0;
+    const __m128i flip = _mm_set1_epi8(x->kind == LP_S8S8 ? (char)0x80 : 0), z = _mm_setzero_si128();
+    const __m128i ones8 = _mm_set1_epi8(1), ones16 = _mm_set1_epi16(1);
+    __m128i s[2] = {z, z};
+    for (int64_t g = 0; g < r->kq; g++) {
+        __m128i v[4];
+        for (int q = 0; q < 4; q++)
+            v[q] = 4 * g + q < x->k ? _mm_maskz_loadu_epi8(km, a + (4 * g + q) * lda) : z;
+        __m128i ab = _mm_unpacklo_epi8(v[0], v[1]), cd = _mm_unpacklo_epi8(v[2], v[3]);
+        __m128i o[2] = {_mm_unpacklo_epi16(ab, cd), _mm_unpackhi_epi16(ab, cd)};
+        for (int h = 0; h < 2; h++) {
+            if (!r->need_rowsum) continue;
+            __m128i p = x->kind == LP_INT8 ? _mm_maddubs_epi16(o[h], ones8)
+                                            : _mm_maddubs_epi16(ones8, o[h]);
+            s[h] = _mm_add_epi32(s[h], _mm_madd_epi16(p, ones16));
+        }
+        /* s8 A + 128: the sign bits of the loaded bytes flipped (k padding stays 0) */
+        for (int q = 0; q < 4 && 4 * g + q < x->k; q++) v[q] = _mm_xor_si128(v[q], flip);
+        ab = _mm_unpacklo_epi8(v[0], v[1]);
+        cd = _mm_unpacklo_epi8(v[2], v[3]);
+        __m256i w = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_unpacklo_epi16(ab, cd)),
+                                            _mm_unpackhi_epi16(ab, cd), 1);
+        _mm256_mask_storeu_epi32(d + g * mr * 4, (__mmask8)km, w);
+    }
+    if (r->need_rowsum) {
+        int32_t sums[8];
+        _mm_storeu_si128((__m128i *)(void *)sums, s[0]);
+        _mm_storeu_si128((__m128i *)(void *)(sums + 4), s[1]);
+        for (int64_t i = 0; i < rows; i++) r->rowsum[i0 + i] = sums[i];
+    }
+}
+
+/* r[c] := column c of the 16x16 dword block whose rows are r[0..15]:
+ * dword then qword unpacks transpose 4x4 blocks within lanes, then lane
+ * shuffles gather each column's four 128-bit pieces. */
+static inline T512 void transpose16i(__m512i r[16]) {
+    __m512i t[16], u[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+    }
+#pragma GCC unroll 4
+    for (int q = 0; q < 16; q += 4) {
+        u[q] = _mm512_unpacklo_epi64(t[q], t[q + 2]);
+        u[q + 1] = _mm512_unpackhi_epi64(t[q], t[q + 2]);
+        u[q + 2] = _mm512_unpacklo_epi64(t[q + 1], t[q + 3]);
+        u[q + 3] = _mm512_unpackhi_epi64(t[q + 1], t[q + 3]);
+    }
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; c++) {
+        __m512i a = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x88);
+        __m512i b = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0x88);
+        __m512i a2 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xdd);
+        __m512i b2 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0xdd);
+        r[c] = _mm512_shuffle_i32x4(a, b, 0x88);
+        r[8 + c] = _mm512_shuffle_i32x4(a, b, 0xdd);
+        r[4 + c] = _mm512_shuffle_i32x4(a2, b2, 0x88);
+        r[12 + c] = _mm512_shuffle_i32x4(a2, b2, 0xdd);
+    }
+}
+
+/* Transposed B: column j's k groups are consecutive dwords of B's row j,
+ * so 16 columns x 16 groups go through one 16x16 dword transpose (masked
+ * loads: zeros past the panel's columns and the row's whole dwords); a
+ * partial last group (k*es not a multiple of 4) is copied per column. */
+static T512 void pack_bt_512(const lp_run *r, int64_t j0, int cols, uint32_t *d, uint32_t *cs) {
+    const lp_call *x = r->x;
+    int nr = r->nr;
+    int64_t rowb = x->ldb * r->es, bytes = x->k * r->es, full = bytes / 4;
+    const uint8_t *b = (const uint8_t *)x->b + j0 * rowb;
+    const __m512i ones8 = _mm512_set1_epi8(1), ones16 = _mm512_set1_epi16(1), z = _mm512_setzero_si512();
+    for (int jc = 0; jc < nr; jc += 16) {
+        int w = cols - jc;
+        __m512i s = z;
+        for (int64_t g = 0; g < full; g += 16) {
+            int gn = full - g < 16 ? (int)(full - g) : 16;
+            __mmask16 gm = (__mmask16)((1u << gn) - 1);
+            __m512i v[16];
+#pragma GCC unroll 16
+            for (int q = 0; q < 16; q++)
+                v[q] = q < w ? _mm512_maskz_loadu_epi32(gm, b + (jc + q) * rowb + g * 4) : z;
+            transpose16i(v);
+            for (int q = 0; q < gn; q++) {
+                _mm512_storeu_si512((void *)(d + (g + q) * nr + jc), v[q]);
+                if (cs) s = _mm512_add_epi32(s, _mm512_madd_epi16(_mm512_maddubs_epi16(ones8, v[q]), ones16));
+            }
+        }
+        if (cs) _mm512_storeu_si512((void *)(cs + jc), s);
+        if (bytes == full * 4) continue;
+        for (int q = 0; q < 16; q++) {
+            uint32_t dw = 0;
+            if (q < w) {
+                const uint8_t *src = b + (jc + q) * rowb + full * 4;
+                memcpy(&dw, src, (size_t)(bytes - full * 4));
+                for (int64_t e = 0; cs && e < bytes - full * 4; e++)
+                    cs[jc + q] += (uint32_t)(int32_t)(int8_t)src[e];
+            }
+            d[full * nr + jc + q] = dw;
+        }
+    }
+}
+
 /* ---- B panels --------------------------------------------------------- */
 
 void lp_pack_b_panel(const lp_run *r, int64_t q, uint8_t *dst, int32_t *colsum) {
@@ -256,9 +387,10 @@ void lp_pack_b_panel(const lp_run *r, int64_t q, uint8_t *dst, int32_t *colsum) 
     int cols = (int)(x->n - j0 < nr ? x->n - j0 : nr);
     uint32_t *d = (uint32_t *)(void *)dst, *cs = r->need_colsum ? (uint32_t *)colsum : NULL;
     if (cs) memset(cs, 0, (size_t)nr * 4);
-    if (!x->tb && r->avx512) {
+    if (r->avx512) {
         /* Every column of the panel written, padding included. */
-        if (r->es == 1) pack_b8_512(r, j0, cols, d, cs);
+        if (x->tb) pack_bt_512(r, j0, cols, d, cs);
+        else if (r->es == 1) pack_b8_512(r, j0, cols, d, cs);
         else pack_b16_512(r, j0, cols, d);
         return;
     }
