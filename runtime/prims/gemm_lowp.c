@@ -26,6 +26,7 @@
  * panels (each packed by the job that uses it, just before its first use)
  * against a group of row tiles. Every C element gets the same operations
  * whatever the split, so results do not depend on the thread count. */
+#include <immintrin.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -60,6 +61,38 @@ static int32_t sat_round(double v) {
     return t > INT32_MAX ? INT32_MAX : t < INT32_MIN ? INT32_MIN : (int32_t)t;
 }
 
+/* c[j] = sat(rnd(alpha*s[j] + beta*c[j])) + co[j] (co NULL: co0) for j in
+ * [0, n), four columns at a time: the same double operations as sat_round
+ * in the same order (a product, then a sum: no FMA, which would round
+ * once), the clamp first (max/min give the bound for NaN, as the scalar
+ * conversion does), then the truncation and the half-away adjustment. */
+__attribute__((target("avx2"))) static void finish_general(const int32_t *s, int32_t *c, int64_t n,
+                                                          double alpha, double beta,
+                                                          const int32_t *co, int32_t co0) {
+    const __m256d va = _mm256_set1_pd(alpha), vb = _mm256_set1_pd(beta);
+    const __m256d lo = _mm256_set1_pd(-2147483648.0), hi = _mm256_set1_pd(2147483647.0);
+    const __m256d half = _mm256_set1_pd(0.5), mhalf = _mm256_set1_pd(-0.5), one = _mm256_set1_pd(1.0);
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+        __m256d v = _mm256_mul_pd(va, _mm256_cvtepi32_pd(_mm_loadu_si128((const __m128i *)(const void *)(s + j))));
+        if (beta != 0.0)
+            v = _mm256_add_pd(v, _mm256_mul_pd(vb, _mm256_cvtepi32_pd(
+                                                       _mm_loadu_si128((const __m128i *)(void *)(c + j)))));
+        v = _mm256_min_pd(_mm256_max_pd(v, lo), hi);
+        __m256d t = _mm256_round_pd(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC), f = _mm256_sub_pd(v, t);
+        t = _mm256_add_pd(t, _mm256_and_pd(_mm256_cmp_pd(f, half, _CMP_GE_OQ), one));
+        t = _mm256_sub_pd(t, _mm256_and_pd(_mm256_cmp_pd(f, mhalf, _CMP_LE_OQ), one));
+        __m128i r = _mm256_cvttpd_epi32(t);
+        r = _mm_add_epi32(r, co ? _mm_loadu_si128((const __m128i *)(const void *)(co + j)) : _mm_set1_epi32(co0));
+        _mm_storeu_si128((__m128i *)(void *)(c + j), r);
+    }
+    for (; j < n; j++) {
+        double v = alpha * (double)s[j];
+        if (beta != 0.0) v += beta * (double)c[j];
+        c[j] = (int32_t)((uint32_t)sat_round(v) + (uint32_t)(co ? co[j] : co0));
+    }
+}
+
 /* From the staged dwords (scratch, ld n) of rows [i0, i1), columns
  * [j0, j1): general alpha/beta, C = sat(rnd(alpha*acc + beta*C)) + co;
  * or a handle's AVX2 u8/s8 (in range) or bf16 bits, narrowed. */
@@ -69,12 +102,10 @@ static void finish_part(const lp_run *r, int64_t i0, int64_t i1, int64_t j0, int
     for (int64_t i = i0; i < i1; i++) {
         const int32_t *s = r->scratch + i * x->n;
         if (r->general) {
-            int32_t *c = (int32_t *)x->c + i * x->ldc;
-            for (int64_t j = j0; j < j1; j++) {
-                double v = (double)x->alpha * (double)s[j];
-                if (x->beta != 0.0f) v += (double)x->beta * (double)c[j];
-                c[j] = (int32_t)((uint32_t)sat_round(v) + (uint32_t)co_of(x, i, j));
-            }
+            char o = x->offsetc;
+            int per_col = o == 'R' || o == 'r';
+            finish_general(s + j0, (int32_t *)x->c + i * x->ldc + j0, j1 - j0, (double)x->alpha,
+                           (double)x->beta, per_col ? x->co + j0 : NULL, per_col ? 0 : co_of(x, i, 0));
         } else if (po->out == KG_LP_OUT_BF16) {
             for (int64_t j = j0; j < j1; j++) ((uint16_t *)x->c)[i * x->ldc + j] = (uint16_t)s[j];
         } else {
