@@ -366,10 +366,18 @@ static fj_status lp_run_call(fj_runtime *rt, const lp_call *x, const lp_post *po
     memset(&r, 0, sizeof r);
     r.x = x;
     r.post = po;
+    int threads = rt_threads(rt);
+    if (2.0 * (double)x->m * (double)x->n * (double)x->k < (double)LP_MT_OPS) threads = 1;
     if (po) {
         r.cfg = *po->cfg;
     } else {
+        /* Fewer panels than threads: the tile of n/threads columns, so
+         * that the threads split the columns (each packs only its own part
+         * of B) rather than the rows (each packing all of it). */
         choose_cfg(rt, bf16, x->n, &r.cfg);
+        int64_t nr = r.cfg.nv * (rt->isa == FJ_ISA_AVX512 ? 16 : 8);
+        if (threads > 1 && (x->n + nr - 1) / nr < threads)
+            choose_cfg(rt, bf16, (x->n + threads - 1) / threads, &r.cfg);
         r.general = !bf16 && !(x->alpha == 1.0f && (x->beta == 0.0f || x->beta == 1.0f));
         r.cfg.add = bf16 ? x->beta != 0.0f : (!r.general && x->beta == 1.0f);
     }
@@ -394,8 +402,6 @@ static fj_status lp_run_call(fj_runtime *rt, const lp_call *x, const lp_post *po
     /* Threads: T jobs, gcd(npan, T) column groups of whole panels (no
      * panel packed twice) times T/gcd row groups (each packs its own copy
      * of its panels: cheaper than waiting for another thread's). */
-    int threads = rt_threads(rt);
-    if (2.0 * (double)x->m * (double)x->n * (double)x->k < (double)LP_MT_OPS) threads = 1;
     r.nj = (int)gcd64(r.npan, threads);
     r.ni = threads / r.nj;
     if (r.ni > r.mtiles) r.ni = (int)r.mtiles;
