@@ -237,6 +237,28 @@ static void choose_cfg(const fj_runtime *rt, int bf16, int64_t n, kg_lowp_cfg *c
     }
 }
 
+/* Below this many operations (2mnk) a call runs on the calling thread:
+ * the f32 GEMM's threshold (about a microsecond of one core's work) times
+ * the 4 multiply-adds a dot-product lane does, since waking a worker
+ * costs more than it saves there. */
+enum { LP_MT_OPS = 4 << 20 };
+
+static int lp_threads(const fj_runtime *rt, int64_t m, int64_t n, int64_t k) {
+    return 2.0 * (double)m * (double)n * (double)k < (double)LP_MT_OPS ? 1 : rt_threads(rt);
+}
+
+/* The tile of an m x n x k call. Fewer column panels than threads: the
+ * tile of n/threads columns, so that the threads split the columns (each
+ * packs only its own part of B) rather than the rows (each packing all
+ * of it). */
+static void tile_cfg(const fj_runtime *rt, int bf16, int64_t m, int64_t n, int64_t k,
+                     kg_lowp_cfg *c) {
+    int threads = lp_threads(rt, m, n, k);
+    choose_cfg(rt, bf16, n, c);
+    int64_t nr = c->nv * (rt->isa == FJ_ISA_AVX512 ? 16 : 8);
+    if (threads > 1 && (n + nr - 1) / nr < threads) choose_cfg(rt, bf16, (n + threads - 1) / threads, c);
+}
+
 static fj_status get_kernel(fj_runtime *rt, const kg_lowp_cfg *c, fj_kernel **out) {
     fj_status s = kg_lowp_check(c);
     if (s != FJ_OK) return s;
@@ -352,12 +374,6 @@ static int64_t lp_l2_bytes(void) {
     return v;
 }
 
-/* Below this many operations (2mnk) a call runs on the calling thread:
- * the f32 GEMM's threshold (about a microsecond of one core's work) times
- * the 4 multiply-adds a dot-product lane does, since waking a worker
- * costs more than it saves there. */
-enum { LP_MT_OPS = 4 << 20 };
-
 static fj_status lp_run_call(fj_runtime *rt, const lp_call *x, const lp_post *po) {
     if (x->m == 0 || x->n == 0) return FJ_OK;
     int bf16 = x->kind == LP_BF16;
@@ -366,18 +382,11 @@ static fj_status lp_run_call(fj_runtime *rt, const lp_call *x, const lp_post *po
     memset(&r, 0, sizeof r);
     r.x = x;
     r.post = po;
-    int threads = rt_threads(rt);
-    if (2.0 * (double)x->m * (double)x->n * (double)x->k < (double)LP_MT_OPS) threads = 1;
+    int threads = lp_threads(rt, x->m, x->n, x->k);
     if (po) {
         r.cfg = *po->cfg;
     } else {
-        /* Fewer panels than threads: the tile of n/threads columns, so
-         * that the threads split the columns (each packs only its own part
-         * of B) rather than the rows (each packing all of it). */
-        choose_cfg(rt, bf16, x->n, &r.cfg);
-        int64_t nr = r.cfg.nv * (rt->isa == FJ_ISA_AVX512 ? 16 : 8);
-        if (threads > 1 && (x->n + nr - 1) / nr < threads)
-            choose_cfg(rt, bf16, (x->n + threads - 1) / threads, &r.cfg);
+        tile_cfg(rt, bf16, x->m, x->n, x->k, &r.cfg);
         r.general = !bf16 && !(x->alpha == 1.0f && (x->beta == 0.0f || x->beta == 1.0f));
         r.cfg.add = bf16 ? x->beta != 0.0f : (!r.general && x->beta == 1.0f);
     }
@@ -633,7 +642,7 @@ fj_status fj_gemm_lowp_create(fj_runtime *rt, const fj_gemm_lowp_desc *d, fj_gem
     g->rt = rt;
     g->d = *d;
     g->kind = kind;
-    choose_cfg(rt, kind == LP_BF16, d->n, &g->cfg);
+    tile_cfg(rt, kind == LP_BF16, d->m, d->n, d->k, &g->cfg);
     g->cfg.post = 1;
     g->cfg.out = d->c_type == FJ_DT_F32 ? KG_LP_OUT_F32 : d->c_type == FJ_DT_BF16 ? KG_LP_OUT_BF16
                                                                                 : KG_LP_OUT_Q8;
