@@ -21,7 +21,8 @@
  *
  * Operands are packed in k groups of 4 bytes (4 int8 or 2 bf16,
  * zero-padded; gemm_lowp_pack.c). Row-major A with whole groups is read in
- * place (only a partial last row tile is packed); other A is packed first.
+ * place (a partial last row tile by a kernel of its row count); other A is
+ * packed first.
  * One pass on the pool then runs one job per thread: a group of column
  * panels (each packed by the job that uses it, just before its first use)
  * against a group of row tiles. Every C element gets the same operations
