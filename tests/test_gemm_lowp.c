@@ -608,6 +608,42 @@ START_TEST(handle_bad_args) {
 }
 END_TEST
 
+/* k = 0 handles with A and B NULL (allowed there): the epilogue of zero
+ * sums, bias[j] (int8: scale * 0 + bias), and no read of A or B, on every
+ * path and transpose. */
+START_TEST(handle_k0) {
+    int sat, bfd;
+    fj_runtime *rt = path_rt(_i, 1, &sat, &bfd);
+    if (!rt) return;
+    for (int v = 0; v < 8; v++) {
+        fj_gemm_lowp_desc d;
+        memset(&d, 0, sizeof d);
+        int bf16 = v & 1;
+        d.a_type = bf16 ? FJ_DT_BF16 : FJ_DT_U8;
+        d.b_type = bf16 ? FJ_DT_BF16 : FJ_DT_S8;
+        d.c_type = FJ_DT_F32;
+        d.transa = v & 2 ? 'T' : 'N';
+        d.transb = v & 4 ? 'T' : 'N';
+        d.m = 5; d.n = 37; d.k = 0;
+        d.lda = d.transa == 'T' ? d.m : 1;
+        d.ldb = d.transb == 'T' ? 1 : d.n;
+        d.ldc = d.n;
+        d.has_bias = 1;
+        fj_gemm_lowp *g = NULL;
+        ck_assert_msg(fj_gemm_lowp_create(rt, &d, &g) == FJ_OK, "%s", fj_last_error());
+        float c[5 * 37], bias[37], scale = 2.0f;
+        for (int j = 0; j < 37; j++) bias[j] = (float)j - 3.5f;
+        ck_assert_msg(fj_gemm_lowp_execute(g, NULL, NULL, &scale, bias, c) == FJ_OK, "%s",
+                      fj_last_error());
+        for (int i = 0; i < 5 * 37; i++)
+            ck_assert_msg(c[i] == bias[i % 37], "%s k=0 case %d: C[%d] = %g", paths[_i].name, v, i,
+                          c[i]);
+        fj_gemm_lowp_destroy(g);
+    }
+    fj_runtime_destroy(rt);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("gemm_lowp");
     TCase *t = tcase_create("lowp");
@@ -621,6 +657,7 @@ static Suite *suite(void) {
     tcase_add_loop_test(t, int8_handle_random, 0, NPATHS);
     tcase_add_loop_test(t, bf16_handle_random, 0, NPATHS);
     tcase_add_test(t, handle_bad_args);
+    tcase_add_loop_test(t, handle_k0, 0, NPATHS);
     suite_add_tcase(s, t);
     return s;
 }

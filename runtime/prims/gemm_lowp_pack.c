@@ -208,9 +208,10 @@ static T512 void pack_b8_512(const lp_run *r, int64_t j0, int cols, uint32_t *d,
                            _mm512_maskz_loadu_epi8(km, b + 2 * ldb),
                            _mm512_maskz_loadu_epi8(km, b + 3 * ldb), o);
             } else {
-                /* The last, partial group: rows past k are zeros. */
+                /* The last, partial group: rows past k are zeros (a
+                 * handle's k = 0 reads no row: B may be NULL). */
                 int64_t left = x->k - 4 * g;
-                dwords4x64(_mm512_maskz_loadu_epi8(km, b),
+                dwords4x64(left > 0 ? _mm512_maskz_loadu_epi8(km, b) : z,
                            left > 1 ? _mm512_maskz_loadu_epi8(km, b + ldb) : z,
                            left > 2 ? _mm512_maskz_loadu_epi8(km, b + 2 * ldb) : z, z, o);
             }
@@ -241,7 +242,8 @@ static T512 void pack_b16_512(const lp_run *r, int64_t j0, int cols, uint32_t *d
         __mmask32 km = w >= 32 ? ~(__mmask32)0 : w <= 0 ? 0 : (((__mmask32)1 << w) - 1);
         for (int64_t g = 0; g < r->kq; g++) {
             int64_t k0 = 2 * g;
-            __m512i v0 = _mm512_maskz_loadu_epi16(km, b + k0 * x->ldb + jc);
+            __m512i v0 = k0 < x->k ? _mm512_maskz_loadu_epi16(km, b + k0 * x->ldb + jc)
+                                   : _mm512_setzero_si512();
             __m512i v1 = k0 + 1 < x->k ? _mm512_maskz_loadu_epi16(km, b + (k0 + 1) * x->ldb + jc)
                                        : _mm512_setzero_si512();
             __m512i lo = _mm512_unpacklo_epi16(v0, v1), hi = _mm512_unpackhi_epi16(v0, v1);
@@ -266,7 +268,8 @@ static T512 void pack_at_512(lp_run *r, int64_t t, uint8_t *d) {
     if (x->kind == LP_BF16) {
         const uint16_t *a = (const uint16_t *)x->a + i0;
         for (int64_t g = 0; g < r->kq; g++) {
-            __m128i v0 = _mm_maskz_loadu_epi16((__mmask8)km, a + 2 * g * lda);
+            __m128i v0 = 2 * g < x->k ? _mm_maskz_loadu_epi16((__mmask8)km, a + 2 * g * lda)
+                                      : _mm_setzero_si128();
             __m128i v1 = 2 * g + 1 < x->k ? _mm_maskz_loadu_epi16((__mmask8)km, a + (2 * g + 1) * lda)
                                           : _mm_setzero_si128();
             __m256i w = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_unpacklo_epi16(v0, v1)),
