@@ -94,6 +94,32 @@ __attribute__((target("avx2"))) static void finish_general(const int32_t *s, int
     }
 }
 
+/* d[j] = s[j] as es bytes (2: the bf16 bits, 0..65535; 1: q, in the
+ * output type's range: s8 when sgn, else u8), 16 columns at a time:
+ * saturating packs (which the ranges make exact) and a qword permute
+ * undoing the 256-bit packs' per-lane order. */
+__attribute__((target("avx2"))) static void narrow(const int32_t *s, uint8_t *d, int64_t n, int es,
+                                                   int sgn) {
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+        __m256i a = _mm256_loadu_si256((const __m256i *)(const void *)(s + j));
+        __m256i b = _mm256_loadu_si256((const __m256i *)(const void *)(s + j + 8));
+        if (es == 2) {
+            __m256i w = _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xd8);
+            _mm256_storeu_si256((__m256i *)(void *)(d + 2 * j), w);
+            continue;
+        }
+        /* words 0-3 8-11 | 4-7 12-15, put in order, then bytes from both halves */
+        __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(a, b), 0xd8);
+        __m128i lo = _mm256_castsi256_si128(w), hi = _mm256_extracti128_si256(w, 1);
+        _mm_storeu_si128((__m128i *)(void *)(d + j), sgn ? _mm_packs_epi16(lo, hi) : _mm_packus_epi16(lo, hi));
+    }
+    for (; j < n; j++) {
+        if (es == 2) ((uint16_t *)(void *)d)[j] = (uint16_t)s[j];
+        else d[j] = (uint8_t)s[j];
+    }
+}
+
 /* From the staged dwords (scratch, ld n) of rows [i0, i1), columns
  * [j0, j1): general alpha/beta, C = sat(rnd(alpha*acc + beta*C)) + co;
  * or a handle's AVX2 u8/s8 (in range) or bf16 bits, narrowed. */
@@ -107,10 +133,9 @@ static void finish_part(const lp_run *r, int64_t i0, int64_t i1, int64_t j0, int
             int per_col = o == 'R' || o == 'r';
             finish_general(s + j0, (int32_t *)x->c + i * x->ldc + j0, j1 - j0, (double)x->alpha,
                            (double)x->beta, per_col ? x->co + j0 : NULL, per_col ? 0 : co_of(x, i, 0));
-        } else if (po->out == KG_LP_OUT_BF16) {
-            for (int64_t j = j0; j < j1; j++) ((uint16_t *)x->c)[i * x->ldc + j] = (uint16_t)s[j];
         } else {
-            for (int64_t j = j0; j < j1; j++) ((uint8_t *)x->c)[i * x->ldc + j] = (uint8_t)s[j];
+            int es = po->out == KG_LP_OUT_BF16 ? 2 : 1;
+            narrow(s + j0, (uint8_t *)x->c + (i * x->ldc + j0) * es, j1 - j0, es, po->out_signed);
         }
     }
 }
