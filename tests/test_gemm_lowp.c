@@ -380,7 +380,7 @@ START_TEST(random_threads) {
 END_TEST
 
 /* Results do not depend on the thread count. */
-START_TEST(int8_threads_same) {
+START_TEST(threads_same) {
     fj_runtime *r1 = fjt_runtime(FJ_ISA_AUTO, 1), *r2 = fjt_runtime(FJ_ISA_AUTO, 2);
     int64_t m = 301, n = 190, k = 77;
     uint8_t *a = malloc((size_t)(m * k));
@@ -394,6 +394,18 @@ START_TEST(int8_threads_same) {
                                      n, &co), FJ_OK);
     ck_assert(!memcmp(c1, c2, (size_t)(m * n) * 4));
     free(a); free(b); free(c1); free(c2);
+    /* bf16, 64 columns: two threads take a narrower tile (one panel each) */
+    int64_t bm = 301, bn = 64, bk = 200;
+    uint16_t *ba = malloc((size_t)(bm * bk) * 2), *bb = malloc((size_t)(bk * bn) * 2);
+    float *f1 = malloc((size_t)(bm * bn) * 4), *f2 = malloc((size_t)(bm * bn) * 4);
+    for (int64_t i = 0; i < bm * bk; i++) ba[i] = rand_bf16();
+    for (int64_t i = 0; i < bk * bn; i++) bb[i] = rand_bf16();
+    ck_assert_int_eq(fj_gemm_bf16bf16f32(r1, 'N', 'N', bm, bn, bk, 0.75f, ba, bk, bb, bn, 0.0f, f1,
+                                         bn), FJ_OK);
+    ck_assert_int_eq(fj_gemm_bf16bf16f32(r2, 'N', 'N', bm, bn, bk, 0.75f, ba, bk, bb, bn, 0.0f, f2,
+                                         bn), FJ_OK);
+    ck_assert(!memcmp(f1, f2, (size_t)(bm * bn) * 4));
+    free(ba); free(bb); free(f1); free(f2);
     fj_runtime_destroy(r1);
     fj_runtime_destroy(r2);
 }
@@ -653,7 +665,7 @@ static Suite *suite(void) {
     tcase_add_test(t, int8_bad_args);
     tcase_add_loop_test(t, bf16_random, 0, NPATHS);
     tcase_add_loop_test(t, random_threads, 0, NPATHS);
-    tcase_add_test(t, int8_threads_same);
+    tcase_add_test(t, threads_same);
     tcase_add_loop_test(t, int8_handle_random, 0, NPATHS);
     tcase_add_loop_test(t, bf16_handle_random, 0, NPATHS);
     tcase_add_test(t, handle_bad_args);
