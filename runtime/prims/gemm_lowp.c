@@ -440,6 +440,15 @@ static fj_status lp_run_call(fj_runtime *rt, const lp_call *x, const lp_post *po
     r.nj = (int)gcd64(r.npan, threads);
     r.ni = threads / r.nj;
     if (r.ni > r.mtiles) r.ni = (int)r.mtiles;
+    /* Column groups only: up to four per thread (a multiple of T that
+     * divides the panels), so that a worker joining late (woken from a
+     * nap) or preempted leaves its groups to the others rather than the
+     * whole call to one thread's speed. */
+    for (int64_t d = 4 * (int64_t)threads; r.ni == 1 && threads > 1 && d > r.nj; d -= threads)
+        if (r.npan % d == 0) {
+            r.nj = (int)d;
+            break;
+        }
 
     fj_kernel *kern = NULL, *kern_rows = NULL, *kern_tail = NULL;
     if (po) {
