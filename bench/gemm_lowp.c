@@ -5,8 +5,10 @@
  * the f32 FMA loop's rate measured beside each block times 4 for int8
  * (a vpdpbusd does 4 multiply-adds per f32 lane) and 2 for bf16
  * (vdpbf16ps: 2), i.e. assuming the dot instruction issues at the FMA's
- * rate. FJ_BENCH_LOWP_SHAPES="256,64x64x1024" limits the shapes. The
- * int8 results are also compared with oneDNN's element by element. */
+ * rate. FJ_BENCH_LOWP_SHAPES="256,64x64x1024" limits the shapes,
+ * FJ_BENCH_GEMM_THREADS=1 or 2 the thread counts and FJ_BENCH_LOWP_TYPES
+ * ("int8" or "bf16") the types. The int8 results are also compared with
+ * oneDNN's element by element. */
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -209,10 +211,13 @@ out:
 
 void bench_lowp(const bench_ctx *c) {
     const char *only = getenv("FJ_BENCH_LOWP_SHAPES");
+    const char *tl = getenv("FJ_BENCH_GEMM_THREADS"), *ty = getenv("FJ_BENCH_LOWP_TYPES");
+    int tsel = tl ? atoi(tl) : -1;
     printf("# lowp: row-major NN, alpha 1, beta 0 (int8: offsets 0, co 'F' 0); isa %s; ratio = "
            "GOPS / oneDNN's; %%peak: against the f32 FMA loop beside each block x4 (int8) or x2 "
            "(bf16)\n", bench_isa());
     for (int t = 1; t <= 2; t++) {
+        if (tsel >= 0 && tsel != t) continue;
         fj_options o;
         fj_options_init(&o);
         o.threads = t;
@@ -221,11 +226,13 @@ void bench_lowp(const bench_ctx *c) {
             fprintf(stderr, "bench lowp: %s\n", fj_last_error());
             return;
         }
-        for (int bf16 = 0; bf16 <= 1; bf16++)
+        for (int bf16 = 0; bf16 <= 1; bf16++) {
+            if (ty && !strstr(ty, bf16 ? "bf16" : "int8")) continue;
             for (size_t i = 0; i < sizeof lshapes / sizeof lshapes[0]; i++) {
                 if (only && !bench_shape_listed(only, lshapes[i].m, lshapes[i].n, lshapes[i].k)) continue;
                 one(c, rt, t, lshapes[i], bf16);
             }
+        }
         fj_runtime_destroy(rt);
     }
 }

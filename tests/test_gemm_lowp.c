@@ -137,19 +137,25 @@ static void ref_int8(const icase *t, const uint8_t *a, const int8_t *b, const in
 static const int64_t dims[] = {1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 48, 49, 63, 64, 65, 97};
 enum { NDIMS = sizeof dims / sizeof dims[0] };
 
+/* Sizes m x n x k for t, its leading dimensions drawn. */
+static void set_dims(icase *t, int64_t m, int64_t n, int64_t k) {
+    t->m = m;
+    t->n = n;
+    t->k = k;
+    int64_t acol = t->ta ? m : k, bcol = t->tb ? k : n;
+    t->lda = acol + (rn(3) ? 0 : rn(9));
+    t->ldb = bcol + (rn(3) ? 0 : rn(9));
+    t->ldc = n + (rn(3) ? 0 : rn(9));
+}
+
 static void rand_icase(icase *t) {
     t->s8a = (int)rn(2);
     t->ta = (int)rn(2);
     t->tb = (int)rn(2);
     t->oc = "FCR"[rn(3)];
-    t->m = dims[rn(NDIMS)];
-    t->n = dims[rn(NDIMS)];
-    t->k = dims[rn(NDIMS)];
-    if (rn(8) == 0) t->k = 100 + rn(300);
-    int64_t acol = t->ta ? t->m : t->k, bcol = t->tb ? t->k : t->n;
-    t->lda = acol + (rn(3) ? 0 : rn(9));
-    t->ldb = bcol + (rn(3) ? 0 : rn(9));
-    t->ldc = t->n + (rn(3) ? 0 : rn(9));
+    int64_t m = dims[rn(NDIMS)], n = dims[rn(NDIMS)], k = dims[rn(NDIMS)];
+    if (rn(8) == 0) k = 100 + rn(300);
+    set_dims(t, m, n, k);
     static const float al[] = {1.0f, 1.0f, 1.0f, 0.5f, -2.0f, 0.75f, 1.3f, 1e9f, 0.0f};
     static const float be[] = {0.0f, 1.0f, 0.0f, 1.0f, 0.5f, -1.0f, 2.0f, 0.25f};
     t->alpha = al[rn(9)];
@@ -283,6 +289,57 @@ static uint16_t rand_bf16(void) {
     return (uint16_t)(sign << 15 | e << 7 | mant);
 }
 
+/* One random bf16 case of size m x n x k on rt (transposes, strides, alpha,
+ * beta drawn here); returns the elements out of bound (and reports the first). */
+static long run_bcase(fj_runtime *rt, const char *pname, int64_t m, int64_t n, int64_t k) {
+    long bad = 0;
+    int ta = (int)rn(2), tb = (int)rn(2);
+    int64_t lda = (ta ? m : k) + (rn(3) ? 0 : rn(9)), ldb = (tb ? k : n) + (rn(3) ? 0 : rn(9));
+    int64_t ldc = n + (rn(3) ? 0 : rn(9));
+    static const float al[] = {1.0f, 0.5f, -1.5f, 2.0f};
+    static const float be[] = {0.0f, 1.0f, -0.5f, 0.0f};
+    float alpha = al[rn(4)], beta = be[rn(4)];
+    int64_t arow = ta ? k : m, brow = tb ? n : k;
+    uint16_t *a = malloc((size_t)(arow * lda) * 2), *b = malloc((size_t)(brow * ldb) * 2);
+    float *c = malloc((size_t)(m * ldc) * 4), *c0 = malloc((size_t)(m * ldc) * 4);
+    for (int64_t i = 0; i < arow * lda; i++) a[i] = rand_bf16();
+    for (int64_t i = 0; i < brow * ldb; i++) b[i] = rand_bf16();
+    for (int64_t i = 0; i < m * ldc; i++) c[i] = c0[i] = (float)((int)rn(2001) - 1000) / 64.0f;
+    if (beta == 0.0f && rn(4) == 0)
+        for (int64_t i = 0; i < m * ldc; i++) c[i] = c0[i] = NAN;
+    ck_assert_msg(fj_gemm_bf16bf16f32(rt, ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a,
+                                      lda, b, ldb, beta, c, ldc) == FJ_OK,
+                  "%s", fj_last_error());
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < ldc; j++) {
+            float got = c[i * ldc + j];
+            if (j >= n) {
+                if (memcmp(&got, &c0[i * ldc + j], 4)) bad++;
+                continue;
+            }
+            double s = 0, sa = 0;
+            for (int64_t q = 0; q < k; q++) {
+                double p = (double)bf2f(ta ? a[q * lda + i] : a[i * lda + q]) *
+                           (double)bf2f(tb ? b[j * ldb + q] : b[q * ldb + j]);
+                s += p;
+                sa += fabs(p);
+            }
+            double want = (double)alpha * s + (beta == 0.0f ? 0.0 : (double)beta * c0[i * ldc + j]);
+            /* f32 sums of exact products: (k + 2) roundings of at most
+             * 2^-24 of the running magnitudes, then alpha, beta and the
+             * final add. */
+            double mag = fabs((double)alpha) * sa + (beta == 0.0f ? 0.0 : fabs((double)beta * c0[i * ldc + j]));
+            double bound = (double)(k + 4) * ldexp(1.0, -23) * mag;
+            if (!(fabs((double)got - want) <= bound) && bad++ == 0)
+                fprintf(stderr, "%s bf16 %c%c %lldx%lldx%lld alpha %g beta %g: C(%lld,%lld) = %.9g, "
+                        "want %.9g (bound %.3g)\n", pname, ta ? 'T' : 'N',
+                        tb ? 'T' : 'N', (long long)m, (long long)n, (long long)k, alpha, beta,
+                        (long long)i, (long long)j, got, want, bound);
+        }
+    free(a); free(b); free(c); free(c0);
+    return bad;
+}
+
 START_TEST(bf16_random) {
     int sat, bfd;
     fj_runtime *rt = path_rt(_i, 1 + _i % 2, &sat, &bfd);
@@ -290,60 +347,40 @@ START_TEST(bf16_random) {
     long iters = fjt_iters("FJT_LOWP_ITERS", 1000) / 2, bad = 0;
     rs = 0x7654321ull + (uint64_t)_i * 131;
     for (long it = 0; it < iters; it++) {
-        int ta = (int)rn(2), tb = (int)rn(2);
         int64_t m = dims[rn(NDIMS)], n = dims[rn(NDIMS)], k = dims[rn(NDIMS)];
         if (rn(8) == 0) k = 100 + rn(300);
-        int64_t lda = (ta ? m : k) + (rn(3) ? 0 : rn(9)), ldb = (tb ? k : n) + (rn(3) ? 0 : rn(9));
-        int64_t ldc = n + (rn(3) ? 0 : rn(9));
-        static const float al[] = {1.0f, 0.5f, -1.5f, 2.0f};
-        static const float be[] = {0.0f, 1.0f, -0.5f, 0.0f};
-        float alpha = al[rn(4)], beta = be[rn(4)];
-        int64_t arow = ta ? k : m, brow = tb ? n : k;
-        uint16_t *a = malloc((size_t)(arow * lda) * 2), *b = malloc((size_t)(brow * ldb) * 2);
-        float *c = malloc((size_t)(m * ldc) * 4), *c0 = malloc((size_t)(m * ldc) * 4);
-        for (int64_t i = 0; i < arow * lda; i++) a[i] = rand_bf16();
-        for (int64_t i = 0; i < brow * ldb; i++) b[i] = rand_bf16();
-        for (int64_t i = 0; i < m * ldc; i++) c[i] = c0[i] = (float)((int)rn(2001) - 1000) / 64.0f;
-        if (beta == 0.0f && rn(4) == 0)
-            for (int64_t i = 0; i < m * ldc; i++) c[i] = c0[i] = NAN;
-        ck_assert_msg(fj_gemm_bf16bf16f32(rt, ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a,
-                                          lda, b, ldb, beta, c, ldc) == FJ_OK,
-                      "%s", fj_last_error());
-        for (int64_t i = 0; i < m; i++)
-            for (int64_t j = 0; j < ldc; j++) {
-                float got = c[i * ldc + j];
-                if (j >= n) {
-                    if (memcmp(&got, &c0[i * ldc + j], 4)) bad++;
-                    continue;
-                }
-                double s = 0, sa = 0;
-                for (int64_t q = 0; q < k; q++) {
-                    double p = (double)bf2f(ta ? a[q * lda + i] : a[i * lda + q]) *
-                               (double)bf2f(tb ? b[j * ldb + q] : b[q * ldb + j]);
-                    s += p;
-                    sa += fabs(p);
-                }
-                double want = (double)alpha * s + (beta == 0.0f ? 0.0 : (double)beta * c0[i * ldc + j]);
-                /* f32 sums of exact products: (k + 2) roundings of at most
-                 * 2^-24 of the running magnitudes, then alpha, beta and the
-                 * final add. */
-                double mag = fabs((double)alpha) * sa + (beta == 0.0f ? 0.0 : fabs((double)beta * c0[i * ldc + j]));
-                double bound = (double)(k + 4) * ldexp(1.0, -23) * mag;
-                if (!(fabs((double)got - want) <= bound) && bad++ == 0)
-                    fprintf(stderr, "%s bf16 %c%c %lldx%lldx%lld alpha %g beta %g: C(%lld,%lld) = %.9g, "
-                            "want %.9g (bound %.3g)\n", paths[_i].name, ta ? 'T' : 'N',
-                            tb ? 'T' : 'N', (long long)m, (long long)n, (long long)k, alpha, beta,
-                            (long long)i, (long long)j, got, want, bound);
-            }
-        free(a); free(b); free(c); free(c0);
+        bad += run_bcase(rt, paths[_i].name, m, n, k);
     }
     fj_runtime_destroy(rt);
     ck_assert_msg(bad == 0, "%s: %ld elements out of bound", paths[_i].name, bad);
 }
 END_TEST
 
+/* Sizes that run on two threads (2mnk of at least 4M operations): every
+ * split of rows and column panels into jobs, and the wide packers. */
+static const int64_t big_dims[] = {61, 97, 130, 161, 200};
+
+START_TEST(random_threads) {
+    int sat, bfd;
+    fj_runtime *rt = path_rt(_i, 2, &sat, &bfd);
+    if (!rt) return;
+    long iters = fjt_iters("FJT_LOWP_ITERS", 1000) / 40, bad = 0, bbad = 0;
+    rs = 0x5eed1ull + (uint64_t)_i * 313;
+    for (long it = 0; it < iters; it++) {
+        icase t;
+        rand_icase(&t);
+        set_dims(&t, big_dims[rn(5)], big_dims[rn(5)], 250 + rn(200));
+        bad += run_icase(rt, &t, sat && t.full, paths[_i].name) != 0;
+        bbad += run_bcase(rt, paths[_i].name, big_dims[rn(5)], big_dims[rn(5)], 250 + rn(200));
+    }
+    fj_runtime_destroy(rt);
+    ck_assert_msg(bad == 0, "%s: %ld of %ld int8 cases differ", paths[_i].name, bad, iters);
+    ck_assert_msg(bbad == 0, "%s: %ld bf16 elements out of bound", paths[_i].name, bbad);
+}
+END_TEST
+
 /* Results do not depend on the thread count. */
-START_TEST(int8_threads_same) {
+START_TEST(threads_same) {
     fj_runtime *r1 = fjt_runtime(FJ_ISA_AUTO, 1), *r2 = fjt_runtime(FJ_ISA_AUTO, 2);
     int64_t m = 301, n = 190, k = 77;
     uint8_t *a = malloc((size_t)(m * k));
@@ -357,6 +394,18 @@ START_TEST(int8_threads_same) {
                                      n, &co), FJ_OK);
     ck_assert(!memcmp(c1, c2, (size_t)(m * n) * 4));
     free(a); free(b); free(c1); free(c2);
+    /* bf16, 64 columns: two threads take a narrower tile (one panel each) */
+    int64_t bm = 301, bn = 64, bk = 200;
+    uint16_t *ba = malloc((size_t)(bm * bk) * 2), *bb = malloc((size_t)(bk * bn) * 2);
+    float *f1 = malloc((size_t)(bm * bn) * 4), *f2 = malloc((size_t)(bm * bn) * 4);
+    for (int64_t i = 0; i < bm * bk; i++) ba[i] = rand_bf16();
+    for (int64_t i = 0; i < bk * bn; i++) bb[i] = rand_bf16();
+    ck_assert_int_eq(fj_gemm_bf16bf16f32(r1, 'N', 'N', bm, bn, bk, 0.75f, ba, bk, bb, bn, 0.0f, f1,
+                                         bn), FJ_OK);
+    ck_assert_int_eq(fj_gemm_bf16bf16f32(r2, 'N', 'N', bm, bn, bk, 0.75f, ba, bk, bb, bn, 0.0f, f2,
+                                         bn), FJ_OK);
+    ck_assert(!memcmp(f1, f2, (size_t)(bm * bn) * 4));
+    free(ba); free(bb); free(f1); free(f2);
     fj_runtime_destroy(r1);
     fj_runtime_destroy(r2);
 }
@@ -571,6 +620,42 @@ START_TEST(handle_bad_args) {
 }
 END_TEST
 
+/* k = 0 handles with A and B NULL (allowed there): the epilogue of zero
+ * sums, bias[j] (int8: scale * 0 + bias), and no read of A or B, on every
+ * path and transpose. */
+START_TEST(handle_k0) {
+    int sat, bfd;
+    fj_runtime *rt = path_rt(_i, 1, &sat, &bfd);
+    if (!rt) return;
+    for (int v = 0; v < 8; v++) {
+        fj_gemm_lowp_desc d;
+        memset(&d, 0, sizeof d);
+        int bf16 = v & 1;
+        d.a_type = bf16 ? FJ_DT_BF16 : FJ_DT_U8;
+        d.b_type = bf16 ? FJ_DT_BF16 : FJ_DT_S8;
+        d.c_type = FJ_DT_F32;
+        d.transa = v & 2 ? 'T' : 'N';
+        d.transb = v & 4 ? 'T' : 'N';
+        d.m = 5; d.n = 37; d.k = 0;
+        d.lda = d.transa == 'T' ? d.m : 1;
+        d.ldb = d.transb == 'T' ? 1 : d.n;
+        d.ldc = d.n;
+        d.has_bias = 1;
+        fj_gemm_lowp *g = NULL;
+        ck_assert_msg(fj_gemm_lowp_create(rt, &d, &g) == FJ_OK, "%s", fj_last_error());
+        float c[5 * 37], bias[37], scale = 2.0f;
+        for (int j = 0; j < 37; j++) bias[j] = (float)j - 3.5f;
+        ck_assert_msg(fj_gemm_lowp_execute(g, NULL, NULL, &scale, bias, c) == FJ_OK, "%s",
+                      fj_last_error());
+        for (int i = 0; i < 5 * 37; i++)
+            ck_assert_msg(c[i] == bias[i % 37], "%s k=0 case %d: C[%d] = %g", paths[_i].name, v, i,
+                          c[i]);
+        fj_gemm_lowp_destroy(g);
+    }
+    fj_runtime_destroy(rt);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("gemm_lowp");
     TCase *t = tcase_create("lowp");
@@ -579,10 +664,12 @@ static Suite *suite(void) {
     tcase_add_loop_test(t, int8_saturation_documented, 0, NPATHS);
     tcase_add_test(t, int8_bad_args);
     tcase_add_loop_test(t, bf16_random, 0, NPATHS);
-    tcase_add_test(t, int8_threads_same);
+    tcase_add_loop_test(t, random_threads, 0, NPATHS);
+    tcase_add_test(t, threads_same);
     tcase_add_loop_test(t, int8_handle_random, 0, NPATHS);
     tcase_add_loop_test(t, bf16_handle_random, 0, NPATHS);
     tcase_add_test(t, handle_bad_args);
+    tcase_add_loop_test(t, handle_k0, 0, NPATHS);
     suite_add_tcase(s, t);
     return s;
 }

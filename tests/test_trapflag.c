@@ -353,6 +353,7 @@ typedef struct lowp_arg {
     fj_gemm_lowp *h;   /* the handle variant (relu epilogue), else NULL */
     const void *a, *b;
     void *c;
+    int k;             /* LK, or LK - 1 (whole k groups: A read in place) */
     fj_status s;
 } lowp_arg;
 
@@ -365,16 +366,18 @@ static void lowp_body(void *p) {
     if (g->h)
         g->s = fj_gemm_lowp_execute(g->h, g->a, g->b, g->bf16 ? NULL : &one, NULL, g->c);
     else if (g->bf16)
-        g->s = fj_gemm_bf16bf16f32(g->rt, 'N', 'N', LM, LN, LK, 1.0f, g->a, LK, g->b, LN, 0.0f,
+        g->s = fj_gemm_bf16bf16f32(g->rt, 'N', 'N', LM, LN, g->k, 1.0f, g->a, g->k, g->b, LN, 0.0f,
                                    g->c, LN);
     else
-        g->s = fj_gemm_u8s8s32(g->rt, 'N', 'N', 'R', LM, LN, LK, 1.0f, g->a, LK, 1, g->b, LN, 0,
+        g->s = fj_gemm_u8s8s32(g->rt, 'N', 'N', 'R', LM, LN, g->k, 1.0f, g->a, g->k, 1, g->b, LN, 0,
                                0.0f, g->c, LN, co);
     __asm__ volatile("" ::: "memory");
 }
 
 /* Loop index: bit 0 ISA, bit 1 without the dot-product instructions, bit 2 bf16,
- * bit 3 a handle with the fused epilogue (relu; int8 to f32, bf16 to bf16). */
+ * bit 3 a handle with the fused epilogue (relu; int8 to f32, bf16 to bf16),
+ * bit 4 k = 8 (whole k groups: the in-place A kernels, full tiles and the
+ * last tile's rows, instead of packed A). */
 START_TEST(lowp_every_instruction) {
     fj_options o;
     fj_options_init(&o);
@@ -398,7 +401,7 @@ START_TEST(lowp_every_instruction) {
         for (int i = 0; i < LM * LK; i++) a8[i] = (uint8_t)(i % 7);
         for (int i = 0; i < LK * LN; i++) b8[i] = (uint8_t)(i % 5);
     }
-    int handle = _i >> 3 & 1;
+    int handle = _i >> 3 & 1, lk = _i >> 4 & 1 ? LK - 1 : LK;
     fj_gemm_lowp *h = NULL;
     if (handle) {
         fj_gemm_lowp_desc d = {0};
@@ -406,18 +409,18 @@ START_TEST(lowp_every_instruction) {
         d.b_type = bf16 ? FJ_DT_BF16 : FJ_DT_S8;
         d.c_type = bf16 ? FJ_DT_BF16 : FJ_DT_F32;
         d.transa = d.transb = 'N';
-        d.m = LM; d.n = LN; d.k = LK; d.lda = LK; d.ldb = LN; d.ldc = LN;
+        d.m = LM; d.n = LN; d.k = lk; d.lda = lk; d.ldb = LN; d.ldc = LN;
         d.ao = 1;
         d.post_op = FJ_ELT_RELU;
         ck_assert_msg(fj_gemm_lowp_create(rt, &d, &h) == FJ_OK, "%s", fj_last_error());
     }
-    lowp_arg g = {rt, bf16, h, a, b, c, FJ_ERR_INVALID_ARG};
+    lowp_arg g = {rt, bf16, h, a, b, c, lk, FJ_ERR_INVALID_ARG};
     fjt_trace_opts to = {.root = (const void *)main};
     fjt_trace_result *r = malloc(sizeof *r);
     ck_assert_ptr_nonnull(r);
     char what[96];
-    snprintf(what, sizeof what, "lowp %s%s isa=%d disable=%u", bf16 ? "bf16" : "u8s8",
-             handle ? " handle" : "", (int)o.isa, o.cpu_disable);
+    snprintf(what, sizeof what, "lowp %s%s k=%d isa=%d disable=%u", bf16 ? "bf16" : "u8s8",
+             handle ? " handle" : "", lk, (int)o.isa, o.cpu_disable);
     int ok = fjt_trace_kernel(lowp_body, &g, &to, r);
     ck_assert_msg(g.s == FJ_OK, "%s: %s", what, fj_last_error());
     assert_trace(what, ok, r);
@@ -427,9 +430,9 @@ START_TEST(lowp_every_instruction) {
     for (int i = 0; i < LM; i++)
         for (int j = 0; j < LN; j++) {
             double want = 0;
-            for (int p = 0; p < LK; p++)
-                want += bf16 ? (double)(1 << (i * LK + p) % 3) * 2.0
-                             : (double)((i * LK + p) % 7 - 1) * (double)((p * LN + j) % 5);
+            for (int p = 0; p < lk; p++)
+                want += bf16 ? (double)(1 << (i * lk + p) % 3) * 2.0
+                             : (double)((i * lk + p) % 7 - 1) * (double)((p * LN + j) % 5);
             double got = bf16 ? c[i * LN + j] : ((int32_t *)c)[i * LN + j];
             if (handle) {
                 if (want < 0) want = 0;
@@ -454,7 +457,7 @@ static Suite *suite(void) {
     tcase_add_loop_test(t, relu_every_instruction, 0, (int)(4 * NRELU));
     tcase_add_loop_test(t, csr_kernel_every_instruction, 0, 4);
     tcase_add_loop_test(t, gemm_every_instruction, 0, 24);
-    tcase_add_loop_test(t, lowp_every_instruction, 0, 16);
+    tcase_add_loop_test(t, lowp_every_instruction, 0, 32);
     tcase_add_loop_test(t, loop_kernel_every_instruction, 0, 2);
     tcase_add_test(t, chain_check_rejects);
     suite_add_tcase(s, t);

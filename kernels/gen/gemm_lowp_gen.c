@@ -91,14 +91,16 @@ typedef struct gen {
 
 static fj_opnd V(const gen *g, fj_reg r) { return fj_vec(g->b, r); }
 
-/* One k group of the tile: B loads, broadcasts, dot products. */
-static void k_group(gen *g, fj_reg ap, fj_reg bp, fj_reg a4, fj_reg lda, fj_reg lda3) {
+/* One k group of the tile: B loads, broadcasts, dot products (the group
+ * ad bytes into A's rows or tile, bd bytes into the B panel). */
+static void k_group(gen *g, fj_reg ap, fj_reg bp, fj_reg a4, fj_reg lda, fj_reg lda3, int32_t ad,
+                    int32_t bd) {
     fj_builder *b = g->b;
     const kg_lowp_cfg *c = g->c;
     int bf16 = c->dt == KG_LP_BF16;
     for (int v = 0; v < c->nv; v++) {
         fj_emit(b, g->avx512 ? FJ_VMOVDQU32 : FJ_VMOVDQU, V(g, g->bv[v]),
-                fj_mem((uint16_t)g->vb, bp, v * g->vb / 8));
+                fj_mem((uint16_t)g->vb, bp, bd + v * g->vb / 8));
         if (bf16 && !c->dot) {
             /* odd element: the high half; even: shifted into the high half */
             fj_emit(b, FJ_VANDPS, V(g, g->bo[v]), V(g, g->bv[v]), V(g, g->hi));
@@ -106,13 +108,13 @@ static void k_group(gen *g, fj_reg ap, fj_reg bp, fj_reg a4, fj_reg lda, fj_reg 
         }
     }
     for (int i = 0; i < c->mr; i++) {
-        fj_opnd am = fj_mem(32, ap, i * 4);
+        fj_opnd am = fj_mem(32, ap, ad + i * 4);
         if (c->a_rows) {
             /* rows 0-3 from a, 4-7 from a + 4*lda: [base + {0, lda, 2*lda, lda3}] */
             fj_reg base = i < 4 ? ap : a4;
             int r = i & 3;
-            am = r == 0 ? fj_mem(32, base, 0) : r == 3 ? fj_memx(32, base, lda3, 1, 0)
-                                                      : fj_memx(32, base, lda, (uint8_t)r, 0);
+            am = r == 0 ? fj_mem(32, base, ad) : r == 3 ? fj_memx(32, base, lda3, 1, ad)
+                                                       : fj_memx(32, base, lda, (uint8_t)r, ad);
         }
         fj_emit(b, FJ_VPBROADCASTD, V(g, g->x), am);
         if (bf16 && !c->dot) {
@@ -317,18 +319,24 @@ void kg_lowp(fj_builder *b, const void *ctx) {
         fj_emit(b, FJ_LEA, fj_r64(a4), fj_memx(64, ap, lda, 4, 0));
     }
     fj_emit(b, FJ_MOV, fj_r64(bp), fj_mem(64, p, OFF(b)));
+    /* Two k groups an iteration (half the loop overhead), then an odd last one. */
+    int32_t astep = c->a_rows ? 4 : c->mr * 4, bstep = c->nv * lanes * 4;
+    fj_label kodd = fj_label_new(b), kdone = fj_label_new(b);
     fj_emit(b, FJ_MOV, fj_r64(k), fj_mem(64, p, OFF(kq)));
+    fj_emit(b, FJ_SHR, fj_r64(k), fj_imm(1));
+    fj_emit(b, FJ_JE, fj_lbl(kodd));
     fj_label_bind(b, kloop);
-    k_group(g, a, bp, a4, lda, lda3);
-    if (c->a_rows) {
-        fj_emit(b, FJ_ADD, fj_r64(a), fj_imm(4));
-        fj_emit(b, FJ_ADD, fj_r64(a4), fj_imm(4));
-    } else {
-        fj_emit(b, FJ_ADD, fj_r64(a), fj_imm(c->mr * 4));
-    }
-    fj_emit(b, FJ_ADD, fj_r64(bp), fj_imm(c->nv * lanes * 4));
+    for (int u = 0; u < 2; u++) k_group(g, a, bp, a4, lda, lda3, u * astep, u * bstep);
+    fj_emit(b, FJ_ADD, fj_r64(a), fj_imm(2 * astep));
+    if (c->a_rows) fj_emit(b, FJ_ADD, fj_r64(a4), fj_imm(2 * astep));
+    fj_emit(b, FJ_ADD, fj_r64(bp), fj_imm(2 * bstep));
     fj_emit(b, FJ_DEC, fj_r64(k));
     fj_emit(b, FJ_JNE, fj_lbl(kloop));
+    fj_label_bind(b, kodd);
+    fj_emit(b, FJ_TEST, fj_mem(64, p, OFF(kq)), fj_imm(1));
+    fj_emit(b, FJ_JE, fj_lbl(kdone));
+    k_group(g, a, bp, a4, lda, lda3, 0, 0);
+    fj_label_bind(b, kdone);
 
     /* Rows to store: mr, or last_rows in the last tile. */
     fj_emit(b, FJ_MOV, fj_r64(rows), fj_imm(c->mr));

@@ -19,292 +19,30 @@
  * (s8a: the s8s8 compensation). The first form is the kernel's own store;
  * the second lets the kernel write acc into scratch and finishes here.
  *
- * All of A and all of B are packed first (k in groups of 4 bytes: 4 int8
- * or 2 bf16, zero-padded), then chunks of (row block, column panel) run
- * on the pool; every C element gets the same operations whatever the
- * chunking, so results do not depend on the thread count. */
+ * Operands are packed in k groups of 4 bytes (4 int8 or 2 bf16,
+ * zero-padded; gemm_lowp_pack.c). Row-major A with whole groups is read in
+ * place (a partial last row tile by a kernel of its row count); other A is
+ * packed first.
+ * One pass on the pool then runs one job per thread: a group of column
+ * panels (each packed by the job that uses it, just before its first use)
+ * against a group of row tiles. Every C element gets the same operations
+ * whatever the split, so results do not depend on the thread count. */
+#include <immintrin.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
-#include <immintrin.h>
-#include <pthread.h>
+#include <unistd.h>
 
 #include "kernels/gen/gemm_lowp_gen.h"
 #include "kernels/x64/x64.h"
 #include "runtime/kcache.h"
 #include "runtime/pool.h"
+#include "runtime/prims/gemm_lowp_int.h"
 #include "runtime/prims/span.h"
 #include "runtime/rt.h"
 
-enum { LP_INT8, LP_S8S8, LP_BF16 };
-
-typedef struct lp_call {
-    int kind;                /* LP_* */
-    int ta, tb;              /* transposed */
-    char offsetc;
-    int64_t m, n, k, lda, ldb, ldc;
-    float alpha, beta;
-    const void *a, *b;
-    void *c;
-    int32_t ao, bo;
-    const int32_t *co;
-} lp_call;
-
-/* A handle's epilogue (kg_lowp_cfg.post) and its per-call operands. */
-typedef struct lp_post {
-    const kg_lowp_cfg *cfg;  /* the handle's kernel configuration */
-    kg_lowp_fn fn;
-    const float *scale, *bias;  /* padded copies (panel-wide loads stay inside) */
-    float out_scale, lo, hi;
-    int32_t zp;
-    int narrow_after;        /* AVX2 u8/s8/bf16 out: the kernel wrote dwords to scratch */
-    int out;                 /* KG_LP_OUT_* */
-    int out_signed;          /* Q8: s8 */
-} lp_post;
-
-typedef struct lp_run {
-    const lp_call *x;
-    const lp_post *post;
-    kg_lowp_cfg cfg;
-    kg_lowp_fn fn;
-    kg_lowp_fn fn_rows;      /* the in-place A kernel (u8 row-major A, k % 4 == 0), or NULL */
-    int es;                  /* input element bytes: 1 or 2 */
-    int kgrp;                /* elements per k group: 4 or 2 */
-    int lanes, nr;           /* columns per vector, per panel */
-    int64_t kq;              /* k groups */
-    int64_t mtiles, npan;
-    int64_t tiles_per_blk, nblk;
-    uint8_t *pa, *pb;        /* packed A (all tiles), packed B (all panels) */
-    int64_t a_tile, b_pan;   /* bytes per tile / panel */
-    int32_t *colterm, *rowterm;  /* int8: npan*nr, mtiles*mr */
-    int32_t *rowsum, *colsum;
-    uint32_t *cspart;        /* pack_b_rows: per-chunk column sums */
-    int64_t nbch;            /* pack_b_rows chunks */
-    int32_t *scratch;        /* general alpha/beta: acc, m x n (ld n) */
-    int general;
-} lp_run;
-
-/* ---- packing ----------------------------------------------------------- */
-
-static inline int32_t a_val(const lp_call *x, int64_t i, int64_t kk) {
-    int64_t o = x->ta ? kk * x->lda + i : i * x->lda + kk;
-    if (x->kind == LP_INT8) return ((const uint8_t *)x->a)[o];
-    return ((const int8_t *)x->a)[o];
-}
-static inline uint16_t a_bf(const lp_call *x, int64_t i, int64_t kk) {
-    return ((const uint16_t *)x->a)[x->ta ? kk * x->lda + i : i * x->lda + kk];
-}
-static inline int64_t b_off(const lp_call *x, int64_t kk, int64_t j) {
-    return x->tb ? j * x->ldb + kk : kk * x->ldb + j;
-}
-
-/* Row tile t of A: for each k group, mr rows of 4 bytes; row sums. */
-static void pack_a_tile(void *ctx, int64_t t) {
-    lp_run *r = ctx;
-    const lp_call *x = r->x;
-    int mr = r->cfg.mr;
-    uint8_t *d = r->pa + t * r->a_tile;
-    memset(d, 0, (size_t)r->a_tile);
-    for (int i = 0; i < mr; i++) {
-        int64_t gi = t * mr + i;
-        if (gi >= x->m) break;
-        if (!x->ta) {
-            /* Row-major A: a row's k groups are 4 contiguous bytes each. */
-            const uint8_t *src = (const uint8_t *)x->a + gi * x->lda * r->es;
-            int64_t bytes = x->k * r->es, full = bytes / 4;
-            uint32_t flip = x->kind == LP_S8S8 ? 0x80808080u : 0u, sum = 0;
-            for (int64_t gq = 0; gq < full; gq++) {
-                uint32_t w;
-                memcpy(&w, src + gq * 4, 4);
-                w ^= flip;
-                memcpy(d + (gq * mr + i) * 4, &w, 4);
-            }
-            if (bytes > full * 4) {
-                uint32_t w = 0;
-                memcpy(&w, src + full * 4, (size_t)(bytes - full * 4));
-                uint32_t pad = flip & ((1u << ((bytes - full * 4) * 8)) - 1u);
-                w ^= pad;
-                memcpy(d + (full * mr + i) * 4, &w, 4);
-            }
-            if (x->kind == LP_INT8)
-                for (int64_t kk = 0; kk < x->k; kk++) sum += src[kk];
-            else if (x->kind == LP_S8S8)
-                for (int64_t kk = 0; kk < x->k; kk++) sum += (uint32_t)(int32_t)(int8_t)src[kk];
-            if (x->kind != LP_BF16) r->rowsum[gi] = (int32_t)sum;
-            continue;
-        }
-        if (x->kind == LP_BF16) {
-            for (int64_t kk = 0; kk < x->k; kk++) {
-                uint16_t v = a_bf(x, gi, kk);
-                memcpy(d + ((kk / 2) * mr + i) * 4 + (kk & 1) * 2, &v, 2);
-            }
-            continue;
-        }
-        uint32_t sum = 0;
-        for (int64_t kk = 0; kk < x->k; kk++) {
-            int32_t v = a_val(x, gi, kk);
-            sum += (uint32_t)v;
-            /* s8 A + 128 is its bit pattern with the sign bit flipped */
-            d[((kk / 4) * mr + i) * 4 + (kk & 3)] = (uint8_t)(x->kind == LP_S8S8 ? v ^ 0x80 : v);
-        }
-        r->rowsum[gi] = (int32_t)sum;
-    }
-}
-
-/* dst[j] = the bytes of four rows' column j; cs[j] += their sum. restrict:
- * the compiler may vectorize (the byte rows cannot alias the dwords). */
-__attribute__((target("ssse3"))) static void interleave4(const int8_t *restrict r0, int64_t ld,
-                                                        uint32_t *restrict dst,
-                                                        uint32_t *restrict cs, int cols) {
-    const int8_t *restrict r1 = r0 + ld, *restrict r2 = r1 + ld, *restrict r3 = r2 + ld;
-    /* 16 columns at a time: byte and word unpacks make the dwords; the
-     * column sums are vpmaddubsw against bytes of 1 (u8 1 x s8) and
-     * vpmaddwd against words of 1. (Every CPU with AVX2 has SSSE3.) */
-    const __m128i ones8 = _mm_set1_epi8(1), ones16 = _mm_set1_epi16(1);
-    int j = 0;
-    for (; j + 16 <= cols; j += 16) {
-        __m128i a = _mm_loadu_si128((const __m128i *)(const void *)(r0 + j));
-        __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(r1 + j));
-        __m128i c = _mm_loadu_si128((const __m128i *)(const void *)(r2 + j));
-        __m128i d = _mm_loadu_si128((const __m128i *)(const void *)(r3 + j));
-        __m128i abl = _mm_unpacklo_epi8(a, b), abh = _mm_unpackhi_epi8(a, b);
-        __m128i cdl = _mm_unpacklo_epi8(c, d), cdh = _mm_unpackhi_epi8(c, d);
-        __m128i o[4] = {_mm_unpacklo_epi16(abl, cdl), _mm_unpackhi_epi16(abl, cdl),
-                        _mm_unpacklo_epi16(abh, cdh), _mm_unpackhi_epi16(abh, cdh)};
-        for (int q = 0; q < 4; q++) {
-            _mm_storeu_si128((__m128i *)(void *)(dst + j + 4 * q), o[q]);
-            __m128i sum = _mm_madd_epi16(_mm_maddubs_epi16(ones8, o[q]), ones16);
-            __m128i old = _mm_loadu_si128((const __m128i *)(const void *)(cs + j + 4 * q));
-            _mm_storeu_si128((__m128i *)(void *)(cs + j + 4 * q), _mm_add_epi32(old, sum));
-        }
-    }
-    for (; j < cols; j++) {
-        dst[j] = (uint32_t)(uint8_t)r0[j] | (uint32_t)(uint8_t)r1[j] << 8 |
-                 (uint32_t)(uint8_t)r2[j] << 16 | (uint32_t)(uint8_t)r3[j] << 24;
-        cs[j] += (uint32_t)(r0[j] + r1[j] + r2[j] + r3[j]);
-    }
-}
-
-/* dst[j] = row0[j] | row1[j] << 16 (bf16 pairs along k). */
-__attribute__((target("ssse3"))) static void interleave2(const uint16_t *restrict r0, int64_t ld,
-                                                        uint32_t *restrict dst, int cols) {
-    const uint16_t *restrict r1 = r0 + ld;
-    int j = 0;
-    for (; j + 8 <= cols; j += 8) {
-        __m128i a = _mm_loadu_si128((const __m128i *)(const void *)(r0 + j));
-        __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(r1 + j));
-        _mm_storeu_si128((__m128i *)(void *)(dst + j), _mm_unpacklo_epi16(a, b));
-        _mm_storeu_si128((__m128i *)(void *)(dst + j + 4), _mm_unpackhi_epi16(a, b));
-    }
-    for (; j < cols; j++) dst[j] = (uint32_t)r0[j] | (uint32_t)r1[j] << 16;
-}
-
-/* Column panel q of B: for each k group, nr columns of 4 bytes; column sums. */
-static void pack_b_panel(void *ctx, int64_t q) {
-    lp_run *r = ctx;
-    const lp_call *x = r->x;
-    int nr = r->nr;
-    uint8_t *d = r->pb + q * r->b_pan;
-    memset(d, 0, (size_t)r->b_pan);
-    int64_t j0 = q * nr, cols = x->n - j0 < nr ? x->n - j0 : nr;
-    if (!x->tb && r->es == 2) {
-        /* Row-major bf16 B: pairs of rows interleaved into dwords. */
-        const uint16_t *b = x->b;
-        int64_t g = 0;
-        for (; (g + 1) * 2 <= x->k; g++)
-            interleave2(b + g * 2 * x->ldb + j0, x->ldb, (uint32_t *)(void *)(d + g * nr * 4), cols);
-        if (g < r->kq) {
-            uint32_t *dg = (uint32_t *)(void *)(d + g * nr * 4);
-            for (int j = 0; j < cols; j++) dg[j] = b[g * 2 * x->ldb + j0 + j];
-        }
-        return;
-    }
-    if (!x->tb) {
-        /* Row-major B: the kgrp rows of a group, interleaved column by column. */
-        int kg = r->kgrp, es = r->es;
-        for (int j = 0; j < cols; j++) r->colsum[j0 + j] = 0;
-        int64_t g = 0;
-        if (es == 1) {
-            /* Whole groups: one dword per column from four rows. */
-            uint32_t cs[64] = {0};
-            for (; (g + 1) * 4 <= x->k; g++) {
-                const int8_t *r0 = (const int8_t *)x->b + g * 4 * x->ldb + j0;
-                interleave4(r0, x->ldb, (uint32_t *)(void *)(d + g * nr * 4), cs, cols);
-            }
-            for (int j = 0; j < cols; j++) r->colsum[j0 + j] = (int32_t)cs[j];
-        }
-        for (; g < r->kq; g++) {
-            uint8_t *dg = d + g * nr * 4;
-            for (int qq = 0; qq < kg; qq++) {
-                int64_t kk = g * kg + qq;
-                if (kk >= x->k) break;
-                const uint8_t *row = (const uint8_t *)x->b + (kk * x->ldb + j0) * es;
-                if (es == 1) {
-                    for (int j = 0; j < cols; j++) {
-                        dg[j * 4 + qq] = row[j];
-                        r->colsum[j0 + j] = (int32_t)((uint32_t)r->colsum[j0 + j] +
-                                                     (uint32_t)(int32_t)(int8_t)row[j]);
-                    }
-                } else {
-                    for (int j = 0; j < cols; j++) memcpy(dg + j * 4 + qq * 2, row + j * 2, 2);
-                }
-            }
-        }
-        return;
-    }
-    for (int j = 0; j < nr; j++) {
-        int64_t gj = q * nr + j;
-        if (gj >= x->n) break;
-        if (x->kind == LP_BF16) {
-            const uint16_t *b = x->b;
-            for (int64_t kk = 0; kk < x->k; kk++)
-                memcpy(d + ((kk / 2) * nr + j) * 4 + (kk & 1) * 2, &b[b_off(x, kk, gj)], 2);
-            continue;
-        }
-        const int8_t *b = x->b;
-        uint32_t sum = 0;
-        for (int64_t kk = 0; kk < x->k; kk++) {
-            int8_t v = b[b_off(x, kk, gj)];
-            sum += (uint32_t)(int32_t)v;
-            d[((kk / 4) * nr + j) * 4 + (kk & 3)] = (uint8_t)v;
-        }
-        r->colsum[gj] = (int32_t)sum;
-    }
-}
-
-/* Row-major int8 B, k groups [ch*LP_GCH, ...): every panel's part of each
- * group, reading B's rows front to back; column sums into the chunk's own
- * partial sums (added up once all chunks are done). */
-enum { LP_GCH = 64 };
-static void pack_b_rows(void *ctx, int64_t ch) {
-    lp_run *r = ctx;
-    const lp_call *x = r->x;
-    int nr = r->nr;
-    int64_t g0 = ch * LP_GCH, g1 = g0 + LP_GCH < r->kq ? g0 + LP_GCH : r->kq;
-    uint32_t *cs = r->cspart + ch * r->npan * nr;
-    memset(cs, 0, (size_t)(r->npan * nr) * 4);
-    const int8_t *b = x->b;
-    for (int64_t g = g0; g < g1; g++)
-        for (int64_t q = 0; q < r->npan; q++) {
-            int64_t j0 = q * nr;
-            int cols = (int)(x->n - j0 < nr ? x->n - j0 : nr);
-            uint32_t *dg = (uint32_t *)(void *)(r->pb + q * r->b_pan + g * nr * 4);
-            if ((g + 1) * 4 <= x->k) {
-                interleave4(b + g * 4 * x->ldb + j0, x->ldb, dg, cs + j0, cols);
-            } else {
-                for (int j = 0; j < cols; j++) {
-                    uint32_t w = 0;
-                    for (int qq = 0; qq < 4 && g * 4 + qq < x->k; qq++) {
-                        int8_t v = b[(g * 4 + qq) * x->ldb + j0 + j];
-                        w |= (uint32_t)(uint8_t)v << (8 * qq);
-                        cs[j0 + j] += (uint32_t)(int32_t)v;
-                    }
-                    dg[j] = w;
-                }
-            }
-            for (int j = cols; j < nr; j++) dg[j] = 0;
-        }
-}
 
 /* ---- the driver ------------------------------------------------------- */
 
@@ -324,26 +62,89 @@ static int32_t sat_round(double v) {
     return t > INT32_MAX ? INT32_MAX : t < INT32_MIN ? INT32_MIN : (int32_t)t;
 }
 
-/* General alpha/beta: C = sat(rnd(alpha*acc + beta*C)) + co over rows [i0, i1). */
-static void finish_rows(const lp_run *r, int64_t i0, int64_t i1) {
-    const lp_call *x = r->x;
-    int32_t *c = x->c;
-    for (int64_t i = i0; i < i1; i++)
-        for (int64_t j = 0; j < x->n; j++) {
-            double v = (double)x->alpha * (double)r->scratch[i * x->n + j];
-            if (x->beta != 0.0f) v += (double)x->beta * (double)c[i * x->ldc + j];
-            int32_t s = sat_round(v);
-            c[i * x->ldc + j] = (int32_t)((uint32_t)s + (uint32_t)co_of(x, i, j));
-        }
+/* c[j] = sat(rnd(alpha*s[j] + beta*c[j])) + co[j] (co NULL: co0) for j in
+ * [0, n), four columns at a time: the same double operations as sat_round
+ * in the same order (a product, then a sum: no FMA, which would round
+ * once), the clamp first (max/min give the bound for NaN, as the scalar
+ * conversion does), then the truncation and the half-away adjustment. */
+__attribute__((target("avx2"))) static void finish_general(const int32_t *s, int32_t *c, int64_t n,
+                                                          double alpha, double beta,
+                                                          const int32_t *co, int32_t co0) {
+    const __m256d va = _mm256_set1_pd(alpha), vb = _mm256_set1_pd(beta);
+    const __m256d lo = _mm256_set1_pd(-2147483648.0), hi = _mm256_set1_pd(2147483647.0);
+    const __m256d half = _mm256_set1_pd(0.5), mhalf = _mm256_set1_pd(-0.5), one = _mm256_set1_pd(1.0);
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+        __m256d v = _mm256_mul_pd(va, _mm256_cvtepi32_pd(_mm_loadu_si128((const __m128i *)(const void *)(s + j))));
+        if (beta != 0.0)
+            v = _mm256_add_pd(v, _mm256_mul_pd(vb, _mm256_cvtepi32_pd(
+                                                       _mm_loadu_si128((const __m128i *)(void *)(c + j)))));
+        v = _mm256_min_pd(_mm256_max_pd(v, lo), hi);
+        __m256d t = _mm256_round_pd(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC), f = _mm256_sub_pd(v, t);
+        t = _mm256_add_pd(t, _mm256_and_pd(_mm256_cmp_pd(f, half, _CMP_GE_OQ), one));
+        t = _mm256_sub_pd(t, _mm256_and_pd(_mm256_cmp_pd(f, mhalf, _CMP_LE_OQ), one));
+        __m128i r = _mm256_cvttpd_epi32(t);
+        r = _mm_add_epi32(r, co ? _mm_loadu_si128((const __m128i *)(const void *)(co + j)) : _mm_set1_epi32(co0));
+        _mm_storeu_si128((__m128i *)(void *)(c + j), r);
+    }
+    for (; j < n; j++) {
+        double v = alpha * (double)s[j];
+        if (beta != 0.0) v += beta * (double)c[j];
+        c[j] = (int32_t)((uint32_t)sat_round(v) + (uint32_t)(co ? co[j] : co0));
+    }
 }
 
-/* Chunk = one row block: its tiles against every column panel. */
-static void run_block(void *ctx, int64_t blk) {
-    lp_run *r = ctx;
+/* d[j] = s[j] as es bytes (2: the bf16 bits, 0..65535; 1: q, in the
+ * output type's range: s8 when sgn, else u8), 16 columns at a time:
+ * saturating packs (which the ranges make exact) and a qword permute
+ * undoing the 256-bit packs' per-lane order. */
+__attribute__((target("avx2"))) static void narrow(const int32_t *s, uint8_t *d, int64_t n, int es,
+                                                   int sgn) {
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+        __m256i a = _mm256_loadu_si256((const __m256i *)(const void *)(s + j));
+        __m256i b = _mm256_loadu_si256((const __m256i *)(const void *)(s + j + 8));
+        if (es == 2) {
+            __m256i w = _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xd8);
+            _mm256_storeu_si256((__m256i *)(void *)(d + 2 * j), w);
+            continue;
+        }
+        /* words 0-3 8-11 | 4-7 12-15, put in order, then bytes from both halves */
+        __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(a, b), 0xd8);
+        __m128i lo = _mm256_castsi256_si128(w), hi = _mm256_extracti128_si256(w, 1);
+        _mm_storeu_si128((__m128i *)(void *)(d + j), sgn ? _mm_packs_epi16(lo, hi) : _mm_packus_epi16(lo, hi));
+    }
+    for (; j < n; j++) {
+        if (es == 2) ((uint16_t *)(void *)d)[j] = (uint16_t)s[j];
+        else d[j] = (uint8_t)s[j];
+    }
+}
+
+/* From the staged dwords (scratch, ld n) of rows [i0, i1), columns
+ * [j0, j1): general alpha/beta, C = sat(rnd(alpha*acc + beta*C)) + co;
+ * or a handle's AVX2 u8/s8 (in range) or bf16 bits, narrowed. */
+static void finish_part(const lp_run *r, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+    const lp_call *x = r->x;
+    const lp_post *po = r->post;
+    for (int64_t i = i0; i < i1; i++) {
+        const int32_t *s = r->scratch + i * x->n;
+        if (r->general) {
+            char o = x->offsetc;
+            int per_col = o == 'R' || o == 'r';
+            finish_general(s + j0, (int32_t *)x->c + i * x->ldc + j0, j1 - j0, (double)x->alpha,
+                           (double)x->beta, per_col ? x->co + j0 : NULL, per_col ? 0 : co_of(x, i, 0));
+        } else {
+            int es = po->out == KG_LP_OUT_BF16 ? 2 : 1;
+            narrow(s + j0, (uint8_t *)x->c + (i * x->ldc + j0) * es, j1 - j0, es, po->out_signed);
+        }
+    }
+}
+
+/* Tiles [t0, t1) against column panel q (packed at pb; int8 column terms ct). */
+static void run_part(const lp_run *r, int64_t t0, int64_t t1, int64_t q, const uint8_t *pb,
+                     const int32_t *ct) {
     const lp_call *x = r->x;
     int mr = r->cfg.mr, bf16 = x->kind == LP_BF16;
-    int64_t t0 = blk * r->tiles_per_blk;
-    int64_t t1 = t0 + r->tiles_per_blk < r->mtiles ? t0 + r->tiles_per_blk : r->mtiles;
     int64_t i0 = t0 * mr, i1 = t1 * mr < x->m ? t1 * mr : x->m;
     const lp_post *po = r->post;
     int staged = r->general || (po && po->narrow_after);
@@ -351,61 +152,91 @@ static void run_block(void *ctx, int64_t blk) {
     if (po && !staged) es_c = po->out == KG_LP_OUT_Q8 ? 1 : po->out == KG_LP_OUT_BF16 ? 2 : 4;
     char *cbase = staged ? (char *)r->scratch : (char *)x->c;
     int64_t ldc = staged ? x->n : x->ldc;
-    /* In-place A: full tiles read A itself, a partial last tile its packed copy. */
-    int64_t tin = r->fn_rows ? (i1 - t0 * mr == (t1 - t0) * mr ? t1 : t1 - 1) : t0;
-    for (int64_t q = 0; q < r->npan; q++) {
-      for (int part = 0; part < 2; part++) {
+    int64_t j0 = q * r->nr, cols = x->n - j0 < r->nr ? x->n - j0 : r->nr;
+    kg_lowp_args g;
+    memset(&g, 0, sizeof g);
+    g.lda = x->lda * r->es;
+    g.b = pb;
+    g.colterm = ct;
+    g.kq = r->kq;
+    g.c_tile = (int64_t)mr * ldc * es_c;
+    g.ldc = ldc * es_c;
+    g.alpha = x->alpha;
+    g.beta = x->beta;
+    if (po) {
+        g.scale = po->scale ? po->scale + (r->cfg.scale_pc ? j0 : 0) : NULL;
+        g.bias = po->bias ? po->bias + j0 : NULL;
+        g.out_scale = po->out_scale;
+        g.lo = po->lo;
+        g.hi = po->hi;
+        g.zp = po->zp;
+    }
+    for (int v = 0; v < r->cfg.nv; v++) {
+        int64_t w = cols - (int64_t)v * r->lanes;
+        w = w < 0 ? 0 : w > r->lanes ? r->lanes : w;
+        g.kmask[v] = (uint32_t)((1u << w) - 1u);
+        for (int l = 0; l < 8; l++) g.ymask[v][l] = l < w ? -1 : 0;
+    }
+    /* In-place A: the full tiles (before pa_t0) read A itself; the partial
+     * last one its packed copy, or A itself too through the kernel of its
+     * rows. Other A: every tile packed. */
+    int64_t tin = t1 < r->pa_t0 ? t1 : t0 > r->pa_t0 ? t0 : r->pa_t0;
+    for (int part = 0; part < 2; part++) {
         int64_t ta = part ? tin : t0, tb = part ? t1 : tin;
         if (ta >= tb) continue;
-        int64_t j0 = q * r->nr;
-        int64_t cols = x->n - j0 < r->nr ? x->n - j0 : r->nr;
-        kg_lowp_args g;
-        memset(&g, 0, sizeof g);
-        g.a = part ? (const void *)(r->pa + ta * r->a_tile)
-                   : (const void *)((const uint8_t *)x->a + ta * mr * x->lda * r->es);
-        g.lda = x->lda * r->es;
-        g.b = r->pb + q * r->b_pan;
+        int packed = part && !r->fn_tail;
+        g.a = packed ? (const void *)(r->pa + (ta - r->pa_t0) * r->a_tile)
+                     : (const void *)((const uint8_t *)x->a + ta * mr * x->lda * r->es);
         g.c = cbase + (ta * mr * ldc + j0) * es_c;
-        g.colterm = bf16 ? NULL : r->colterm + j0;
         g.rowterm = bf16 ? NULL : r->rowterm + ta * mr;
-        g.kq = r->kq;
         g.ntiles = tb - ta;
         g.last_rows = (tb == t1 ? i1 : tb * mr) - (tb - 1) * mr;
-        g.a_tile = part ? r->a_tile : mr * x->lda * r->es;
-        g.c_tile = (int64_t)mr * ldc * es_c;
-        g.ldc = ldc * es_c;
-        g.alpha = x->alpha;
-        g.beta = x->beta;
-        if (po) {
-            g.scale = po->scale ? po->scale + (r->cfg.scale_pc ? j0 : 0) : NULL;
-            g.bias = po->bias ? po->bias + j0 : NULL;
-            g.out_scale = po->out_scale;
-            g.lo = po->lo;
-            g.hi = po->hi;
-            g.zp = po->zp;
-        }
-        for (int v = 0; v < r->cfg.nv; v++) {
-            int64_t w = cols - (int64_t)v * r->lanes;
-            w = w < 0 ? 0 : w > r->lanes ? r->lanes : w;
-            g.kmask[v] = (uint32_t)((1u << w) - 1u);
-            for (int l = 0; l < 8; l++) g.ymask[v][l] = l < w ? -1 : 0;
-        }
-        (part ? r->fn : r->fn_rows)(&g);
-      }
+        g.a_tile = packed ? r->a_tile : mr * x->lda * r->es;
+        (part ? (r->fn_tail ? r->fn_tail : r->fn) : r->fn_rows)(&g);
     }
-    if (r->general) finish_rows(r, i0, i1);
-    if (po && po->narrow_after) {
-        /* AVX2: q (int32, in range) or the bf16 bits from the staged dwords */
-        for (int64_t i = i0; i < i1; i++)
-            for (int64_t j = 0; j < x->n; j++) {
-                int32_t v = r->scratch[i * x->n + j];
-                if (po->out == KG_LP_OUT_BF16) ((uint16_t *)x->c)[i * x->ldc + j] = (uint16_t)v;
-                else ((uint8_t *)x->c)[i * x->ldc + j] = (uint8_t)v;
+    if (staged) finish_part(r, i0, i1, j0, j0 + cols);
+}
+
+/* Job = (row group, column group): the column group's panels, packed on
+ * the first row block (ni copies of B: row groups share nothing), against
+ * the row group's tiles, a row block at a time so that the block's A stays
+ * in L2 while the panels sweep it. */
+static void run_job(void *ctx, int64_t job) {
+    lp_run *r = ctx;
+    const lp_call *x = r->x;
+    int64_t rg = job / r->nj, cg = job % r->nj;
+    int64_t t_lo = rg * r->mtiles / r->ni, t_hi = (rg + 1) * r->mtiles / r->ni;
+    int64_t q_lo = cg * r->npan / r->nj, q_hi = (cg + 1) * r->npan / r->nj;
+    uint8_t *pb = r->pb + rg * r->npan * r->b_pan;
+    int32_t *ct = x->kind == LP_BF16 ? NULL : r->colterm + rg * r->npan * r->nr;
+    /* Offsets folded into per-column terms (mod 2^32); co too where the kernel's store is final. */
+    uint32_t ao = (uint32_t)x->ao + (x->kind == LP_S8S8 ? 128u : 0u);
+    uint32_t kab = (uint32_t)x->k * (uint32_t)x->ao * (uint32_t)x->bo;
+    char o = x->offsetc;
+    int fused_co = !r->general && !r->post;
+    for (int64_t tb = t_lo; tb < t_hi; tb += r->tiles_per_blk) {
+        int64_t te = tb + r->tiles_per_blk < t_hi ? tb + r->tiles_per_blk : t_hi;
+        for (int64_t q = q_lo; q < q_hi; q++) {
+            uint8_t *pq = pb + q * r->b_pan;
+            int32_t *cq = ct ? ct + q * r->nr : NULL;
+            if (tb == t_lo) {
+                lp_pack_b_panel(r, q, pq, cq);
+                for (int64_t j = 0; cq && j < r->nr; j++) {
+                    int64_t gj = q * r->nr + j;
+                    uint32_t t = 0;
+                    if (gj < x->n) {
+                        t = kab - (r->need_colsum ? ao * (uint32_t)cq[j] : 0u);
+                        if (fused_co && (o == 'F' || o == 'f')) t += (uint32_t)x->co[0];
+                        if (fused_co && (o == 'R' || o == 'r')) t += (uint32_t)x->co[gj];
+                    }
+                    cq[j] = (int32_t)t;
+                }
             }
+            run_part(r, tb, te, q, pq, cq);
+        }
     }
 }
 
-/* The tile and whether the dot instruction is used, for the runtime. */
 static void choose_cfg(const fj_runtime *rt, int bf16, int64_t n, kg_lowp_cfg *c) {
     memset(c, 0, sizeof *c);
     c->tag = KG_LOWP_TAG;
@@ -432,6 +263,28 @@ static void choose_cfg(const fj_runtime *rt, int bf16, int64_t n, kg_lowp_cfg *c
     }
 }
 
+/* Below this many operations (2mnk) a call runs on the calling thread:
+ * the f32 GEMM's threshold (about a microsecond of one core's work) times
+ * the 4 multiply-adds a dot-product lane does, since waking a worker
+ * costs more than it saves there. */
+enum { LP_MT_OPS = 4 << 20 };
+
+static int lp_threads(const fj_runtime *rt, int64_t m, int64_t n, int64_t k) {
+    return 2.0 * (double)m * (double)n * (double)k < (double)LP_MT_OPS ? 1 : rt_threads(rt);
+}
+
+/* The tile of an m x n x k call. Fewer column panels than threads: the
+ * tile of n/threads columns, so that the threads split the columns (each
+ * packs only its own part of B) rather than the rows (each packing all
+ * of it). */
+static void tile_cfg(const fj_runtime *rt, int bf16, int64_t m, int64_t n, int64_t k,
+                     kg_lowp_cfg *c) {
+    int threads = lp_threads(rt, m, n, k);
+    choose_cfg(rt, bf16, n, c);
+    int64_t nr = c->nv * (rt->isa == FJ_ISA_AVX512 ? 16 : 8);
+    if (threads > 1 && (n + nr - 1) / nr < threads) choose_cfg(rt, bf16, (n + threads - 1) / threads, c);
+}
+
 static fj_status get_kernel(fj_runtime *rt, const kg_lowp_cfg *c, fj_kernel **out) {
     fj_status s = kg_lowp_check(c);
     if (s != FJ_OK) return s;
@@ -449,7 +302,7 @@ static _Thread_local struct lp_memo {
     kg_lowp_cfg cfg;
     uint64_t serial;   /* the runtime's: tells it from a later one at its address */
     rt_khold hold;
-} lp_memo[2];
+} lp_memo[3];
 static _Thread_local int lp_memo_hook;
 static pthread_key_t lp_memo_key;
 static pthread_once_t lp_memo_once = PTHREAD_ONCE_INIT;
@@ -457,7 +310,7 @@ static int lp_memo_key_ok;
 
 static void lp_memo_exit(void *arg) {
     (void)arg;
-    for (int i = 0; i < 2; i++) rt_khold_drop(&lp_memo[i].hold);
+    for (int i = 0; i < 3; i++) rt_khold_drop(&lp_memo[i].hold);
 }
 static void lp_memo_key_init(void) {
     lp_memo_key_ok = pthread_key_create(&lp_memo_key, lp_memo_exit) == 0;
@@ -492,11 +345,6 @@ static fj_status memo_kernel(fj_runtime *rt, const kg_lowp_cfg *cfg, int slot, k
     return FJ_OK;
 }
 
-static void *aligned_part(uint8_t **cur, size_t bytes) {
-    uint8_t *p = (uint8_t *)(((uintptr_t)*cur + 63) & ~(uintptr_t)63);
-    *cur = p + bytes;
-    return p;
-}
 
 /* k == 0 (or an empty product): acc = 0. */
 static void no_product(const lp_call *x) {
@@ -519,6 +367,39 @@ static void no_product(const lp_call *x) {
         }
 }
 
+
+/* Packed tile pa_t0 + i (an rt_chunk_fn). */
+static void pack_a_from(void *ctx, int64_t i) {
+    lp_pack_a_tile(ctx, ((lp_run *)ctx)->pa_t0 + i);
+}
+
+static void *aligned_part(uint8_t **cur, size_t bytes) {
+    uint8_t *p = (uint8_t *)(((uintptr_t)*cur + 63) & ~(uintptr_t)63);
+    *cur = p + bytes;
+    return p;
+}
+
+static int64_t gcd64(int64_t a, int64_t b) {
+    while (b) {
+        int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+/* The L2 size (sysconf; 1 MiB where unknown), read once. */
+static int64_t lp_l2_bytes(void) {
+    static _Atomic int64_t l2;
+    int64_t v = atomic_load_explicit(&l2, memory_order_relaxed);
+    if (!v) {
+        long s = sysconf(_SC_LEVEL2_CACHE_SIZE);
+        v = s > 0 ? s : 1 << 20;
+        atomic_store_explicit(&l2, v, memory_order_relaxed);
+    }
+    return v;
+}
+
 static fj_status lp_run_call(fj_runtime *rt, const lp_call *x, const lp_post *po) {
     if (x->m == 0 || x->n == 0) return FJ_OK;
     int bf16 = x->kind == LP_BF16;
@@ -527,111 +408,108 @@ static fj_status lp_run_call(fj_runtime *rt, const lp_call *x, const lp_post *po
     memset(&r, 0, sizeof r);
     r.x = x;
     r.post = po;
+    int threads = lp_threads(rt, x->m, x->n, x->k);
     if (po) {
         r.cfg = *po->cfg;
     } else {
-        choose_cfg(rt, bf16, x->n, &r.cfg);
+        tile_cfg(rt, bf16, x->m, x->n, x->k, &r.cfg);
         r.general = !bf16 && !(x->alpha == 1.0f && (x->beta == 0.0f || x->beta == 1.0f));
         r.cfg.add = bf16 ? x->beta != 0.0f : (!r.general && x->beta == 1.0f);
     }
+    int mr = r.cfg.mr;
+    r.avx512 = rt->isa == FJ_ISA_AVX512;
     r.es = bf16 ? 2 : 1;
     r.kgrp = 4 / r.es;
-    r.lanes = rt->isa == FJ_ISA_AVX512 ? 16 : 8;
+    r.lanes = r.avx512 ? 16 : 8;
     r.nr = r.cfg.nv * r.lanes;
+    r.need_rowsum = !bf16 && x->bo != 0;
+    r.need_colsum = !bf16 && (x->ao != 0 || x->kind == LP_S8S8);
     r.kq = (x->k + r.kgrp - 1) / r.kgrp;
     if (r.kq == 0) r.kq = 1;  /* a handle with k = 0: one group of zeros */
-    r.mtiles = (x->m + r.cfg.mr - 1) / r.cfg.mr;
+    r.mtiles = (x->m + mr - 1) / mr;
     r.npan = (x->n + r.nr - 1) / r.nr;
-    r.a_tile = r.kq * r.cfg.mr * 4;
+    r.a_tile = r.kq * mr * 4;
     r.b_pan = r.kq * r.nr * 4;
-    int threads = rt_threads(rt);
-    /* Row blocks of about 96 rows, more of them when threads would idle. */
-    int64_t tpb = (96 + r.cfg.mr - 1) / r.cfg.mr;
-    if (threads > 1 && r.mtiles < tpb * 4 * threads) {
-        tpb = r.mtiles / (4 * threads);
-        if (tpb < 1) tpb = 1;
-    }
-    r.tiles_per_blk = tpb;
-    r.nblk = (r.mtiles + tpb - 1) / tpb;
+    /* Row blocks: the block's A (k bytes a row, packed or in place) at most
+     * half of L2, the rest left to the panels and C. */
+    int64_t rows = lp_l2_bytes() / 2 / (r.kq * 4);
+    r.tiles_per_blk = rows / mr > 1 ? rows / mr : 1;
+    /* Threads: T jobs, gcd(npan, T) column groups of whole panels (no
+     * panel packed twice) times T/gcd row groups (each packs its own copy
+     * of its panels: cheaper than waiting for another thread's). */
+    r.nj = (int)gcd64(r.npan, threads);
+    r.ni = threads / r.nj;
+    if (r.ni > r.mtiles) r.ni = (int)r.mtiles;
+    /* Column groups only: up to four per thread (a multiple of T that
+     * divides the panels), so that a worker joining late (woken from a
+     * nap) or preempted leaves its groups to the others rather than the
+     * whole call to one thread's speed. */
+    for (int64_t d = 4 * (int64_t)threads; r.ni == 1 && threads > 1 && d > r.nj; d -= threads)
+        if (r.npan % d == 0) {
+            r.nj = (int)d;
+            break;
+        }
 
-    r.nbch = (r.kq + LP_GCH - 1) / LP_GCH;
-    size_t bytes = (size_t)(r.mtiles * r.a_tile + r.npan * r.b_pan) + 7 * 64 +
-                   (size_t)(r.nbch * r.npan * r.nr) * 4 +
-                   (size_t)(r.npan * r.nr + r.mtiles * r.cfg.mr) * 4 * 2 +
-                   (r.general || (po && po->narrow_after) ? (size_t)(x->m * x->n) * 4 : 0);
-    uint8_t *mem = fj_malloc(bytes), *cur = mem;
-    if (!mem) return fj_fail(FJ_ERR_NO_MEMORY, "gemm: out of memory (%zu bytes of packed operands)",
-                             bytes);
-    r.pa = aligned_part(&cur, (size_t)(r.mtiles * r.a_tile));
-    r.pb = aligned_part(&cur, (size_t)(r.npan * r.b_pan));
-    r.colterm = aligned_part(&cur, (size_t)(r.npan * r.nr) * 4);
-    r.colsum = aligned_part(&cur, (size_t)(r.npan * r.nr) * 4);
-    r.cspart = aligned_part(&cur, (size_t)(r.nbch * r.npan * r.nr) * 4);
-    r.rowterm = aligned_part(&cur, (size_t)(r.mtiles * r.cfg.mr) * 4);
-    r.rowsum = aligned_part(&cur, (size_t)(r.mtiles * r.cfg.mr) * 4);
-    if (r.general || (po && po->narrow_after))
-        r.scratch = aligned_part(&cur, (size_t)(x->m * x->n) * 4);
-
-    fj_kernel *kern = NULL, *kern_rows = NULL;
+    fj_kernel *kern = NULL, *kern_rows = NULL, *kern_tail = NULL;
     if (po) {
         r.fn = po->fn;
     } else {
         fj_status s = memo_kernel(rt, &r.cfg, 0, &r.fn, &kern);
-        /* Row-major u8 A whose rows hold whole k groups: full tiles read A
-         * in place (no packing pass over A). */
-        if (s == FJ_OK && (x->kind == LP_INT8 || x->kind == LP_BF16) && !x->ta &&
-            x->k % r.kgrp == 0 && r.cfg.mr <= 8) {
+        /* Row-major u8 (or bf16) A whose rows hold whole k groups: full
+         * tiles read A in place (no packing pass over A). */
+        if (s == FJ_OK && (x->kind == LP_INT8 || bf16) && !x->ta && x->k % r.kgrp == 0 &&
+            mr <= 8) {
             kg_lowp_cfg cr = r.cfg;
             cr.a_rows = 1;
             s = memo_kernel(rt, &cr, 1, &r.fn_rows, &kern_rows);
+            /* A partial last tile in place too, through a kernel of its rows. */
+            cr.mr = (int32_t)(x->m % mr);
+            if (s == FJ_OK && cr.mr) s = memo_kernel(rt, &cr, 2, &r.fn_tail, &kern_tail);
         }
         if (s != FJ_OK) {
             if (kern) rt_kernel_unref(kern);
-            fj_free(mem);
+            if (kern_rows) rt_kernel_unref(kern_rows);
             return s;
         }
     }
+    /* Packed tiles: all, or with A in place the partial last one if no kernel reads it in place. */
+    r.pa_t0 = r.fn_rows ? x->m / mr : 0;
+    int64_t npacked = r.fn_tail ? 0 : r.mtiles - r.pa_t0;
+    int staged = r.general || (po && po->narrow_after);
+    size_t bytes = (size_t)(npacked * r.a_tile + r.ni * r.npan * r.b_pan) + 6 * 64 +
+                   (size_t)(r.ni * r.npan * r.nr + r.mtiles * mr * 2) * 4 +
+                   (staged ? (size_t)(x->m * x->n) * 4 : 0);
+    uint8_t *mem = fj_malloc(bytes), *cur = mem;
+    if (!mem) {
+        if (kern) rt_kernel_unref(kern);
+        if (kern_rows) rt_kernel_unref(kern_rows);
+        if (kern_tail) rt_kernel_unref(kern_tail);
+        return fj_fail(FJ_ERR_NO_MEMORY, "gemm: out of memory (%zu bytes of packed operands)",
+                       bytes);
+    }
+    r.pa = aligned_part(&cur, (size_t)(npacked * r.a_tile));
+    r.pb = aligned_part(&cur, (size_t)(r.ni * r.npan * r.b_pan));
+    r.colterm = aligned_part(&cur, (size_t)(r.ni * r.npan * r.nr) * 4);
+    r.rowterm = aligned_part(&cur, (size_t)(r.mtiles * mr) * 4);
+    r.rowsum = aligned_part(&cur, (size_t)(r.mtiles * mr) * 4);
+    if (staged) r.scratch = aligned_part(&cur, (size_t)(x->m * x->n) * 4);
 
-    if (r.fn_rows) {
-        /* Row sums only matter with bo; only a partial last tile is packed. */
-        for (int64_t i = 0; i < r.mtiles * r.cfg.mr; i++) r.rowsum[i] = 0;
-        if (x->kind == LP_INT8 && x->bo)
-            for (int64_t i = 0; i < x->m; i++) {
-                const uint8_t *row = (const uint8_t *)x->a + i * x->lda;
-                uint32_t sum = 0;
-                for (int64_t kk = 0; kk < x->k; kk++) sum += row[kk];
-                r.rowsum[i] = (int32_t)sum;
-            }
-        if (x->m % r.cfg.mr) pack_a_tile(&r, r.mtiles - 1);
-    } else {
-        rt_parallel(rt, r.mtiles, threads, pack_a_tile, &r);
-    }
-    if (!bf16 && !x->tb) {
-        rt_parallel(rt, r.nbch, threads, pack_b_rows, &r);
-        for (int64_t j = 0; j < r.npan * r.nr; j++) {
-            uint32_t t = 0;
-            for (int64_t ch = 0; ch < r.nbch; ch++) t += r.cspart[ch * r.npan * r.nr + j];
-            r.colsum[j] = (int32_t)t;
+    for (int64_t i = 0; i < r.mtiles * mr; i++) r.rowsum[i] = 0;
+    if (r.fn_rows && r.need_rowsum)
+        for (int64_t i = 0; i < (r.fn_tail ? x->m : r.pa_t0 * mr); i++) {
+            const uint8_t *row = (const uint8_t *)x->a + i * x->lda;
+            uint32_t sum = 0;
+            for (int64_t kk = 0; kk < x->k; kk++) sum += row[kk];
+            r.rowsum[i] = (int32_t)sum;
         }
-    } else {
-        rt_parallel(rt, r.npan, threads, pack_b_panel, &r);
-    }
+    if (npacked > 1) rt_parallel(rt, npacked, threads, pack_a_from, &r);
+    else if (npacked == 1) lp_pack_a_tile(&r, r.pa_t0);
     if (!bf16) {
-        /* Offsets folded into per-column and per-row terms (mod 2^32). */
-        uint32_t ao = (uint32_t)x->ao + (x->kind == LP_S8S8 ? 128u : 0u);
-        uint32_t kab = (uint32_t)x->k * (uint32_t)x->ao * (uint32_t)x->bo;
+        /* Row offsets folded into per-row terms (mod 2^32); the column
+         * terms are formed where each panel is packed. */
         char o = x->offsetc;
         int fused_co = !r.general && !po;
-        for (int64_t j = 0; j < r.npan * r.nr; j++) {
-            uint32_t t = 0;
-            if (j < x->n) {
-                t = kab - ao * (uint32_t)r.colsum[j];
-                if (fused_co && (o == 'F' || o == 'f')) t += (uint32_t)x->co[0];
-                if (fused_co && (o == 'R' || o == 'r')) t += (uint32_t)x->co[j];
-            }
-            r.colterm[j] = (int32_t)t;
-        }
-        for (int64_t i = 0; i < r.mtiles * r.cfg.mr; i++) {
+        for (int64_t i = 0; i < r.mtiles * mr; i++) {
             uint32_t t = 0;
             if (i < x->m) {
                 t = 0u - (uint32_t)x->bo * (uint32_t)r.rowsum[i];
@@ -640,9 +518,10 @@ static fj_status lp_run_call(fj_runtime *rt, const lp_call *x, const lp_post *po
             r.rowterm[i] = (int32_t)t;
         }
     }
-    rt_parallel(rt, r.nblk, threads, run_block, &r);
+    rt_parallel(rt, (int64_t)r.ni * r.nj, threads, run_job, &r);
     if (kern) rt_kernel_unref(kern);
     if (kern_rows) rt_kernel_unref(kern_rows);
+    if (kern_tail) rt_kernel_unref(kern_tail);
     fj_free(mem);
     return FJ_OK;
 }
@@ -798,7 +677,7 @@ fj_status fj_gemm_lowp_create(fj_runtime *rt, const fj_gemm_lowp_desc *d, fj_gem
     g->rt = rt;
     g->d = *d;
     g->kind = kind;
-    choose_cfg(rt, kind == LP_BF16, d->n, &g->cfg);
+    tile_cfg(rt, kind == LP_BF16, d->m, d->n, d->k, &g->cfg);
     g->cfg.post = 1;
     g->cfg.out = d->c_type == FJ_DT_F32 ? KG_LP_OUT_F32 : d->c_type == FJ_DT_BF16 ? KG_LP_OUT_BF16
                                                                                 : KG_LP_OUT_Q8;

@@ -1,0 +1,67 @@
+/* gemm_lowp_int.h: the int8/bf16 GEMM driver's call and run descriptions, shared by its driver and packers. */
+#ifndef FJ_GEMM_LOWP_INT_H
+#define FJ_GEMM_LOWP_INT_H
+
+#include <stdint.h>
+
+#include "kernels/gen/gemm_lowp_gen.h"
+
+enum { LP_INT8, LP_S8S8, LP_BF16 };
+
+typedef struct lp_call {
+    int kind;                /* LP_* */
+    int ta, tb;              /* transposed */
+    char offsetc;
+    int64_t m, n, k, lda, ldb, ldc;
+    float alpha, beta;
+    const void *a, *b;
+    void *c;
+    int32_t ao, bo;
+    const int32_t *co;
+} lp_call;
+
+/* A handle's epilogue (kg_lowp_cfg.post) and its per-call operands. */
+typedef struct lp_post {
+    const kg_lowp_cfg *cfg;  /* the handle's kernel configuration */
+    kg_lowp_fn fn;
+    const float *scale, *bias;  /* padded copies (panel-wide loads stay inside) */
+    float out_scale, lo, hi;
+    int32_t zp;
+    int narrow_after;        /* AVX2 u8/s8/bf16 out: the kernel wrote dwords to scratch */
+    int out;                 /* KG_LP_OUT_* */
+    int out_signed;          /* Q8: s8 */
+} lp_post;
+
+typedef struct lp_run {
+    const lp_call *x;
+    const lp_post *post;
+    kg_lowp_cfg cfg;
+    kg_lowp_fn fn;
+    kg_lowp_fn fn_rows;      /* the in-place A kernel (row-major A, whole k groups), or NULL */
+    kg_lowp_fn fn_tail;      /* with fn_rows: the in-place kernel of the last tile's m % mr rows */
+    int avx512;              /* the runtime's ISA: the packers may use AVX-512BW */
+    int es;                  /* input element bytes: 1 or 2 */
+    int kgrp;                /* elements per k group: 4 or 2 */
+    int lanes, nr;           /* columns per vector, per panel */
+    int need_rowsum;         /* int8 with bo != 0 */
+    int need_colsum;         /* int8 with ao (+128 for s8 A) != 0 */
+    int64_t kq;              /* k groups */
+    int64_t mtiles, npan;
+    int64_t pa_t0;           /* the first packed A tile (A in place before it) */
+    int64_t tiles_per_blk;   /* row block: its A in L2 while the panels sweep it */
+    int ni, nj;              /* jobs: ni row groups x nj column groups of panels */
+    uint8_t *pa, *pb;        /* packed A (all tiles), packed B (ni copies of every panel) */
+    int64_t a_tile, b_pan;   /* bytes per tile / panel */
+    int32_t *colterm;        /* int8: ni copies of npan*nr terms */
+    int32_t *rowterm, *rowsum;  /* int8: mtiles*mr */
+    int32_t *scratch;        /* general alpha/beta or AVX2 narrowing: m x n (ld n) */
+    int general;
+} lp_run;
+
+/* Packs row tile t of A (mr rows, zero-padded) and, with need_rowsum, its row sums. */
+FJ_INTERNAL void lp_pack_a_tile(void *run, int64_t t);
+/* Packs column panel q of B into dst (b_pan bytes, zero-padded) and, with
+ * need_colsum, the int8 column sums of its nr columns into colsum. */
+FJ_INTERNAL void lp_pack_b_panel(const lp_run *r, int64_t q, uint8_t *dst, int32_t *colsum);
+
+#endif
