@@ -29,11 +29,9 @@
  * whatever the split, so results do not depend on the thread count. */
 #include <immintrin.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "kernels/gen/gemm_lowp_gen.h"
 #include "kernels/x64/x64.h"
@@ -388,16 +386,9 @@ static int64_t gcd64(int64_t a, int64_t b) {
     return a;
 }
 
-/* The L2 size (sysconf; 1 MiB where unknown), read once. */
-static int64_t lp_l2_bytes(void) {
-    static _Atomic int64_t l2;
-    int64_t v = atomic_load_explicit(&l2, memory_order_relaxed);
-    if (!v) {
-        long s = sysconf(_SC_LEVEL2_CACHE_SIZE);
-        v = s > 0 ? s : 1 << 20;
-        atomic_store_explicit(&l2, v, memory_order_relaxed);
-    }
-    return v;
+/* The L2 size of the runtime's CPU description (1 MiB where unknown). */
+static int64_t lp_l2_bytes(const fj_runtime *rt) {
+    return rt->cpu && rt->cpu->l2.size > 0 ? rt->cpu->l2.size : 1 << 20;
 }
 
 static fj_status lp_run_call(fj_runtime *rt, const lp_call *x, const lp_post *po) {
@@ -432,7 +423,7 @@ static fj_status lp_run_call(fj_runtime *rt, const lp_call *x, const lp_post *po
     r.b_pan = r.kq * r.nr * 4;
     /* Row blocks: the block's A (k bytes a row, packed or in place) at most
      * half of L2, the rest left to the panels and C. */
-    int64_t rows = lp_l2_bytes() / 2 / (r.kq * 4);
+    int64_t rows = lp_l2_bytes(rt) / 2 / (r.kq * 4);
     r.tiles_per_blk = rows / mr > 1 ? rows / mr : 1;
     /* Threads: T jobs, gcd(npan, T) column groups of whole panels (no
      * panel packed twice) times T/gcd row groups (each packs its own copy
