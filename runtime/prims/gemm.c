@@ -170,9 +170,14 @@ static void block_rows(const run_ctx *x, kg_gemm_args *gp, void *bufa, void *buf
             if (cols != mask_cols) set_masks(&g, p, mask_cols = cols);
             g.c = atw(p, x->c, ic * p->ldc + j);
             g.bias = x->bias ? at(p, x->bias, j) : NULL;
-            /* The kernel copies whole panels; the tail one is packed here. */
-            g.copy_b = copy && ic == i0 && cols == nr;
-            if (copy && ic == i0 && cols != nr && kcur)
+            /* The kernel copies whole panels; the tail one is packed here,
+             * and so is a panel whose first tile is the short last one:
+             * that tile's own k loop (kg_gemm_cfg.tail_rows) sums in
+             * another order than the copying loop, and C must not depend
+             * on how the threads chunked the rows. */
+            int kcopy = cols == nr && !(p->cfg.tail_rows && mcur < mr);
+            g.copy_b = copy && ic == i0 && kcopy;
+            if (copy && ic == i0 && !kcopy && kcur)
                 pack_b(p, atw(p, bufb, pn * nr * kcur), at(p, x->b, pc * p->ldb + j), 0, kcur,
                        cols);
             if (g.copy_b) {
