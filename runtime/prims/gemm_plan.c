@@ -460,13 +460,19 @@ fj_status gemm_plan_block(gemm_plan *p, const gemm_desc *d, const gemm_model *bl
      * alias in L1: each tile streams the panel from L2 as fast as from a
      * packed copy in L1, and the packing (the first tile's stores) and the
      * blocked driver are saved. Only up to 256 x 384 x 512: past it the
-     * panel no longer streams from L2 as fast and packing wins. */
-    if (!tb && avx512 && p->threads == 1 && m <= 256 && n <= 384 && k <= 512) db = 1;
+     * panel no longer streams from L2 as fast and packing wins. Both
+     * ISAs: the ymm kernel takes B at half the zmm one's rate. */
+    if (!tb && p->threads == 1 && m <= 256 && n <= 384 && k <= 512) db = 1;
     if (small_mn || six) da = db = 1;
     if (six) db = 0;
     if (tune.direct >= 0) da = db = tune.direct;
     p->direct_a = tune.da >= 0 ? tune.da : da;
     p->direct_b = (tune.db >= 0 ? tune.db : db) && !tb;
+    /* Both operands read in place: there is no packed A block for a row
+     * block to keep in L2, only B's panel to reuse from L1, so one row
+     * block takes all the rows (each panel then streams into L1 once,
+     * not once per four row tiles). */
+    if (p->direct_a && p->direct_b && !tune.mc) p->mc = cdiv(m, p->mr) * p->mr;
     /* nc: the model's (gemm_model_nc): the B block (kc x nc) in half of
      * L2, in balanced column blocks. Every row block sweeps the whole
      * block again; from L3 that is more than the prefetchers hide. At least 256 columns: A is packed
