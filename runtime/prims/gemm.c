@@ -416,7 +416,14 @@ static __attribute__((noinline)) fj_status run_blocks(const gemm_plan *p, const 
          * whole tiles; n first when the plan says so (split_n) and it has
          * a panel per thread. */
         int64_t tm = cdiv(p->m, p->mr), tn = cdiv(p->n, p->nr);
-        if (tm >= tn && !(p->split_n && tn >= threads)) {
+        int rows = tm >= tn && !(p->split_n && tn >= threads);
+        /* Unless one split leaves its largest chunk fewer tiles than the
+         * other (a thread waits for the largest): 64 x 64 in 6 x 16 tiles
+         * is 6 + 5 row tiles of 4 panels, or 2 + 2 panels of 11 row
+         * tiles. Not for a shared B, whose small chunks balance anyway. */
+        int64_t by_rows = cdiv(tm, threads) * tn, by_cols = cdiv(tn, threads) * tm;
+        if (!p->share_b && by_rows != by_cols) rows = by_rows < by_cols;
+        if (rows) {
             int64_t per = cdiv(tm, threads);
             x->mstep = per * p->mr;
             nchunks = cdiv(p->m, x->mstep);
