@@ -106,14 +106,26 @@ void gemm_pack_b512(float *dst, const float *b, int64_t ldb, int64_t kc, int64_t
     }
 }
 
-void gemm_pack_a512(float *dst, const float *a, int64_t lda, int64_t rows, int64_t kc, int mr) {
+T512 void gemm_pack_a512(float *dst, const float *a, int64_t lda, int ta, int64_t rows, int64_t kc,
+                    int mr) {
     /* mr <= 16: one 16-row block per micro-panel. */
     /* Panels in order: each one's overlapping stores spill into the next
      * panel, which is written afterwards (the last spills into the
      * buffer's slack). */
+    const __mmask16 panel = (__mmask16)((1u << mr) - 1u);
     for (int64_t i0 = 0; i0 < rows; i0 += mr) {
         int r = rows - i0 < mr ? (int)(rows - i0) : mr;
-        transpose_rows(dst + i0 * kc, mr, a + i0 * lda, lda, r, kc);
+        if (!ta) {
+            transpose_rows(dst + i0 * kc, mr, a + i0 * lda, lda, r, kc);
+            continue;
+        }
+        /* A^T in memory: each k is a run of r rows, read under a mask and
+         * stored as mr lanes (rows past r zero). */
+        const __mmask16 m = (__mmask16)((1u << r) - 1u);
+        float *d = dst + i0 * kc;
+        const float *s = a + i0;
+        for (int64_t k = 0; k < kc; k++, d += mr, s += lda)
+            _mm512_mask_storeu_ps(d, panel, _mm512_maskz_loadu_ps(m, s));
     }
 }
 
