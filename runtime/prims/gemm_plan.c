@@ -554,10 +554,13 @@ fj_status gemm_plan_block(gemm_plan *p, const gemm_desc *d, const gemm_model *bl
      * separate pass would be a large share of the time. */
     p->cfg.b_copy = !p->direct_b && !tb && tune.b_copy > 0;
     p->b_src_pf = (int64_t)tune.bpf_rows * ldb * es;
-    /* In-place row-major A is addressed base + index*scale: an FMA with
-     * such a memory operand is split in two uops at rename, a broadcast
-     * load is one: broadcast A into a register first. */
-    if (avx512 && p->cfg.amode == KG_GA_ROWS && tune.a_reg < 0) p->cfg.a_reg = 1;
+    /* A broadcast into a register, whatever A's layout: in-place
+     * row-major A is addressed base + index*scale, and an FMA with such a
+     * memory operand is split in two uops at rename (a broadcast load is
+     * one); a packed or column A element feeds nv FMAs, and an FMA that
+     * broadcasts from memory loads it again for each of them, where one
+     * broadcast serves them all. */
+    if (avx512 && tune.a_reg < 0) p->cfg.a_reg = 1;
     /* f64 kernels always broadcast A into a register (kg_gemm_check). */
     p->cfg.dt = dt;
     if (dt == KG_DT_F64) p->cfg.a_reg = avx512;
