@@ -767,12 +767,14 @@ void kg_gemm(fj_builder *b, const void *ctx) {
     }
     fj_emit(b, FJ_MOV, fj_r64(g.k), P(&g, OFF(kc), 64));
     fj_label l_norm = fj_label_new(b), l_after = fj_label_new(b), l_tail = {0};
+    /* The tiles that do not copy B go on to the short last tile's test. */
+    fj_label l_plain = c->tail_rows ? fj_label_new(b) : l_norm;
     if (c->b_copy) {
         /* The first tile of a copy_b call packs the panel (see k_step). */
         fj_emit(b, FJ_CMP, P(&g, OFF(copy_b), 32), fj_imm(0));
-        fj_emit(b, FJ_JE, fj_lbl(l_norm));
+        fj_emit(b, FJ_JE, fj_lbl(l_plain));
         fj_emit(b, FJ_CMP, fj_r64(g.tc), P(&g, OFF(ntiles), 64));
-        fj_emit(b, FJ_JNE, fj_lbl(l_norm));
+        fj_emit(b, FJ_JNE, fj_lbl(l_plain));
         fj_emit(b, FJ_MOV, fj_r64(g.bsrc), P(&g, OFF(b_src), 64));
         fj_emit(b, FJ_MOV, fj_r64(g.ldb), P(&g, OFF(ldb), 64));
         fj_emit(b, FJ_MOV, fj_r64(g.bpf), P(&g, OFF(b_src_pf), 64));
@@ -786,6 +788,7 @@ void kg_gemm(fj_builder *b, const void *ctx) {
          * loop over those rows only (its other accumulators stay zero and
          * are never stored). */
         l_tail = fj_label_new(b);
+        fj_label_bind(b, l_plain);
         fj_emit(b, FJ_CMP, fj_r64(g.tc), fj_imm(1));
         fj_emit(b, FJ_JNE, fj_lbl(l_norm));
         fj_emit(b, FJ_CMP, P(&g, OFF(last_rows), 64), fj_imm(c->tail_rows));

@@ -170,9 +170,14 @@ static void block_rows(const run_ctx *x, kg_gemm_args *gp, void *bufa, void *buf
             if (cols != mask_cols) set_masks(&g, p, mask_cols = cols);
             g.c = atw(p, x->c, ic * p->ldc + j);
             g.bias = x->bias ? at(p, x->bias, j) : NULL;
-            /* The kernel copies whole panels; the tail one is packed here. */
-            g.copy_b = copy && ic == i0 && cols == nr;
-            if (copy && ic == i0 && cols != nr && kcur)
+            /* The kernel copies whole panels; the tail one is packed here,
+             * and so is a panel whose first tile is the short last one:
+             * that tile's own k loop (kg_gemm_cfg.tail_rows) sums in
+             * another order than the copying loop, and C must not depend
+             * on how the threads chunked the rows. */
+            int kcopy = cols == nr && !(p->cfg.tail_rows && mcur < mr);
+            g.copy_b = copy && ic == i0 && kcopy;
+            if (copy && ic == i0 && !kcopy && kcur)
                 pack_b(p, atw(p, bufb, pn * nr * kcur), at(p, x->b, pc * p->ldb + j), 0, kcur,
                        cols);
             if (g.copy_b) {
@@ -411,7 +416,14 @@ static __attribute__((noinline)) fj_status run_blocks(const gemm_plan *p, const 
          * whole tiles; n first when the plan says so (split_n) and it has
          * a panel per thread. */
         int64_t tm = cdiv(p->m, p->mr), tn = cdiv(p->n, p->nr);
-        if (tm >= tn && !(p->split_n && tn >= threads)) {
+        int rows = tm >= tn && !(p->split_n && tn >= threads);
+        /* Unless one split leaves its largest chunk fewer tiles than the
+         * other (a thread waits for the largest): 64 x 64 in 6 x 16 tiles
+         * is 6 + 5 row tiles of 4 panels, or 2 + 2 panels of 11 row
+         * tiles. Not for a shared B, whose small chunks balance anyway. */
+        int64_t by_rows = cdiv(tm, threads) * tn, by_cols = cdiv(tn, threads) * tm;
+        if (!p->share_b && by_rows != by_cols) rows = by_rows < by_cols;
+        if (rows) {
             int64_t per = cdiv(tm, threads);
             x->mstep = per * p->mr;
             nchunks = cdiv(p->m, x->mstep);

@@ -109,9 +109,9 @@ FJ_INTERNAL void gemm_pack_a(float *dst, const float *a, int64_t lda, int ta, in
  * zero. */
 FJ_INTERNAL void gemm_pack_b(float *dst, const float *b, int64_t ldb, int tb, int64_t kc,
                              int64_t cols, int nr, int isa);
-/* The transposing cases with AVX-512 (gemm_pack512.c; the CPU must have
- * it): row-major A (mr <= 16) and transposed B (nr a multiple of 16). */
-FJ_INTERNAL void gemm_pack_a512(float *dst, const float *a, int64_t lda, int64_t rows,
+/* Packers with AVX-512 (gemm_pack512.c; the CPU must have it): A either
+ * way round (mr <= 16) and transposed B (nr a multiple of 16). */
+FJ_INTERNAL void gemm_pack_a512(float *dst, const float *a, int64_t lda, int ta, int64_t rows,
                                 int64_t kc, int mr);
 FJ_INTERNAL void gemm_pack_bt512(float *dst, const float *b, int64_t ldb, int64_t kc,
                                  int64_t cols, int nr);

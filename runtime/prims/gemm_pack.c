@@ -49,7 +49,7 @@ float *gemm_scratch(size_t floats) {
 
 void gemm_pack_a(float *dst, const float *a, int64_t lda, int ta, int64_t rows, int64_t kc,
                  int mr, int isa) {
-    if (isa == FJ_ISA_AVX512 && !ta && mr <= 16) gemm_pack_a512(dst, a, lda, rows, kc, mr);
+    if (isa == FJ_ISA_AVX512 && mr <= 16) gemm_pack_a512(dst, a, lda, ta, rows, kc, mr);
     else if (isa == FJ_ISA_AVX2 && mr <= 8) gemm_pack_a_avx2(dst, a, lda, ta, rows, kc, mr);
     else pack_a_f32(dst, a, lda, ta, rows, kc, mr);
 }

@@ -15,11 +15,13 @@
 /* r[c] := column c of the 16x16 block whose rows are r[0..15]. */
 static inline T512 void transpose16(__m512 r[16]) {
     __m512 t[16];
+#pragma GCC unroll 16
     for (int i = 0; i < 16; i += 2) {
         t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
         t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
     }
     /* Within each 128-bit lane L: r[4q + c] holds column 4L + c of rows 4q..4q+3. */
+#pragma GCC unroll 4
     for (int q = 0; q < 4; q++) {
         r[4 * q + 0] = _mm512_shuffle_ps(t[4 * q], t[4 * q + 2], 0x44);
         r[4 * q + 1] = _mm512_shuffle_ps(t[4 * q], t[4 * q + 2], 0xee);
@@ -27,12 +29,14 @@ static inline T512 void transpose16(__m512 r[16]) {
         r[4 * q + 3] = _mm512_shuffle_ps(t[4 * q + 1], t[4 * q + 3], 0xee);
     }
     /* Gather the four 128-bit pieces of each column. */
+#pragma GCC unroll 4
     for (int c = 0; c < 4; c++) {
         t[c] = _mm512_shuffle_f32x4(r[c], r[c + 4], 0x88);
         t[c + 4] = _mm512_shuffle_f32x4(r[c], r[c + 4], 0xdd);
         t[c + 8] = _mm512_shuffle_f32x4(r[c + 8], r[c + 12], 0x88);
         t[c + 12] = _mm512_shuffle_f32x4(r[c + 8], r[c + 12], 0xdd);
     }
+#pragma GCC unroll 4
     for (int c = 0; c < 4; c++) {
         r[c] = _mm512_shuffle_f32x4(t[c], t[c + 8], 0x88);
         r[c + 4] = _mm512_shuffle_f32x4(t[c + 4], t[c + 12], 0x88);
@@ -49,18 +53,25 @@ static inline T512 void transpose16(__m512 r[16]) {
  * leaves that room or rewrites it later). */
 static T512 void transpose_rows(float *dst, int64_t dstride, const float *src, int64_t ld,
                                 int rows, int64_t kc) {
+    /* Every index into the block is a constant (unrolled loops, rows past
+     * `rows` loaded under an empty mask, the last columns' stores behind a
+     * test), so the block stays in registers rather than on the stack. */
     __m512 r[16];
     for (int64_t k0 = 0; k0 < kc; k0 += 16) {
         int kt = kc - k0 < 16 ? (int)(kc - k0) : 16;
         __mmask16 lm = (__mmask16)((1u << kt) - 1u);
+#pragma GCC unroll 16
         for (int i = 0; i < 16; i++) {
-            r[i] = i < rows ? _mm512_maskz_loadu_ps(lm, src + i * ld + k0) : _mm512_setzero_ps();
+            const float *s = src + (i < rows ? i : 0) * ld + k0;
+            r[i] = _mm512_maskz_loadu_ps(i < rows ? lm : 0, s);
             /* The rows' next lines: 16 rows of a large power-of-two stride
              * share an L1 set, so they come from L2; ask early. */
-            if (i < rows) _mm_prefetch((const char *)(src + i * ld + k0 + 32), _MM_HINT_T0);
+            if (i < rows) _mm_prefetch((const char *)(s + 32), _MM_HINT_T0);
         }
         transpose16(r);
-        for (int c = 0; c < kt; c++) _mm512_storeu_ps(dst + (k0 + c) * dstride, r[c]);
+#pragma GCC unroll 16
+        for (int c = 0; c < 16; c++)
+            if (c < kt) _mm512_storeu_ps(dst + (k0 + c) * dstride, r[c]);
     }
 }
 
@@ -95,14 +106,26 @@ void gemm_pack_b512(float *dst, const float *b, int64_t ldb, int64_t kc, int64_t
     }
 }
 
-void gemm_pack_a512(float *dst, const float *a, int64_t lda, int64_t rows, int64_t kc, int mr) {
+T512 void gemm_pack_a512(float *dst, const float *a, int64_t lda, int ta, int64_t rows, int64_t kc,
+                    int mr) {
     /* mr <= 16: one 16-row block per micro-panel. */
     /* Panels in order: each one's overlapping stores spill into the next
      * panel, which is written afterwards (the last spills into the
      * buffer's slack). */
+    const __mmask16 panel = (__mmask16)((1u << mr) - 1u);
     for (int64_t i0 = 0; i0 < rows; i0 += mr) {
         int r = rows - i0 < mr ? (int)(rows - i0) : mr;
-        transpose_rows(dst + i0 * kc, mr, a + i0 * lda, lda, r, kc);
+        if (!ta) {
+            transpose_rows(dst + i0 * kc, mr, a + i0 * lda, lda, r, kc);
+            continue;
+        }
+        /* A^T in memory: each k is a run of r rows, read under a mask and
+         * stored as mr lanes (rows past r zero). */
+        const __mmask16 m = (__mmask16)((1u << r) - 1u);
+        float *d = dst + i0 * kc;
+        const float *s = a + i0;
+        for (int64_t k = 0; k < kc; k++, d += mr, s += lda)
+            _mm512_mask_storeu_ps(d, panel, _mm512_maskz_loadu_ps(m, s));
     }
 }
 

@@ -460,13 +460,19 @@ fj_status gemm_plan_block(gemm_plan *p, const gemm_desc *d, const gemm_model *bl
      * alias in L1: each tile streams the panel from L2 as fast as from a
      * packed copy in L1, and the packing (the first tile's stores) and the
      * blocked driver are saved. Only up to 256 x 384 x 512: past it the
-     * panel no longer streams from L2 as fast and packing wins. */
-    if (!tb && avx512 && p->threads == 1 && m <= 256 && n <= 384 && k <= 512) db = 1;
+     * panel no longer streams from L2 as fast and packing wins. Both
+     * ISAs: the ymm kernel takes B at half the zmm one's rate. */
+    if (!tb && p->threads == 1 && m <= 256 && n <= 384 && k <= 512) db = 1;
     if (small_mn || six) da = db = 1;
     if (six) db = 0;
     if (tune.direct >= 0) da = db = tune.direct;
     p->direct_a = tune.da >= 0 ? tune.da : da;
     p->direct_b = (tune.db >= 0 ? tune.db : db) && !tb;
+    /* Both operands read in place: there is no packed A block for a row
+     * block to keep in L2, only B's panel to reuse from L1, so one row
+     * block takes all the rows (each panel then streams into L1 once,
+     * not once per four row tiles). */
+    if (p->direct_a && p->direct_b && !tune.mc) p->mc = cdiv(m, p->mr) * p->mr;
     /* nc: the model's (gemm_model_nc): the B block (kc x nc) in half of
      * L2, in balanced column blocks. Every row block sweeps the whole
      * block again; from L3 that is more than the prefetchers hide. At least 256 columns: A is packed
@@ -548,10 +554,13 @@ fj_status gemm_plan_block(gemm_plan *p, const gemm_desc *d, const gemm_model *bl
      * separate pass would be a large share of the time. */
     p->cfg.b_copy = !p->direct_b && !tb && tune.b_copy > 0;
     p->b_src_pf = (int64_t)tune.bpf_rows * ldb * es;
-    /* In-place row-major A is addressed base + index*scale: an FMA with
-     * such a memory operand is split in two uops at rename, a broadcast
-     * load is one: broadcast A into a register first. */
-    if (avx512 && p->cfg.amode == KG_GA_ROWS && tune.a_reg < 0) p->cfg.a_reg = 1;
+    /* A broadcast into a register, whatever A's layout: in-place
+     * row-major A is addressed base + index*scale, and an FMA with such a
+     * memory operand is split in two uops at rename (a broadcast load is
+     * one); a packed or column A element feeds nv FMAs, and an FMA that
+     * broadcasts from memory loads it again for each of them, where one
+     * broadcast serves them all. */
+    if (avx512 && tune.a_reg < 0) p->cfg.a_reg = 1;
     /* f64 kernels always broadcast A into a register (kg_gemm_check). */
     p->cfg.dt = dt;
     if (dt == KG_DT_F64) p->cfg.a_reg = avx512;
