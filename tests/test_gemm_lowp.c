@@ -10,6 +10,8 @@
 
 #include "fjtest.h"
 #include "framejit.h"
+#include "kernels/x64/x64.h"
+#include "runtime/rt.h"
 
 static uint64_t rs = 0x9e3779b97f4a7c15ull;
 static uint32_t rnd(void) {
@@ -35,25 +37,6 @@ static const path paths[] = {
 };
 enum { NPATHS = sizeof paths / sizeof paths[0] };
 
-static int cpu_has(const char *flag) {
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f) return 0;
-    char line[8192];
-    int found = 0;
-    while (!found && fgets(line, sizeof line, f))
-        if (!strncmp(line, "flags", 5)) {
-            char *p = line;
-            size_t n = strlen(flag);
-            while ((p = strstr(p, flag))) {
-                if ((p[-1] == ' ' || p[-1] == '\t') && (p[n] == ' ' || p[n] == '\n')) found = 1;
-                p += n;
-            }
-            break;
-        }
-    fclose(f);
-    return found;
-}
-
 /* The runtime of path i, or NULL (printing why) where the CPU lacks it. */
 static fj_runtime *path_rt(int i, int threads, int *saturates, int *bf16dot) {
     const path *p = &paths[i];
@@ -71,12 +54,15 @@ static fj_runtime *path_rt(int i, int threads, int *saturates, int *bf16dot) {
         fprintf(stderr, "gemm_lowp: path %s skipped: %s\n", p->name, fj_last_error());
         return NULL;
     }
-    int vnni = p->isa == FJ_ISA_AVX512 ? cpu_has("avx512_vnni") : cpu_has("avx_vnni");
-    if (p->disable & FJ_CPU_NO_VNNI) vnni = 0;
+    /* The runtime's effective features: the CPU's less what cpu_disable and
+     * FRAMEJIT_CPU_DISABLE take away (the generators see only these). */
+    uint32_t f = rt->features;
+    int vnni = (f & (p->isa == FJ_ISA_AVX512 ? X64_F_AVX512VNNI : X64_F_AVXVNNI)) != 0;
     if (p->isa == FJ_ISA_AVX2 && !(p->disable & FJ_CPU_NO_VNNI) && !vnni)
-        fprintf(stderr, "gemm_lowp: path %s runs without AVX-VNNI (the CPU lacks it)\n", p->name);
+        fprintf(stderr, "gemm_lowp: path %s runs without AVX-VNNI (the CPU lacks it or "
+                "FRAMEJIT_CPU_DISABLE removes it)\n", p->name);
     *saturates = !vnni;
-    *bf16dot = p->isa == FJ_ISA_AVX512 && cpu_has("avx512_bf16") && !(p->disable & FJ_CPU_NO_BF16);
+    *bf16dot = p->isa == FJ_ISA_AVX512 && (f & X64_F_AVX512BF16);
     return rt;
 }
 
