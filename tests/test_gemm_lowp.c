@@ -212,6 +212,32 @@ START_TEST(int8_random) {
 }
 END_TEST
 
+/* Matrix x vector (u8 A, one column of B, bo 0: the unpacked path):
+ * whole and partial vectors of k, partial row blocks, strided and
+ * transposed b, offsets, alpha/beta; the last case is large enough for
+ * two threads to split it. */
+START_TEST(int8_gemv) {
+    int sat, bfd;
+    fj_runtime *rt = path_rt(_i, 1 + _i % 2, &sat, &bfd);
+    if (!rt) return;
+    long iters = fjt_iters("FJT_LOWP_ITERS", 1000) / 5 + 1, bad = 0;
+    rs = 0x7654321ull + (uint64_t)_i * 131;
+    for (long it = 0; it <= iters; it++) {
+        icase t;
+        rand_icase(&t);
+        t.s8a = 0;
+        t.ta = 0;
+        t.bo = 0;
+        int64_t m = rn(4) ? dims[rn(NDIMS)] : 100 + rn(300), k = 4 * (1 + rn(rn(2) ? 20 : 200));
+        if (it == iters) m = 2100, k = 1028;
+        set_dims(&t, m, 1, k);
+        bad += run_icase(rt, &t, sat && t.full, paths[_i].name) != 0;
+    }
+    fj_runtime_destroy(rt);
+    ck_assert_msg(bad == 0, "%s: %ld of %ld cases differ", paths[_i].name, bad, iters + 1);
+}
+END_TEST
+
 /* The saturation is real on the fallback paths (the model is not vacuous):
  * u8 A of 255 and B of 127 saturate every pair. */
 START_TEST(int8_saturation_documented) {
@@ -648,6 +674,7 @@ static Suite *suite(void) {
     tcase_set_timeout(t, 600);
     tcase_add_loop_test(t, int8_random, 0, NPATHS);
     tcase_add_loop_test(t, int8_saturation_documented, 0, NPATHS);
+    tcase_add_loop_test(t, int8_gemv, 0, NPATHS);
     tcase_add_test(t, int8_bad_args);
     tcase_add_loop_test(t, bf16_random, 0, NPATHS);
     tcase_add_loop_test(t, random_threads, 0, NPATHS);

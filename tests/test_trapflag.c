@@ -450,6 +450,57 @@ START_TEST(lowp_every_instruction) {
 }
 END_TEST
 
+/* Matrix x vector (u8 A times one column of B): GM rows (two blocks of 8
+ * and a 3-row tail kernel), GK = two whole vectors and a masked part on
+ * either ISA. */
+enum { GM = 19, GK = 132 };
+
+static void gemv_body(void *p) {
+    lowp_arg *g = p;
+    static const int32_t co[1];
+    g->s = fj_gemm_u8s8s32(g->rt, 'N', 'N', 'F', GM, 1, GK, 1.0f, g->a, GK, 1, g->b, 1, 0, 0.0f,
+                           g->c, 1, co);
+    __asm__ volatile("" ::: "memory");
+}
+
+/* Loop index: bit 0 ISA, bit 1 without the dot-product instruction. */
+START_TEST(lowp_gemv_every_instruction) {
+    fj_options o;
+    fj_options_init(&o);
+    o.isa = (_i & 1) ? FJ_ISA_AVX2 : FJ_ISA_AVX512;
+    o.threads = 1;
+    o.cpu_disable = (_i & 2) ? FJ_CPU_NO_VNNI : 0;
+    fj_runtime *rt = NULL;
+    if (fj_runtime_create(&o, &rt) != FJ_OK) {
+        printf("lowp gemv %d: skipped: %s\n", _i, fj_last_error());
+        return;
+    }
+    static uint8_t a[GM * GK];
+    static int8_t b[GK];
+    static int32_t c[GM];
+    for (int i = 0; i < GM * GK; i++) a[i] = (uint8_t)(i % 7);
+    for (int i = 0; i < GK; i++) b[i] = (int8_t)(i % 5);
+    lowp_arg g = {rt, 0, NULL, a, b, c, GK, FJ_ERR_INVALID_ARG};
+    fjt_trace_opts to = {.root = (const void *)main};
+    fjt_trace_result *r = malloc(sizeof *r);
+    ck_assert_ptr_nonnull(r);
+    char what[64];
+    snprintf(what, sizeof what, "lowp gemv isa=%d disable=%u", (int)o.isa, o.cpu_disable);
+    int ok = fjt_trace_kernel(gemv_body, &g, &to, r);
+    ck_assert_msg(g.s == FJ_OK, "%s: %s", what, fj_last_error());
+    assert_trace(what, ok, r);
+    ck_assert_msg(r->first_name && strstr(r->first_name, "fj_gemm_u8s8s32_gemv_"), "%s: traced %s",
+                  what, r->first_name ? r->first_name : "?");
+    for (int i = 0; i < GM; i++) {
+        int32_t want = 0;
+        for (int p = 0; p < GK; p++) want += ((i * GK + p) % 7 - 1) * (p % 5);
+        ck_assert_msg(c[i] == want, "%s: C(%d) = %d, want %d", what, i, c[i], want);
+    }
+    free(r);
+    fj_runtime_destroy(rt);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("trapflag");
     TCase *t = tcase_create("every_instruction");
@@ -458,6 +509,7 @@ static Suite *suite(void) {
     tcase_add_loop_test(t, csr_kernel_every_instruction, 0, 4);
     tcase_add_loop_test(t, gemm_every_instruction, 0, 24);
     tcase_add_loop_test(t, lowp_every_instruction, 0, 32);
+    tcase_add_loop_test(t, lowp_gemv_every_instruction, 0, 4);
     tcase_add_loop_test(t, loop_kernel_every_instruction, 0, 2);
     tcase_add_test(t, chain_check_rejects);
     suite_add_tcase(s, t);
