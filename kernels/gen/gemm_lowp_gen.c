@@ -66,8 +66,9 @@ fj_status kg_lowp_check(const kg_lowp_cfg *c) {
     if (c->mr < 1 || c->mr > 16 || c->nv < 1 || c->nv > 4)
         return fj_fail(FJ_ERR_INVALID_ARG, "lowp gemm kernel: tile %dx%d vectors", c->mr, c->nv);
     int nvec = c->isa == FJ_ISA_AVX512 ? 32 : 16;
-    /* The epilogue needs three spare registers (row term, C, AVX2 mask). */
-    if (loop_regs(c) > nvec || c->nv + 1 < 3)
+    /* The epilogue needs three spare registers (row term, C, AVX2 mask):
+     * the k loop's B and broadcast ones, and with one B vector one more. */
+    if (loop_regs(c) + (c->nv < 2) > nvec)
         return fj_fail(FJ_ERR_INVALID_ARG, "lowp gemm kernel: a %dx%d-vector tile needs %d vector "
                        "registers, the ISA has %d", c->mr, c->nv, loop_regs(c), nvec);
     /* AVX2 has no bf16 dot product (vdpbf16ps ymm needs AVX512_BF16 + VL). */
@@ -482,6 +483,7 @@ void kg_lowp(fj_builder *b, const void *ctx) {
     fj_reg tmp[5];
     for (int v = 0; v < c->nv; v++) tmp[v] = g->bv[v];
     tmp[c->nv] = g->x;
+    if (c->nv < 2) tmp[2] = fj_vreg(b);
     fj_reg alpha = tmp[0], beta = g->avx512 ? tmp[2] : g->xo;
     if (bf16) {
         fj_emit(b, FJ_VBROADCASTSS, V(g, alpha), fj_mem(32, p, OFF(alpha)));

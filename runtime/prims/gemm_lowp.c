@@ -247,14 +247,22 @@ static void choose_cfg(const fj_runtime *rt, int bf16, int64_t n, kg_lowp_cfg *c
         c->nv = 3;
         c->mr = c->dot ? 8 : bf16 ? 6 : 8;
         /* 64-wide panels (6 rows) where they pad C's columns less than
-         * 48-wide ones (256 = 4 x 64 but 6 x 48 - 32); C up to 32 wide: 32. */
+         * 48-wide ones (256 = 4 x 64 but 6 x 48 - 32); C up to 32 wide: 32;
+         * up to one vector wide: one vector, 8 rows (a matrix times a few
+         * vectors computes no padding columns). */
         int64_t pad3 = (n + 47) / 48 * 48 - n, pad4 = (n + 63) / 64 * 64 - n;
-        if (n <= 32) {
+        if (n <= 16) {
+            c->nv = 1;
+            c->mr = 8;
+        } else if (n <= 32) {
             c->nv = 2;
         } else if (pad4 < pad3 && (c->dot || !bf16)) {
             c->nv = 4;
             c->mr = 6;
         }
+    } else if (n <= 8) {
+        c->nv = 1;
+        c->mr = 8;
     } else {
         c->nv = 2;
         c->mr = c->dot ? 6 : bf16 ? 3 : 5;
