@@ -457,18 +457,22 @@ static void gemv_job(void *ctx, int64_t j) {
     int64_t r0 = b0 * v->mr;
     if (v->lanes == 16) lane_sums16(v->sums + r0 * 16, i1 - r0, sum);
     else lane_sums8(v->sums + r0 * 8, i1 - r0, sum);
-    for (int64_t i = r0; i < i1; i++) {
-        uint32_t acc = sum[i - r0] - aterm;
-        int32_t *c = (int32_t *)x->c + i * x->ldc;
-        uint32_t r;
-        if (plain) {
-            r = acc + (x->beta == 0.0f ? 0u : (uint32_t)*c);
-        } else {
-            double d = (double)x->alpha * (double)(int32_t)acc;
-            if (x->beta != 0.0f) d += (double)x->beta * (double)*c;
-            r = (uint32_t)sat_round(d);
+    char o = x->offsetc;
+    const int32_t *co = x->co + (o == 'C' || o == 'c' ? r0 : 0);
+    int64_t cs = o == 'C' || o == 'c' ? 1 : 0, ldc = x->ldc;
+    int32_t *c = (int32_t *)x->c + r0 * ldc;
+    int64_t n = i1 - r0;
+    if (plain && x->beta == 0.0f) {
+        for (int64_t i = 0; i < n; i++) c[i * ldc] = (int32_t)(sum[i] - aterm + (uint32_t)co[i * cs]);
+    } else if (plain) {
+        for (int64_t i = 0; i < n; i++)
+            c[i * ldc] = (int32_t)(sum[i] - aterm + (uint32_t)c[i * ldc] + (uint32_t)co[i * cs]);
+    } else {
+        for (int64_t i = 0; i < n; i++) {
+            double d = (double)x->alpha * (double)(int32_t)(sum[i] - aterm);
+            if (x->beta != 0.0f) d += (double)x->beta * (double)c[i * ldc];
+            c[i * ldc] = (int32_t)((uint32_t)sat_round(d) + (uint32_t)co[i * cs]);
         }
-        *c = (int32_t)(r + (uint32_t)co_of(x, i, 0));
     }
 }
 
