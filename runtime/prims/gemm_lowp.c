@@ -275,6 +275,11 @@ static void choose_cfg(const fj_runtime *rt, int bf16, int64_t n, kg_lowp_cfg *c
  * costs more than it saves there. */
 enum { LP_MT_OPS = 4 << 20 };
 
+/* A matrix x vector call streams A at about 100 bytes a nanosecond (L2 /
+ * L3 bandwidth, not the dot product, bounds it): threads from about a
+ * microsecond of that, the tile path's rule in time. */
+enum { LP_GEMV_MT_BYTES = 128 << 10 };
+
 static int lp_threads(const fj_runtime *rt, int64_t m, int64_t n, int64_t k) {
     return 2.0 * (double)m * (double)n * (double)k < (double)LP_MT_OPS ? 1 : rt_threads(rt);
 }
@@ -527,7 +532,9 @@ static fj_status lp_gemv_call(fj_runtime *rt, const lp_call *x) {
         int tl = (int)(rem / 4);
         v.g.kmask[0] = (1u << tl) - 1u;
         for (int l = 0; l < 8; l++) v.g.ymask[0][l] = l < tl ? -1 : 0;
-        int threads = lp_threads(rt, x->m, 1, x->k);
+        /* Threads from LP_GEMV_MT_BYTES of A: the streaming kernel does
+         * one multiply-add a byte, a quarter of a tile's rate per op. */
+        int threads = (double)x->m * (double)x->k < (double)LP_GEMV_MT_BYTES ? 1 : rt_threads(rt);
         v.jobs = v.nblk < threads ? 1 : threads;
         if (v.jobs > 1) rt_parallel(rt, v.jobs, threads, gemv_job, &v);
         else gemv_job(&v, 0);
