@@ -368,6 +368,24 @@ START_TEST(bf16_random) {
 }
 END_TEST
 
+/* bf16 matrix x vector (n = 1, row-major A with even k: the unpacked
+ * path; transposed A takes the tile path), the last case on two threads. */
+START_TEST(bf16_gemv) {
+    int sat, bfd;
+    fj_runtime *rt = path_rt(_i, 1 + _i % 2, &sat, &bfd);
+    if (!rt) return;
+    long iters = fjt_iters("FJT_LOWP_ITERS", 1000) / 5 + 1, bad = 0;
+    rs = 0x2468aceull + (uint64_t)_i * 71;
+    for (long it = 0; it <= iters; it++) {
+        int64_t m = rn(4) ? dims[rn(NDIMS)] : 100 + rn(300), k = 2 * (1 + rn(rn(2) ? 40 : 400));
+        if (it == iters) m = 2100, k = 1026;
+        bad += run_bcase(rt, paths[_i].name, m, 1, k);
+    }
+    fj_runtime_destroy(rt);
+    ck_assert_msg(bad == 0, "%s: %ld elements out of bound", paths[_i].name, bad);
+}
+END_TEST
+
 /* Sizes that run on two threads (2mnk of at least 4M operations): every
  * split of rows and column panels into jobs, and the wide packers. */
 static const int64_t big_dims[] = {61, 97, 130, 161, 200};
@@ -677,6 +695,7 @@ static Suite *suite(void) {
     tcase_add_loop_test(t, int8_gemv, 0, NPATHS);
     tcase_add_test(t, int8_bad_args);
     tcase_add_loop_test(t, bf16_random, 0, NPATHS);
+    tcase_add_loop_test(t, bf16_gemv, 0, NPATHS);
     tcase_add_loop_test(t, random_threads, 0, NPATHS);
     tcase_add_test(t, threads_same);
     tcase_add_loop_test(t, int8_handle_random, 0, NPATHS);

@@ -31,7 +31,8 @@
 void kg_lowp_name(const kg_lowp_cfg *c, char *buf, size_t n) {
     int lanes = c->isa == FJ_ISA_AVX512 ? 16 : 8;
     if (c->gemv) {
-        snprintf(buf, n, "fj_gemm_u8s8s32_gemv_%dr_%s_%s%s", c->mr, c->dot ? "dot" : "widen",
+        snprintf(buf, n, "fj_gemm_%s_gemv_%dr_%s_%s%s",
+                 c->dt == KG_LP_BF16 ? "bf16bf16f32" : "u8s8s32", c->mr, c->dot ? "dot" : "widen",
                  c->isa == FJ_ISA_AVX512 ? "avx512" : "avx2", c->gemv == 2 ? "_tail" : "");
         return;
     }
@@ -58,11 +59,10 @@ fj_status kg_lowp_check(const kg_lowp_cfg *c) {
         return fj_fail(FJ_ERR_INVALID_ARG, "lowp gemm kernel: isa %d", c->isa);
     if (c->dt != KG_LP_U8S8 && c->dt != KG_LP_BF16)
         return fj_fail(FJ_ERR_INVALID_ARG, "lowp gemm kernel: type %d", c->dt);
-    if (c->gemv && (c->gemv > 2 || c->dt != KG_LP_U8S8 || c->mr < 1 || c->mr > 8 || c->nv != 1 ||
-                    c->post || c->add || c->a_rows))
-        return fj_fail(FJ_ERR_INVALID_ARG, "lowp gemv kernel: int8, 1-8 rows, one vector, plain "
-                       "store");
-    if (c->gemv) return FJ_OK;  /* mr + 4 <= 12 vector registers */
+    if (c->gemv && (c->gemv > 2 || c->mr < 1 || c->mr > 8 || c->nv != 1 || c->post || c->add ||
+                    c->a_rows || (c->dt == KG_LP_BF16 && c->dot && c->isa != FJ_ISA_AVX512)))
+        return fj_fail(FJ_ERR_INVALID_ARG, "lowp gemv kernel: 1-8 rows, one vector, plain store");
+    if (c->gemv) return FJ_OK;  /* at most mr + 6 <= 14 vector registers */
     if (c->mr < 1 || c->mr > 16 || c->nv < 1 || c->nv > 4)
         return fj_fail(FJ_ERR_INVALID_ARG, "lowp gemm kernel: tile %dx%d vectors", c->mr, c->nv);
     int nvec = c->isa == FJ_ISA_AVX512 ? 32 : 16;
@@ -274,7 +274,9 @@ static void gemv(fj_builder *b, const kg_lowp_cfg *c) {
     for (int i = 0; i < c->mr; i++) g->acc[i][0] = fj_vreg(b);
     g->bv[0] = fj_vreg(b);
     g->x = fj_vreg(b);
-    if (!c->dot) { g->t = fj_vreg(b); g->ones = fj_vreg(b); }
+    int bf16 = c->dt == KG_LP_BF16;
+    if (!c->dot && !bf16) { g->t = fj_vreg(b); g->ones = fj_vreg(b); }
+    if (!c->dot && bf16) { g->bo[0] = fj_vreg(b); g->xo = fj_vreg(b); g->hi = fj_vreg(b); }
     fj_reg km = {0}, ym = {0};
     if (tail && g->avx512) {
         km = fj_kreg(b);
@@ -283,9 +285,13 @@ static void gemv(fj_builder *b, const kg_lowp_cfg *c) {
         ym = fj_vreg(b);
         fj_emit(b, FJ_VMOVDQU, V(g, ym), fj_mem(256, p, OFF(ymask)));
     }
-    if (!c->dot) {
+    if (!c->dot && !bf16) {
         static const uint32_t one16 = 0x00010001u;
         fj_emit(b, FJ_VPBROADCASTD, V(g, g->ones), fj_const_data(b, &one16, 4, 4, 32));
+    }
+    if (!c->dot && bf16) {
+        static const uint32_t himask = 0xffff0000u;
+        fj_emit(b, FJ_VPBROADCASTD, V(g, g->hi), fj_const_data(b, &himask, 4, 4, 32));
     }
     fj_emit(b, FJ_MOV, fj_r64(ap), fj_mem(64, p, OFF(a)));
     fj_emit(b, FJ_MOV, fj_r64(cp), fj_mem(64, p, OFF(c)));
@@ -308,6 +314,11 @@ static void gemv(fj_builder *b, const kg_lowp_cfg *c) {
         if (!part) fj_label_bind(b, kloop);
         else fj_label_bind(b, kdone);
         fj_emit(b, g->avx512 ? FJ_VMOVDQU32 : FJ_VMOVDQU, V(g, g->bv[0]), fj_mem((uint16_t)g->vb, bp, 0));
+        if (bf16 && !c->dot) {
+            /* odd element: the high half; even: shifted into the high half */
+            fj_emit(b, FJ_VANDPS, V(g, g->bo[0]), V(g, g->bv[0]), V(g, g->hi));
+            fj_emit(b, FJ_VPSLLD, V(g, g->bv[0]), V(g, g->bv[0]), fj_imm(16));
+        }
         for (int i = 0; i < c->mr; i++) {
             /* rows 0-3 from a, 4-7 from a + 4*lda: [base + {0, lda, 2*lda, lda3}] */
             fj_reg base = i < 4 ? a : a4;
@@ -320,7 +331,12 @@ static void gemv(fj_builder *b, const kg_lowp_cfg *c) {
             else fj_emit(b, FJ_VMASKMOVPS, V(g, g->x), V(g, ym), am);
             fj_opnd acc = V(g, g->acc[i][0]);
             if (c->dot) {
-                fj_emit(b, FJ_VPDPBUSD, acc, V(g, g->x), V(g, g->bv[0]));
+                fj_emit(b, bf16 ? FJ_VDPBF16PS : FJ_VPDPBUSD, acc, V(g, g->x), V(g, g->bv[0]));
+            } else if (bf16) {
+                fj_emit(b, FJ_VANDPS, V(g, g->xo), V(g, g->x), V(g, g->hi));
+                fj_emit(b, FJ_VPSLLD, V(g, g->x), V(g, g->x), fj_imm(16));
+                fj_emit(b, FJ_VFMADD231PS, acc, V(g, g->xo), V(g, g->bo[0]));
+                fj_emit(b, FJ_VFMADD231PS, acc, V(g, g->x), V(g, g->bv[0]));
             } else {
                 fj_emit(b, FJ_VPMADDUBSW, V(g, g->t), V(g, g->x), V(g, g->bv[0]));
                 fj_emit(b, FJ_VPMADDWD, V(g, g->t), V(g, g->t), V(g, g->ones));

@@ -407,11 +407,12 @@ static int64_t lp_l2_bytes(const fj_runtime *rt) {
 
 /* ---- matrix x vector ---------------------------------------------------- */
 
-/* u8 A (row-major, whole k groups) times one column of B with bo == 0:
+/* u8 (bo == 0) or bf16 A (row-major, whole k groups) times one column of B:
  * each row of A is read in place a vector at a time against the vector b,
  * so that no operand is packed and no lane of a tile is padding. */
 static int gemv_fits(const lp_call *x) {
-    return x->kind == LP_INT8 && x->n == 1 && !x->ta && x->bo == 0 && x->k > 0 && x->k % 4 == 0;
+    if (x->n != 1 || x->ta || x->k <= 0) return 0;
+    return x->kind == LP_BF16 ? x->k % 2 == 0 : x->kind == LP_INT8 && x->bo == 0 && x->k % 4 == 0;
 }
 
 typedef struct lp_gemv {
@@ -439,6 +440,31 @@ __attribute__((target("avx2"))) static void lane_sums8(const int32_t *s, int64_t
     }
 }
 
+__attribute__((target("avx512f"))) static void lane_sums16f(const float *s, int64_t n, float *d) {
+    for (int64_t i = 0; i < n; i++) d[i] = _mm512_reduce_add_ps(_mm512_loadu_ps(s + 16 * i));
+}
+__attribute__((target("avx2"))) static void lane_sums8f(const float *s, int64_t n, float *d) {
+    for (int64_t i = 0; i < n; i++) {
+        __m256 v = _mm256_loadu_ps(s + 8 * i);
+        __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+        x = _mm_add_ss(x, _mm_shuffle_ps(x, x, 1));
+        d[i] = _mm_cvtss_f32(x);
+    }
+}
+
+/* bf16: C = alpha*s (+ beta*C, fused as the tile kernel's store does). */
+__attribute__((target("avx2,fma"))) static void gemv_finish_bf16(const lp_call *x, int64_t r0,
+                                                                 int64_t n, const float *sum) {
+    float *c = (float *)x->c + r0 * x->ldc;
+    const __m128 b = _mm_set_ss(x->beta);
+    for (int64_t i = 0; i < n; i++) {
+        __m128 v = _mm_set_ss(x->alpha * sum[i]);
+        if (x->beta != 0.0f) v = _mm_fmadd_ss(_mm_set_ss(c[i * x->ldc]), b, v);
+        c[i * x->ldc] = _mm_cvtss_f32(v);
+    }
+}
+
 /* Job j: its blocks (the last job also the m % mr rows), then their C. */
 static void gemv_job(void *ctx, int64_t j) {
     lp_gemv *v = ctx;
@@ -448,7 +474,7 @@ static void gemv_job(void *ctx, int64_t j) {
     for (int part = 0; part < 2; part++) {
         int64_t i0 = part ? v->nblk * v->mr : b0 * v->mr, rows = part ? x->m - i0 : (b1 - b0) * v->mr;
         if (rows <= 0 || (part && j + 1 < v->jobs)) continue;
-        g.a = (const uint8_t *)x->a + i0 * x->lda;
+        g.a = (const uint8_t *)x->a + i0 * g.lda;
         g.c = v->sums + i0 * v->lanes;
         g.ntiles = part ? 1 : b1 - b0;
         (part ? v->fn_tail : v->fn)(&g);
@@ -460,6 +486,14 @@ static void gemv_job(void *ctx, int64_t j) {
      * read before written: row i's sum goes to dword i of row i's block). */
     uint32_t *sum = (uint32_t *)v->sums + b0 * v->mr * v->lanes;
     int64_t r0 = b0 * v->mr;
+    if (x->kind == LP_BF16) {
+        const float *sf = (const float *)(const void *)v->sums + r0 * v->lanes;
+        float *df = (float *)(void *)sum;
+        if (v->lanes == 16) lane_sums16f(sf, i1 - r0, df);
+        else lane_sums8f(sf, i1 - r0, df);
+        gemv_finish_bf16(x, r0, i1 - r0, df);
+        return;
+    }
     if (v->lanes == 16) lane_sums16(v->sums + r0 * 16, i1 - r0, sum);
     else lane_sums8(v->sums + r0 * 8, i1 - r0, sum);
     char o = x->offsetc;
@@ -488,13 +522,15 @@ static fj_status lp_gemv_call(fj_runtime *rt, const lp_call *x) {
     int avx512 = rt->isa == FJ_ISA_AVX512, vbytes = avx512 ? 64 : 32;
     v.lanes = vbytes / 4;
     v.mr = 8;
-    int64_t kq = x->k / vbytes, rem = x->k % vbytes;
+    int bf16 = x->kind == LP_BF16, es = bf16 ? 2 : 1;
+    int64_t kb = x->k * es, kq = kb / vbytes, rem = kb % vbytes;  /* bytes of a row of A */
     kg_lowp_cfg c;
     memset(&c, 0, sizeof c);
     c.tag = KG_LOWP_TAG;
     c.isa = rt->isa;
-    c.dt = KG_LP_U8S8;
-    c.dot = (rt->features & (avx512 ? X64_F_AVX512VNNI : X64_F_AVXVNNI)) != 0;
+    c.dt = bf16 ? KG_LP_BF16 : KG_LP_U8S8;
+    if (bf16) c.dot = avx512 && (rt->features & X64_F_AVX512BF16);
+    else c.dot = (rt->features & (avx512 ? X64_F_AVX512VNNI : X64_F_AVXVNNI)) != 0;
     c.nv = 1;
     c.gemv = rem ? 2 : 1;
     v.nblk = x->m / v.mr;
@@ -516,25 +552,27 @@ static fj_status lp_gemv_call(fj_runtime *rt, const lp_call *x) {
         uint8_t *cur = mem, *bv = aligned_part(&cur, bbytes);
         v.sums = aligned_part(&cur, (size_t)x->m * (size_t)vbytes);
         /* b gathered (ldb apart unless transposed) and zero-padded to whole vectors. */
-        const int8_t *b = x->b;
         int64_t step = x->tb ? 1 : x->ldb;
         uint32_t sumb = 0;
-        if (step == 1) memcpy(bv, b, (size_t)x->k);
-        else
-            for (int64_t kk = 0; kk < x->k; kk++) bv[kk] = (uint8_t)b[kk * step];
-        for (int64_t kk = 0; kk < x->k; kk++) sumb += (uint32_t)(int32_t)(int8_t)bv[kk];
-        memset(bv + x->k, 0, bbytes - (size_t)x->k);
+        if (step == 1) {
+            memcpy(bv, x->b, (size_t)kb);
+        } else {
+            for (int64_t kk = 0; kk < x->k; kk++)
+                memcpy(bv + kk * es, (const uint8_t *)x->b + kk * step * es, (size_t)es);
+        }
+        for (int64_t kk = 0; !bf16 && kk < x->k; kk++) sumb += (uint32_t)(int32_t)(int8_t)bv[kk];
+        memset(bv + kb, 0, bbytes - (size_t)kb);
         v.sumb = sumb;
         v.g.b = bv;
         v.g.kq = kq;
-        v.g.lda = x->lda;
-        v.g.a_tile = v.mr * x->lda;
+        v.g.lda = x->lda * es;
+        v.g.a_tile = v.mr * v.g.lda;
         int tl = (int)(rem / 4);
         v.g.kmask[0] = (1u << tl) - 1u;
         for (int l = 0; l < 8; l++) v.g.ymask[0][l] = l < tl ? -1 : 0;
         /* Threads from LP_GEMV_MT_BYTES of A: the streaming kernel does
          * one multiply-add a byte, a quarter of a tile's rate per op. */
-        int threads = (double)x->m * (double)x->k < (double)LP_GEMV_MT_BYTES ? 1 : rt_threads(rt);
+        int threads = (double)x->m * (double)kb < (double)LP_GEMV_MT_BYTES ? 1 : rt_threads(rt);
         v.jobs = v.nblk < threads ? 1 : threads;
         if (v.jobs > 1) rt_parallel(rt, v.jobs, threads, gemv_job, &v);
         else gemv_job(&v, 0);
