@@ -212,7 +212,7 @@ START_TEST(int8_random) {
 }
 END_TEST
 
-/* Matrix x vector (u8 A, one column of B, bo 0: the unpacked path):
+/* Matrix x vector (u8 or s8 A, one column of B, bo 0: the unpacked path):
  * whole and partial vectors of k, partial row blocks, strided and
  * transposed b, offsets, alpha/beta; the last case is large enough for
  * two threads to split it. */
@@ -225,7 +225,6 @@ START_TEST(int8_gemv) {
     for (long it = 0; it <= iters; it++) {
         icase t;
         rand_icase(&t);
-        t.s8a = 0;
         t.ta = 0;
         t.bo = 0;
         int64_t m = rn(4) ? dims[rn(NDIMS)] : 100 + rn(300), k = 4 * (1 + rn(rn(2) ? 20 : 200));

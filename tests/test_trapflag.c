@@ -466,20 +466,25 @@ static void gemv_body(void *p) {
     static const int32_t co[1];
     if (g->bf16)
         g->s = fj_gemm_bf16bf16f32(g->rt, 'N', 'N', GM, 1, GK, 1.0f, g->a, GK, g->b, 1, 0.0f, g->c, 1);
+    else if (g->k != GK)  /* s8 A */
+        g->s = fj_gemm_s8s8s32(g->rt, 'N', 'N', 'F', GM, 1, GK, 1.0f, g->a, GK, 1, g->b, 1, 0, 0.0f,
+                               g->c, 1, co);
     else
         g->s = fj_gemm_u8s8s32(g->rt, 'N', 'N', 'F', GM, 1, GK, 1.0f, g->a, GK, 1, g->b, 1, 0, 0.0f,
                                g->c, 1, co);
     __asm__ volatile("" ::: "memory");
 }
 
-/* Loop index: bit 0 ISA, bit 1 without the dot-product instruction, bit 2 bf16. */
+/* Loop index: bit 0 ISA, bit 1 without the dot-product instruction, bit 2
+ * bf16, bit 3 s8 A (int8 only; lowp_arg.k = -1 marks it). */
 START_TEST(lowp_gemv_every_instruction) {
     fj_options o;
     fj_options_init(&o);
     o.isa = (_i & 1) ? FJ_ISA_AVX2 : FJ_ISA_AVX512;
     o.threads = 1;
     o.cpu_disable = (_i & 2) ? FJ_CPU_NO_VNNI | FJ_CPU_NO_BF16 : 0;
-    int bf16 = _i >> 2 & 1;
+    int bf16 = _i >> 2 & 1, s8 = _i >> 3 & 1;
+    if (bf16 && s8) return;
     fj_runtime *rt = NULL;
     if (fj_runtime_create(&o, &rt) != FJ_OK) {
         printf("lowp gemv %d: skipped: %s\n", _i, fj_last_error());
@@ -493,19 +498,20 @@ START_TEST(lowp_gemv_every_instruction) {
     for (int i = 0; i < GK; i++) b[i] = (int8_t)(i % 5);
     for (int i = 0; i < GM * GK; i++) a16[i] = 0x3f80 + (uint16_t)(i % 3 << 7); /* 1, 2, 4 */
     for (int i = 0; i < GK; i++) b16[i] = 0x4000;                               /* 2 */
-    lowp_arg g = {rt, bf16, NULL, bf16 ? (const void *)a16 : a, bf16 ? (const void *)b16 : b, c, GK,
-                  1, FJ_ERR_INVALID_ARG};
+    lowp_arg g = {rt, bf16, NULL, bf16 ? (const void *)a16 : a, bf16 ? (const void *)b16 : b, c,
+                  s8 ? -1 : GK, 1, FJ_ERR_INVALID_ARG};
     fjt_trace_opts to = {.root = (const void *)main};
     fjt_trace_result *r = malloc(sizeof *r);
     ck_assert_ptr_nonnull(r);
     char what[64];
-    snprintf(what, sizeof what, "lowp gemv %s isa=%d disable=%u", bf16 ? "bf16" : "u8s8",
+    snprintf(what, sizeof what, "lowp gemv %s isa=%d disable=%u", bf16 ? "bf16" : s8 ? "s8s8" : "u8s8",
              (int)o.isa, o.cpu_disable);
     int ok = fjt_trace_kernel(gemv_body, &g, &to, r);
     ck_assert_msg(g.s == FJ_OK, "%s: %s", what, fj_last_error());
     assert_trace(what, ok, r);
     ck_assert_msg(r->first_name && strstr(r->first_name, bf16 ? "fj_gemm_bf16bf16f32_gemv_"
-                                                             : "fj_gemm_u8s8s32_gemv_"),
+                                                         : s8 ? "fj_gemm_s8s8s32_gemv_"
+                                                              : "fj_gemm_u8s8s32_gemv_"),
                   "%s: traced %s", what, r->first_name ? r->first_name : "?");
     for (int i = 0; i < GM; i++) {
         int32_t want = 0;
@@ -527,7 +533,7 @@ static Suite *suite(void) {
     tcase_add_loop_test(t, csr_kernel_every_instruction, 0, 4);
     tcase_add_loop_test(t, gemm_every_instruction, 0, 24);
     tcase_add_loop_test(t, lowp_every_instruction, 0, 64);
-    tcase_add_loop_test(t, lowp_gemv_every_instruction, 0, 8);
+    tcase_add_loop_test(t, lowp_gemv_every_instruction, 0, 16);
     tcase_add_loop_test(t, loop_kernel_every_instruction, 0, 2);
     tcase_add_test(t, chain_check_rejects);
     suite_add_tcase(s, t);

@@ -32,7 +32,8 @@ void kg_lowp_name(const kg_lowp_cfg *c, char *buf, size_t n) {
     int lanes = c->isa == FJ_ISA_AVX512 ? 16 : 8;
     if (c->gemv) {
         snprintf(buf, n, "fj_gemm_%s_gemv_%dr_%s_%s%s",
-                 c->dt == KG_LP_BF16 ? "bf16bf16f32" : "u8s8s32", c->mr, c->dot ? "dot" : "widen",
+                 c->dt == KG_LP_BF16 ? "bf16bf16f32" : c->gemv_s8 ? "s8s8s32" : "u8s8s32", c->mr,
+                 c->dot ? "dot" : "widen",
                  c->isa == FJ_ISA_AVX512 ? "avx512" : "avx2", c->gemv == 2 ? "_tail" : "");
         return;
     }
@@ -59,10 +60,10 @@ fj_status kg_lowp_check(const kg_lowp_cfg *c) {
         return fj_fail(FJ_ERR_INVALID_ARG, "lowp gemm kernel: isa %d", c->isa);
     if (c->dt != KG_LP_U8S8 && c->dt != KG_LP_BF16)
         return fj_fail(FJ_ERR_INVALID_ARG, "lowp gemm kernel: type %d", c->dt);
-    if (c->gemv && (c->gemv > 2 || c->mr < 1 || c->mr > 8 || c->nv != 1 || c->post || c->add ||
+    if (c->gemv && (c->gemv > 2 || (c->gemv_s8 && c->dt != KG_LP_U8S8) || c->mr < 1 || c->mr > 8 || c->nv != 1 || c->post || c->add ||
                     c->a_rows || (c->dt == KG_LP_BF16 && c->dot && c->isa != FJ_ISA_AVX512)))
         return fj_fail(FJ_ERR_INVALID_ARG, "lowp gemv kernel: 1-8 rows, one vector, plain store");
-    if (c->gemv) return FJ_OK;  /* at most mr + 6 <= 14 vector registers */
+    if (c->gemv) return FJ_OK;  /* at most mr + 7 <= 15 vector registers */
     if (c->mr < 1 || c->mr > 16 || c->nv < 1 || c->nv > 4)
         return fj_fail(FJ_ERR_INVALID_ARG, "lowp gemm kernel: tile %dx%d vectors", c->mr, c->nv);
     int nvec = c->isa == FJ_ISA_AVX512 ? 32 : 16;
@@ -277,7 +278,12 @@ static void gemv(fj_builder *b, const kg_lowp_cfg *c) {
     int bf16 = c->dt == KG_LP_BF16;
     if (!c->dot && !bf16) { g->t = fj_vreg(b); g->ones = fj_vreg(b); }
     if (!c->dot && bf16) { g->bo[0] = fj_vreg(b); g->xo = fj_vreg(b); g->hi = fj_vreg(b); }
-    fj_reg km = {0}, ym = {0};
+    fj_reg km = {0}, ym = {0}, flip = {0};
+    if (c->gemv_s8) {
+        static const uint32_t f80 = 0x80808080u;
+        flip = fj_vreg(b);
+        fj_emit(b, FJ_VPBROADCASTD, V(g, flip), fj_const_data(b, &f80, 4, 4, 32));
+    }
     if (tail && g->avx512) {
         km = fj_kreg(b);
         fj_emit(b, FJ_KMOVW, fj_k(km), fj_mem(16, p, OFF(kmask)));
@@ -329,6 +335,7 @@ static void gemv(fj_builder *b, const kg_lowp_cfg *c) {
             if (!part) fj_emit(b, g->avx512 ? FJ_VMOVDQU32 : FJ_VMOVDQU, V(g, g->x), am);
             else if (g->avx512) fj_emit(b, FJ_VMOVDQU32, fj_masked(V(g, g->x), km, 1), am);
             else fj_emit(b, FJ_VMASKMOVPS, V(g, g->x), V(g, ym), am);
+            if (flip.id) fj_emit(b, FJ_VXORPS, V(g, g->x), V(g, g->x), V(g, flip)); /* s8 + 128 */
             fj_opnd acc = V(g, g->acc[i][0]);
             if (c->dot) {
                 fj_emit(b, bf16 ? FJ_VDPBF16PS : FJ_VPDPBUSD, acc, V(g, g->x), V(g, g->bv[0]));

@@ -39,6 +39,7 @@ typedef struct kg_lowp_cfg {
     /* Matrix x vector (one column of B): 1 or 2 instead of the tile; see
      * kg_lowp_args. 2: a masked last chunk after the whole ones. */
     int32_t gemv;
+    int32_t gemv_s8;   /* gemv, int8: A is s8, flipped to u8 (+128) as loaded */
 } kg_lowp_cfg;
 
 enum { KG_LP_OUT_F32 = 0, KG_LP_OUT_Q8, KG_LP_OUT_BF16 };

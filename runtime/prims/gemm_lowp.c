@@ -407,12 +407,12 @@ static int64_t lp_l2_bytes(const fj_runtime *rt) {
 
 /* ---- matrix x vector ---------------------------------------------------- */
 
-/* u8 (bo == 0) or bf16 A (row-major, whole k groups) times one column of B:
+/* u8 or s8 (bo == 0) or bf16 A (row-major, whole k groups) times one column of B:
  * each row of A is read in place a vector at a time against the vector b,
  * so that no operand is packed and no lane of a tile is padding. */
 static int gemv_fits(const lp_call *x) {
     if (x->n != 1 || x->ta || x->k <= 0) return 0;
-    return x->kind == LP_BF16 ? x->k % 2 == 0 : x->kind == LP_INT8 && x->bo == 0 && x->k % 4 == 0;
+    return x->kind == LP_BF16 ? x->k % 2 == 0 : x->bo == 0 && x->k % 4 == 0;
 }
 
 typedef struct lp_gemv {
@@ -480,7 +480,8 @@ static void gemv_job(void *ctx, int64_t j) {
         (part ? v->fn_tail : v->fn)(&g);
     }
     int64_t i1 = j + 1 < v->jobs ? b1 * v->mr : x->m;
-    uint32_t aterm = (uint32_t)x->ao * v->sumb;
+    /* s8 A entered the dot products as A + 128 (as packed A does) */
+    uint32_t aterm = ((uint32_t)x->ao + (x->kind == LP_S8S8 ? 128u : 0u)) * v->sumb;
     int plain = x->alpha == 1.0f && (x->beta == 0.0f || x->beta == 1.0f);
     /* The row sums overwrite the first of their own rows' vectors (each
      * read before written: row i's sum goes to dword i of row i's block). */
@@ -533,6 +534,7 @@ static fj_status lp_gemv_call(fj_runtime *rt, const lp_call *x) {
     else c.dot = (rt->features & (avx512 ? X64_F_AVX512VNNI : X64_F_AVXVNNI)) != 0;
     c.nv = 1;
     c.gemv = rem ? 2 : 1;
+    c.gemv_s8 = x->kind == LP_S8S8;
     v.nblk = x->m / v.mr;
     fj_kernel *ref[2] = {NULL, NULL};
     fj_status s = FJ_OK;
