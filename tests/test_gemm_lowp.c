@@ -10,6 +10,8 @@
 
 #include "fjtest.h"
 #include "framejit.h"
+#include "kernels/x64/x64.h"
+#include "runtime/rt.h"
 
 static uint64_t rs = 0x9e3779b97f4a7c15ull;
 static uint32_t rnd(void) {
@@ -35,25 +37,6 @@ static const path paths[] = {
 };
 enum { NPATHS = sizeof paths / sizeof paths[0] };
 
-static int cpu_has(const char *flag) {
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f) return 0;
-    char line[8192];
-    int found = 0;
-    while (!found && fgets(line, sizeof line, f))
-        if (!strncmp(line, "flags", 5)) {
-            char *p = line;
-            size_t n = strlen(flag);
-            while ((p = strstr(p, flag))) {
-                if ((p[-1] == ' ' || p[-1] == '\t') && (p[n] == ' ' || p[n] == '\n')) found = 1;
-                p += n;
-            }
-            break;
-        }
-    fclose(f);
-    return found;
-}
-
 /* The runtime of path i, or NULL (printing why) where the CPU lacks it. */
 static fj_runtime *path_rt(int i, int threads, int *saturates, int *bf16dot) {
     const path *p = &paths[i];
@@ -71,12 +54,15 @@ static fj_runtime *path_rt(int i, int threads, int *saturates, int *bf16dot) {
         fprintf(stderr, "gemm_lowp: path %s skipped: %s\n", p->name, fj_last_error());
         return NULL;
     }
-    int vnni = p->isa == FJ_ISA_AVX512 ? cpu_has("avx512_vnni") : cpu_has("avx_vnni");
-    if (p->disable & FJ_CPU_NO_VNNI) vnni = 0;
+    /* The runtime's effective features: the CPU's less what cpu_disable and
+     * FRAMEJIT_CPU_DISABLE take away (the generators see only these). */
+    uint32_t f = rt->features;
+    int vnni = (f & (p->isa == FJ_ISA_AVX512 ? X64_F_AVX512VNNI : X64_F_AVXVNNI)) != 0;
     if (p->isa == FJ_ISA_AVX2 && !(p->disable & FJ_CPU_NO_VNNI) && !vnni)
-        fprintf(stderr, "gemm_lowp: path %s runs without AVX-VNNI (the CPU lacks it)\n", p->name);
+        fprintf(stderr, "gemm_lowp: path %s runs without AVX-VNNI (the CPU lacks it or "
+                "FRAMEJIT_CPU_DISABLE removes it)\n", p->name);
     *saturates = !vnni;
-    *bf16dot = p->isa == FJ_ISA_AVX512 && cpu_has("avx512_bf16") && !(p->disable & FJ_CPU_NO_BF16);
+    *bf16dot = p->isa == FJ_ISA_AVX512 && (f & X64_F_AVX512BF16);
     return rt;
 }
 
@@ -226,6 +212,31 @@ START_TEST(int8_random) {
 }
 END_TEST
 
+/* Matrix x vector (u8 or s8 A, one column of B, bo 0: the unpacked path):
+ * whole and partial vectors of k, partial row blocks, strided and
+ * transposed b, offsets, alpha/beta; the last case is large enough for
+ * two threads to split it. */
+START_TEST(int8_gemv) {
+    int sat, bfd;
+    fj_runtime *rt = path_rt(_i, 1 + _i % 2, &sat, &bfd);
+    if (!rt) return;
+    long iters = fjt_iters("FJT_LOWP_ITERS", 1000) / 5 + 1, bad = 0;
+    rs = 0x7654321ull + (uint64_t)_i * 131;
+    for (long it = 0; it <= iters; it++) {
+        icase t;
+        rand_icase(&t);
+        t.ta = 0;
+        t.bo = 0;
+        int64_t m = rn(4) ? dims[rn(NDIMS)] : 100 + rn(300), k = 4 * (1 + rn(rn(2) ? 20 : 200));
+        if (it == iters) m = 2100, k = 1028;
+        set_dims(&t, m, 1, k);
+        bad += run_icase(rt, &t, sat && t.full, paths[_i].name) != 0;
+    }
+    fj_runtime_destroy(rt);
+    ck_assert_msg(bad == 0, "%s: %ld of %ld cases differ", paths[_i].name, bad, iters + 1);
+}
+END_TEST
+
 /* The saturation is real on the fallback paths (the model is not vacuous):
  * u8 A of 255 and B of 127 saturate every pair. */
 START_TEST(int8_saturation_documented) {
@@ -350,6 +361,24 @@ START_TEST(bf16_random) {
         int64_t m = dims[rn(NDIMS)], n = dims[rn(NDIMS)], k = dims[rn(NDIMS)];
         if (rn(8) == 0) k = 100 + rn(300);
         bad += run_bcase(rt, paths[_i].name, m, n, k);
+    }
+    fj_runtime_destroy(rt);
+    ck_assert_msg(bad == 0, "%s: %ld elements out of bound", paths[_i].name, bad);
+}
+END_TEST
+
+/* bf16 matrix x vector (n = 1, row-major A with even k: the unpacked
+ * path; transposed A takes the tile path), the last case on two threads. */
+START_TEST(bf16_gemv) {
+    int sat, bfd;
+    fj_runtime *rt = path_rt(_i, 1 + _i % 2, &sat, &bfd);
+    if (!rt) return;
+    long iters = fjt_iters("FJT_LOWP_ITERS", 1000) / 5 + 1, bad = 0;
+    rs = 0x2468aceull + (uint64_t)_i * 71;
+    for (long it = 0; it <= iters; it++) {
+        int64_t m = rn(4) ? dims[rn(NDIMS)] : 100 + rn(300), k = 2 * (1 + rn(rn(2) ? 40 : 400));
+        if (it == iters) m = 2100, k = 1026;
+        bad += run_bcase(rt, paths[_i].name, m, 1, k);
     }
     fj_runtime_destroy(rt);
     ck_assert_msg(bad == 0, "%s: %ld elements out of bound", paths[_i].name, bad);
@@ -662,8 +691,10 @@ static Suite *suite(void) {
     tcase_set_timeout(t, 600);
     tcase_add_loop_test(t, int8_random, 0, NPATHS);
     tcase_add_loop_test(t, int8_saturation_documented, 0, NPATHS);
+    tcase_add_loop_test(t, int8_gemv, 0, NPATHS);
     tcase_add_test(t, int8_bad_args);
     tcase_add_loop_test(t, bf16_random, 0, NPATHS);
+    tcase_add_loop_test(t, bf16_gemv, 0, NPATHS);
     tcase_add_loop_test(t, random_threads, 0, NPATHS);
     tcase_add_test(t, threads_same);
     tcase_add_loop_test(t, int8_handle_random, 0, NPATHS);

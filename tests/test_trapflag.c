@@ -354,10 +354,11 @@ typedef struct lowp_arg {
     const void *a, *b;
     void *c;
     int k;             /* LK, or LK - 1 (whole k groups: A read in place) */
+    int n;             /* LN, or LN1 (one-vector tiles on either ISA) */
     fj_status s;
 } lowp_arg;
 
-enum { LM = 19, LN = 21, LK = 9 };
+enum { LM = 19, LN = 21, LK = 9, LN1 = 7 };
 
 static void lowp_body(void *p) {
     lowp_arg *g = p;
@@ -366,10 +367,10 @@ static void lowp_body(void *p) {
     if (g->h)
         g->s = fj_gemm_lowp_execute(g->h, g->a, g->b, g->bf16 ? NULL : &one, NULL, g->c);
     else if (g->bf16)
-        g->s = fj_gemm_bf16bf16f32(g->rt, 'N', 'N', LM, LN, g->k, 1.0f, g->a, g->k, g->b, LN, 0.0f,
+        g->s = fj_gemm_bf16bf16f32(g->rt, 'N', 'N', LM, g->n, g->k, 1.0f, g->a, g->k, g->b, LN, 0.0f,
                                    g->c, LN);
     else
-        g->s = fj_gemm_u8s8s32(g->rt, 'N', 'N', 'R', LM, LN, g->k, 1.0f, g->a, g->k, 1, g->b, LN, 0,
+        g->s = fj_gemm_u8s8s32(g->rt, 'N', 'N', 'R', LM, g->n, g->k, 1.0f, g->a, g->k, 1, g->b, LN, 0,
                                0.0f, g->c, LN, co);
     __asm__ volatile("" ::: "memory");
 }
@@ -377,7 +378,8 @@ static void lowp_body(void *p) {
 /* Loop index: bit 0 ISA, bit 1 without the dot-product instructions, bit 2 bf16,
  * bit 3 a handle with the fused epilogue (relu; int8 to f32, bf16 to bf16),
  * bit 4 k = 8 (whole k groups: the in-place A kernels, full tiles and the
- * last tile's rows, instead of packed A). */
+ * last tile's rows, instead of packed A), bit 5 n = LN1 (one-vector tiles;
+ * not with the handle, whose n is fixed at LN). */
 START_TEST(lowp_every_instruction) {
     fj_options o;
     fj_options_init(&o);
@@ -401,7 +403,11 @@ START_TEST(lowp_every_instruction) {
         for (int i = 0; i < LM * LK; i++) a8[i] = (uint8_t)(i % 7);
         for (int i = 0; i < LK * LN; i++) b8[i] = (uint8_t)(i % 5);
     }
-    int handle = _i >> 3 & 1, lk = _i >> 4 & 1 ? LK - 1 : LK;
+    int handle = _i >> 3 & 1, lk = _i >> 4 & 1 ? LK - 1 : LK, ln = _i >> 5 & 1 ? LN1 : LN;
+    if (handle && ln != LN) {
+        fj_runtime_destroy(rt);
+        return;
+    }
     fj_gemm_lowp *h = NULL;
     if (handle) {
         fj_gemm_lowp_desc d = {0};
@@ -414,13 +420,13 @@ START_TEST(lowp_every_instruction) {
         d.post_op = FJ_ELT_RELU;
         ck_assert_msg(fj_gemm_lowp_create(rt, &d, &h) == FJ_OK, "%s", fj_last_error());
     }
-    lowp_arg g = {rt, bf16, h, a, b, c, lk, FJ_ERR_INVALID_ARG};
+    lowp_arg g = {rt, bf16, h, a, b, c, lk, ln, FJ_ERR_INVALID_ARG};
     fjt_trace_opts to = {.root = (const void *)main};
     fjt_trace_result *r = malloc(sizeof *r);
     ck_assert_ptr_nonnull(r);
     char what[96];
-    snprintf(what, sizeof what, "lowp %s%s k=%d isa=%d disable=%u", bf16 ? "bf16" : "u8s8",
-             handle ? " handle" : "", lk, (int)o.isa, o.cpu_disable);
+    snprintf(what, sizeof what, "lowp %s%s k=%d n=%d isa=%d disable=%u", bf16 ? "bf16" : "u8s8",
+             handle ? " handle" : "", lk, ln, (int)o.isa, o.cpu_disable);
     int ok = fjt_trace_kernel(lowp_body, &g, &to, r);
     ck_assert_msg(g.s == FJ_OK, "%s: %s", what, fj_last_error());
     assert_trace(what, ok, r);
@@ -428,7 +434,7 @@ START_TEST(lowp_every_instruction) {
                                                              : "fj_gemm_u8s8s32_"),
                   "%s: traced %s", what, r->first_name ? r->first_name : "?");
     for (int i = 0; i < LM; i++)
-        for (int j = 0; j < LN; j++) {
+        for (int j = 0; j < ln; j++) {
             double want = 0;
             for (int p = 0; p < lk; p++)
                 want += bf16 ? (double)(1 << (i * lk + p) % 3) * 2.0
@@ -450,6 +456,75 @@ START_TEST(lowp_every_instruction) {
 }
 END_TEST
 
+/* Matrix x vector (u8 A times one column of B): GM rows (two blocks of 8
+ * and a 3-row tail kernel), GK = two whole vectors and a masked part on
+ * either ISA. */
+enum { GM = 19, GK = 132 };
+
+static void gemv_body(void *p) {
+    lowp_arg *g = p;
+    static const int32_t co[1];
+    if (g->bf16)
+        g->s = fj_gemm_bf16bf16f32(g->rt, 'N', 'N', GM, 1, GK, 1.0f, g->a, GK, g->b, 1, 0.0f, g->c, 1);
+    else if (g->k != GK)  /* s8 A */
+        g->s = fj_gemm_s8s8s32(g->rt, 'N', 'N', 'F', GM, 1, GK, 1.0f, g->a, GK, 1, g->b, 1, 0, 0.0f,
+                               g->c, 1, co);
+    else
+        g->s = fj_gemm_u8s8s32(g->rt, 'N', 'N', 'F', GM, 1, GK, 1.0f, g->a, GK, 1, g->b, 1, 0, 0.0f,
+                               g->c, 1, co);
+    __asm__ volatile("" ::: "memory");
+}
+
+/* Loop index: bit 0 ISA, bit 1 without the dot-product instruction, bit 2
+ * bf16, bit 3 s8 A (int8 only; lowp_arg.k = -1 marks it). */
+START_TEST(lowp_gemv_every_instruction) {
+    fj_options o;
+    fj_options_init(&o);
+    o.isa = (_i & 1) ? FJ_ISA_AVX2 : FJ_ISA_AVX512;
+    o.threads = 1;
+    o.cpu_disable = (_i & 2) ? FJ_CPU_NO_VNNI | FJ_CPU_NO_BF16 : 0;
+    int bf16 = _i >> 2 & 1, s8 = _i >> 3 & 1;
+    if (bf16 && s8) return;
+    fj_runtime *rt = NULL;
+    if (fj_runtime_create(&o, &rt) != FJ_OK) {
+        printf("lowp gemv %d: skipped: %s\n", _i, fj_last_error());
+        return;
+    }
+    static uint8_t a[GM * GK];
+    static int8_t b[GK];
+    static uint16_t a16[GM * GK], b16[GK];
+    static int32_t c[GM];
+    for (int i = 0; i < GM * GK; i++) a[i] = (uint8_t)(i % 7);
+    for (int i = 0; i < GK; i++) b[i] = (int8_t)(i % 5);
+    for (int i = 0; i < GM * GK; i++) a16[i] = 0x3f80 + (uint16_t)(i % 3 << 7); /* 1, 2, 4 */
+    for (int i = 0; i < GK; i++) b16[i] = 0x4000;                               /* 2 */
+    lowp_arg g = {rt, bf16, NULL, bf16 ? (const void *)a16 : a, bf16 ? (const void *)b16 : b, c,
+                  s8 ? -1 : GK, 1, FJ_ERR_INVALID_ARG};
+    fjt_trace_opts to = {.root = (const void *)main};
+    fjt_trace_result *r = malloc(sizeof *r);
+    ck_assert_ptr_nonnull(r);
+    char what[64];
+    snprintf(what, sizeof what, "lowp gemv %s isa=%d disable=%u", bf16 ? "bf16" : s8 ? "s8s8" : "u8s8",
+             (int)o.isa, o.cpu_disable);
+    int ok = fjt_trace_kernel(gemv_body, &g, &to, r);
+    ck_assert_msg(g.s == FJ_OK, "%s: %s", what, fj_last_error());
+    assert_trace(what, ok, r);
+    ck_assert_msg(r->first_name && strstr(r->first_name, bf16 ? "fj_gemm_bf16bf16f32_gemv_"
+                                                         : s8 ? "fj_gemm_s8s8s32_gemv_"
+                                                              : "fj_gemm_u8s8s32_gemv_"),
+                  "%s: traced %s", what, r->first_name ? r->first_name : "?");
+    for (int i = 0; i < GM; i++) {
+        int32_t want = 0;
+        for (int p = 0; p < GK; p++)
+            want += bf16 ? (1 << (i * GK + p) % 3) * 2 : ((i * GK + p) % 7 - 1) * (p % 5);
+        double got = bf16 ? (double)((float *)c)[i] : (double)c[i];
+        ck_assert_msg(got == want, "%s: C(%d) = %g, want %d", what, i, got, want);
+    }
+    free(r);
+    fj_runtime_destroy(rt);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("trapflag");
     TCase *t = tcase_create("every_instruction");
@@ -457,7 +532,8 @@ static Suite *suite(void) {
     tcase_add_loop_test(t, relu_every_instruction, 0, (int)(4 * NRELU));
     tcase_add_loop_test(t, csr_kernel_every_instruction, 0, 4);
     tcase_add_loop_test(t, gemm_every_instruction, 0, 24);
-    tcase_add_loop_test(t, lowp_every_instruction, 0, 32);
+    tcase_add_loop_test(t, lowp_every_instruction, 0, 64);
+    tcase_add_loop_test(t, lowp_gemv_every_instruction, 0, 16);
     tcase_add_loop_test(t, loop_kernel_every_instruction, 0, 2);
     tcase_add_test(t, chain_check_rejects);
     suite_add_tcase(s, t);

@@ -30,6 +30,13 @@
 
 void kg_lowp_name(const kg_lowp_cfg *c, char *buf, size_t n) {
     int lanes = c->isa == FJ_ISA_AVX512 ? 16 : 8;
+    if (c->gemv) {
+        snprintf(buf, n, "fj_gemm_%s_gemv_%dr_%s_%s%s",
+                 c->dt == KG_LP_BF16 ? "bf16bf16f32" : c->gemv_s8 ? "s8s8s32" : "u8s8s32", c->mr,
+                 c->dot ? "dot" : "widen",
+                 c->isa == FJ_ISA_AVX512 ? "avx512" : "avx2", c->gemv == 2 ? "_tail" : "");
+        return;
+    }
     static const char *outs[] = {"f32", "q8", "bf16"};
     snprintf(buf, n, "fj_gemm_%s_%dx%d_%s_%s%s%s%s%s%s%s", c->dt == KG_LP_BF16 ? "bf16bf16f32" : "u8s8s32",
              c->mr, c->nv * lanes, c->dot ? "dot" : "widen",
@@ -53,11 +60,16 @@ fj_status kg_lowp_check(const kg_lowp_cfg *c) {
         return fj_fail(FJ_ERR_INVALID_ARG, "lowp gemm kernel: isa %d", c->isa);
     if (c->dt != KG_LP_U8S8 && c->dt != KG_LP_BF16)
         return fj_fail(FJ_ERR_INVALID_ARG, "lowp gemm kernel: type %d", c->dt);
+    if (c->gemv && (c->gemv > 2 || (c->gemv_s8 && c->dt != KG_LP_U8S8) || c->mr < 1 || c->mr > 8 || c->nv != 1 || c->post || c->add ||
+                    c->a_rows || (c->dt == KG_LP_BF16 && c->dot && c->isa != FJ_ISA_AVX512)))
+        return fj_fail(FJ_ERR_INVALID_ARG, "lowp gemv kernel: 1-8 rows, one vector, plain store");
+    if (c->gemv) return FJ_OK;  /* at most mr + 7 <= 15 vector registers */
     if (c->mr < 1 || c->mr > 16 || c->nv < 1 || c->nv > 4)
         return fj_fail(FJ_ERR_INVALID_ARG, "lowp gemm kernel: tile %dx%d vectors", c->mr, c->nv);
     int nvec = c->isa == FJ_ISA_AVX512 ? 32 : 16;
-    /* The epilogue needs three spare registers (row term, C, AVX2 mask). */
-    if (loop_regs(c) > nvec || c->nv + 1 < 3)
+    /* The epilogue needs three spare registers (row term, C, AVX2 mask):
+     * the k loop's B and broadcast ones, and with one B vector one more. */
+    if (loop_regs(c) + (c->nv < 2) > nvec)
         return fj_fail(FJ_ERR_INVALID_ARG, "lowp gemm kernel: a %dx%d-vector tile needs %d vector "
                        "registers, the ISA has %d", c->mr, c->nv, loop_regs(c), nvec);
     /* AVX2 has no bf16 dot product (vdpbf16ps ymm needs AVX512_BF16 + VL). */
@@ -247,8 +259,121 @@ static void store_row_post(gen *g, fj_reg p, fj_reg cr, fj_reg ct, fj_reg rt, fj
     }
 }
 
+/* The matrix x vector kernel (see kg_lowp_args): per chunk, one load of
+ * b and per row one load of A and one dot product into the row's own
+ * accumulator; the lanes are summed by the caller. */
+static void gemv(fj_builder *b, const kg_lowp_cfg *c) {
+    gen g0 = {0}, *g = &g0;
+    g->b = b;
+    g->c = c;
+    g->avx512 = c->isa == FJ_ISA_AVX512;
+    g->vb = g->avx512 ? 512 : 256;
+    int vbytes = g->vb / 8, tail = c->gemv == 2;
+    fj_reg p = fj_arg(b, 0);
+    fj_reg ap = fj_gpr(b), a = fj_gpr(b), a4 = fj_gpr(b), bp = fj_gpr(b), cp = fj_gpr(b);
+    fj_reg k = fj_gpr(b), nt = fj_gpr(b), lda = fj_gpr(b), lda3 = fj_gpr(b);
+    for (int i = 0; i < c->mr; i++) g->acc[i][0] = fj_vreg(b);
+    g->bv[0] = fj_vreg(b);
+    g->x = fj_vreg(b);
+    int bf16 = c->dt == KG_LP_BF16;
+    if (!c->dot && !bf16) { g->t = fj_vreg(b); g->ones = fj_vreg(b); }
+    if (!c->dot && bf16) { g->bo[0] = fj_vreg(b); g->xo = fj_vreg(b); g->hi = fj_vreg(b); }
+    fj_reg km = {0}, ym = {0}, flip = {0};
+    if (c->gemv_s8) {
+        static const uint32_t f80 = 0x80808080u;
+        flip = fj_vreg(b);
+        fj_emit(b, FJ_VPBROADCASTD, V(g, flip), fj_const_data(b, &f80, 4, 4, 32));
+    }
+    if (tail && g->avx512) {
+        km = fj_kreg(b);
+        fj_emit(b, FJ_KMOVW, fj_k(km), fj_mem(16, p, OFF(kmask)));
+    } else if (tail) {
+        ym = fj_vreg(b);
+        fj_emit(b, FJ_VMOVDQU, V(g, ym), fj_mem(256, p, OFF(ymask)));
+    }
+    if (!c->dot && !bf16) {
+        static const uint32_t one16 = 0x00010001u;
+        fj_emit(b, FJ_VPBROADCASTD, V(g, g->ones), fj_const_data(b, &one16, 4, 4, 32));
+    }
+    if (!c->dot && bf16) {
+        static const uint32_t himask = 0xffff0000u;
+        fj_emit(b, FJ_VPBROADCASTD, V(g, g->hi), fj_const_data(b, &himask, 4, 4, 32));
+    }
+    fj_emit(b, FJ_MOV, fj_r64(ap), fj_mem(64, p, OFF(a)));
+    fj_emit(b, FJ_MOV, fj_r64(cp), fj_mem(64, p, OFF(c)));
+    fj_emit(b, FJ_MOV, fj_r64(nt), fj_mem(64, p, OFF(ntiles)));
+    fj_emit(b, FJ_MOV, fj_r64(lda), fj_mem(64, p, OFF(lda)));
+    fj_emit(b, FJ_LEA, fj_r64(lda3), fj_memx(64, lda, lda, 2, 0));
+    fj_label tile = fj_label_new(b), kloop = fj_label_new(b), kdone = fj_label_new(b);
+    fj_label_bind(b, tile);
+    for (int i = 0; i < c->mr; i++) {
+        fj_opnd r = V(g, g->acc[i][0]);
+        fj_emit(b, FJ_VXORPS, r, r, r);
+    }
+    fj_emit(b, FJ_MOV, fj_r64(a), fj_r64(ap));
+    fj_emit(b, FJ_LEA, fj_r64(a4), fj_memx(64, ap, lda, 4, 0));
+    fj_emit(b, FJ_MOV, fj_r64(bp), fj_mem(64, p, OFF(b)));
+    fj_emit(b, FJ_MOV, fj_r64(k), fj_mem(64, p, OFF(kq)));
+    fj_emit(b, FJ_TEST, fj_r64(k), fj_r64(k));
+    fj_emit(b, FJ_JE, fj_lbl(kdone));
+    for (int part = 0; part < 1 + tail; part++) {
+        if (!part) fj_label_bind(b, kloop);
+        else fj_label_bind(b, kdone);
+        fj_emit(b, g->avx512 ? FJ_VMOVDQU32 : FJ_VMOVDQU, V(g, g->bv[0]), fj_mem((uint16_t)g->vb, bp, 0));
+        if (bf16 && !c->dot) {
+            /* odd element: the high half; even: shifted into the high half */
+            fj_emit(b, FJ_VANDPS, V(g, g->bo[0]), V(g, g->bv[0]), V(g, g->hi));
+            fj_emit(b, FJ_VPSLLD, V(g, g->bv[0]), V(g, g->bv[0]), fj_imm(16));
+        }
+        for (int i = 0; i < c->mr; i++) {
+            /* rows 0-3 from a, 4-7 from a + 4*lda: [base + {0, lda, 2*lda, lda3}] */
+            fj_reg base = i < 4 ? a : a4;
+            int r = i & 3;
+            fj_opnd am = r == 0 ? fj_mem((uint16_t)g->vb, base, 0)
+                                : r == 3 ? fj_memx((uint16_t)g->vb, base, lda3, 1, 0)
+                                         : fj_memx((uint16_t)g->vb, base, lda, (uint8_t)r, 0);
+            if (!part) fj_emit(b, g->avx512 ? FJ_VMOVDQU32 : FJ_VMOVDQU, V(g, g->x), am);
+            else if (g->avx512) fj_emit(b, FJ_VMOVDQU32, fj_masked(V(g, g->x), km, 1), am);
+            else fj_emit(b, FJ_VMASKMOVPS, V(g, g->x), V(g, ym), am);
+            if (flip.id) fj_emit(b, FJ_VXORPS, V(g, g->x), V(g, g->x), V(g, flip)); /* s8 + 128 */
+            fj_opnd acc = V(g, g->acc[i][0]);
+            if (c->dot) {
+                fj_emit(b, bf16 ? FJ_VDPBF16PS : FJ_VPDPBUSD, acc, V(g, g->x), V(g, g->bv[0]));
+            } else if (bf16) {
+                fj_emit(b, FJ_VANDPS, V(g, g->xo), V(g, g->x), V(g, g->hi));
+                fj_emit(b, FJ_VPSLLD, V(g, g->x), V(g, g->x), fj_imm(16));
+                fj_emit(b, FJ_VFMADD231PS, acc, V(g, g->xo), V(g, g->bo[0]));
+                fj_emit(b, FJ_VFMADD231PS, acc, V(g, g->x), V(g, g->bv[0]));
+            } else {
+                fj_emit(b, FJ_VPMADDUBSW, V(g, g->t), V(g, g->x), V(g, g->bv[0]));
+                fj_emit(b, FJ_VPMADDWD, V(g, g->t), V(g, g->t), V(g, g->ones));
+                fj_emit(b, FJ_VPADDD, acc, acc, V(g, g->t));
+            }
+        }
+        if (part) break;
+        fj_emit(b, FJ_ADD, fj_r64(a), fj_imm(vbytes));
+        fj_emit(b, FJ_ADD, fj_r64(a4), fj_imm(vbytes));
+        fj_emit(b, FJ_ADD, fj_r64(bp), fj_imm(vbytes));
+        fj_emit(b, FJ_DEC, fj_r64(k));
+        fj_emit(b, FJ_JNE, fj_lbl(kloop));
+        if (!tail) fj_label_bind(b, kdone);
+    }
+    for (int i = 0; i < c->mr; i++)
+        fj_emit(b, g->avx512 ? FJ_VMOVDQU32 : FJ_VMOVDQU, fj_mem((uint16_t)g->vb, cp, i * vbytes),
+                V(g, g->acc[i][0]));
+    fj_emit(b, FJ_ADD, fj_r64(ap), fj_mem(64, p, OFF(a_tile)));
+    fj_emit(b, FJ_ADD, fj_r64(cp), fj_imm(c->mr * vbytes));
+    fj_emit(b, FJ_DEC, fj_r64(nt));
+    fj_emit(b, FJ_JNE, fj_lbl(tile));
+    fj_return(b, fj_none());
+}
+
 void kg_lowp(fj_builder *b, const void *ctx) {
     const kg_lowp_cfg *c = ctx;
+    if (c->gemv) {
+        gemv(b, c);
+        return;
+    }
     gen g0 = {0}, *g = &g0;
     g->b = b;
     g->c = c;
@@ -381,6 +506,7 @@ void kg_lowp(fj_builder *b, const void *ctx) {
     fj_reg tmp[5];
     for (int v = 0; v < c->nv; v++) tmp[v] = g->bv[v];
     tmp[c->nv] = g->x;
+    if (c->nv < 2) tmp[2] = fj_vreg(b);
     fj_reg alpha = tmp[0], beta = g->avx512 ? tmp[2] : g->xo;
     if (bf16) {
         fj_emit(b, FJ_VBROADCASTSS, V(g, alpha), fj_mem(32, p, OFF(alpha)));

@@ -36,6 +36,10 @@ typedef struct kg_lowp_cfg {
     int32_t has_bias;
     int32_t act;       /* fj_eltwise_op, 0 = none */
     float act_alpha, act_beta;
+    /* Matrix x vector (one column of B): 1 or 2 instead of the tile; see
+     * kg_lowp_args. 2: a masked last chunk after the whole ones. */
+    int32_t gemv;
+    int32_t gemv_s8;   /* gemv, int8: A is s8, flipped to u8 (+128) as loaded */
 } kg_lowp_cfg;
 
 enum { KG_LP_OUT_F32 = 0, KG_LP_OUT_Q8, KG_LP_OUT_BF16 };
@@ -74,6 +78,14 @@ typedef struct kg_lowp_args {
     int64_t lda;             /* a_rows: bytes between rows of A */
 } kg_lowp_args;
 
+/* The matrix x vector kernel (cfg.gemv, mr rows a block, A (u8 or bf16)
+ * in place, a = row 0 of the first block, rows lda bytes apart): for each
+ * of ntiles blocks and each row i, the vector of lane sums (int32 or f32)
+ *   s_i[l] = sum over chunks q of dot(A(i, chunk q), b chunk q)[l]
+ * at c + (block*mr + i)*vector bytes, where a chunk is a vector of A's row
+ * (64 or 32 bytes): kq whole chunks, then with gemv == 2 one more whose A
+ * dword lanes are kmask / ymask[0] (b zero-padded to whole chunks).
+ * a_tile: bytes between blocks (mr*lda). */
 typedef void (*kg_lowp_fn)(const kg_lowp_args *args);
 enum { KG_LOWP_NARGS = 1 };
 

@@ -247,14 +247,22 @@ static void choose_cfg(const fj_runtime *rt, int bf16, int64_t n, kg_lowp_cfg *c
         c->nv = 3;
         c->mr = c->dot ? 8 : bf16 ? 6 : 8;
         /* 64-wide panels (6 rows) where they pad C's columns less than
-         * 48-wide ones (256 = 4 x 64 but 6 x 48 - 32); C up to 32 wide: 32. */
+         * 48-wide ones (256 = 4 x 64 but 6 x 48 - 32); C up to 32 wide: 32;
+         * up to one vector wide: one vector, 8 rows (a matrix times a few
+         * vectors computes no padding columns). */
         int64_t pad3 = (n + 47) / 48 * 48 - n, pad4 = (n + 63) / 64 * 64 - n;
-        if (n <= 32) {
+        if (n <= 16) {
+            c->nv = 1;
+            c->mr = 8;
+        } else if (n <= 32) {
             c->nv = 2;
         } else if (pad4 < pad3 && (c->dot || !bf16)) {
             c->nv = 4;
             c->mr = 6;
         }
+    } else if (n <= 8) {
+        c->nv = 1;
+        c->mr = 8;
     } else {
         c->nv = 2;
         c->mr = c->dot ? 6 : bf16 ? 3 : 5;
@@ -266,6 +274,11 @@ static void choose_cfg(const fj_runtime *rt, int bf16, int64_t n, kg_lowp_cfg *c
  * the 4 multiply-adds a dot-product lane does, since waking a worker
  * costs more than it saves there. */
 enum { LP_MT_OPS = 4 << 20 };
+
+/* A matrix x vector call streams A at about 100 bytes a nanosecond (L2 /
+ * L3 bandwidth, not the dot product, bounds it): threads from about a
+ * microsecond of that, the tile path's rule in time. */
+enum { LP_GEMV_MT_BYTES = 128 << 10 };
 
 static int lp_threads(const fj_runtime *rt, int64_t m, int64_t n, int64_t k) {
     return 2.0 * (double)m * (double)n * (double)k < (double)LP_MT_OPS ? 1 : rt_threads(rt);
@@ -292,7 +305,8 @@ static fj_status get_kernel(fj_runtime *rt, const kg_lowp_cfg *c, fj_kernel **ou
     return rt_kernel_acquire(rt, &d, out);
 }
 
-/* This thread's last kernels (the packed-A one and the in-place one):
+/* This thread's last kernels (the packed-A one, the in-place ones, the
+ * matrix x vector ones):
  * calls repeating a shape skip naming the kernel and the kernel table.
  * The memo holds a reference (rt_khold_set bounds how many may), dropped
  * when the thread exits or the slot is reused. */
@@ -300,7 +314,7 @@ static _Thread_local struct lp_memo {
     kg_lowp_cfg cfg;
     uint64_t serial;   /* the runtime's: tells it from a later one at its address */
     rt_khold hold;
-} lp_memo[3];
+} lp_memo[5];
 static _Thread_local int lp_memo_hook;
 static pthread_key_t lp_memo_key;
 static pthread_once_t lp_memo_once = PTHREAD_ONCE_INIT;
@@ -308,7 +322,7 @@ static int lp_memo_key_ok;
 
 static void lp_memo_exit(void *arg) {
     (void)arg;
-    for (int i = 0; i < 3; i++) rt_khold_drop(&lp_memo[i].hold);
+    for (int i = 0; i < 5; i++) rt_khold_drop(&lp_memo[i].hold);
 }
 static void lp_memo_key_init(void) {
     lp_memo_key_ok = pthread_key_create(&lp_memo_key, lp_memo_exit) == 0;
@@ -391,10 +405,191 @@ static int64_t lp_l2_bytes(const fj_runtime *rt) {
     return rt->cpu && rt->cpu->l2.size > 0 ? rt->cpu->l2.size : 1 << 20;
 }
 
+/* ---- matrix x vector ---------------------------------------------------- */
+
+/* u8 or s8 (bo == 0) or bf16 A (row-major, whole k groups) times one column of B:
+ * each row of A is read in place a vector at a time against the vector b,
+ * so that no operand is packed and no lane of a tile is padding. */
+static int gemv_fits(const lp_call *x) {
+    if (x->n != 1 || x->ta || x->k <= 0) return 0;
+    return x->kind == LP_BF16 ? x->k % 2 == 0 : x->bo == 0 && x->k % 4 == 0;
+}
+
+typedef struct lp_gemv {
+    const lp_call *x;
+    kg_lowp_fn fn, fn_tail;  /* blocks of mr rows; the last m % mr rows */
+    kg_lowp_args g;          /* of the first block */
+    int64_t nblk, jobs;
+    int mr, lanes;
+    int32_t *sums;           /* m vectors of lane sums */
+    uint32_t sumb;           /* sum of b (s8) */
+} lp_gemv;
+
+/* d[i] = the sum of the lanes (16 or 8 dwords, mod 2^32) of vector i of s. */
+__attribute__((target("avx512f"))) static void lane_sums16(const int32_t *s, int64_t n, uint32_t *d) {
+    for (int64_t i = 0; i < n; i++)
+        d[i] = (uint32_t)_mm512_reduce_add_epi32(_mm512_loadu_si512((const void *)(s + 16 * i)));
+}
+__attribute__((target("avx2"))) static void lane_sums8(const int32_t *s, int64_t n, uint32_t *d) {
+    for (int64_t i = 0; i < n; i++) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(s + 8 * i));
+        __m128i x = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+        x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 0x4e));
+        x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 0xb1));
+        d[i] = (uint32_t)_mm_cvtsi128_si32(x);
+    }
+}
+
+__attribute__((target("avx512f"))) static void lane_sums16f(const float *s, int64_t n, float *d) {
+    for (int64_t i = 0; i < n; i++) d[i] = _mm512_reduce_add_ps(_mm512_loadu_ps(s + 16 * i));
+}
+__attribute__((target("avx2"))) static void lane_sums8f(const float *s, int64_t n, float *d) {
+    for (int64_t i = 0; i < n; i++) {
+        __m256 v = _mm256_loadu_ps(s + 8 * i);
+        __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+        x = _mm_add_ss(x, _mm_shuffle_ps(x, x, 1));
+        d[i] = _mm_cvtss_f32(x);
+    }
+}
+
+/* bf16: C = alpha*s (+ beta*C, fused as the tile kernel's store does). */
+__attribute__((target("avx2,fma"))) static void gemv_finish_bf16(const lp_call *x, int64_t r0,
+                                                                 int64_t n, const float *sum) {
+    float *c = (float *)x->c + r0 * x->ldc;
+    const __m128 b = _mm_set_ss(x->beta);
+    for (int64_t i = 0; i < n; i++) {
+        __m128 v = _mm_set_ss(x->alpha * sum[i]);
+        if (x->beta != 0.0f) v = _mm_fmadd_ss(_mm_set_ss(c[i * x->ldc]), b, v);
+        c[i * x->ldc] = _mm_cvtss_f32(v);
+    }
+}
+
+/* Job j: its blocks (the last job also the m % mr rows), then their C. */
+static void gemv_job(void *ctx, int64_t j) {
+    lp_gemv *v = ctx;
+    const lp_call *x = v->x;
+    int64_t b0 = j * v->nblk / v->jobs, b1 = (j + 1) * v->nblk / v->jobs;
+    kg_lowp_args g = v->g;
+    for (int part = 0; part < 2; part++) {
+        int64_t i0 = part ? v->nblk * v->mr : b0 * v->mr, rows = part ? x->m - i0 : (b1 - b0) * v->mr;
+        if (rows <= 0 || (part && j + 1 < v->jobs)) continue;
+        g.a = (const uint8_t *)x->a + i0 * g.lda;
+        g.c = v->sums + i0 * v->lanes;
+        g.ntiles = part ? 1 : b1 - b0;
+        (part ? v->fn_tail : v->fn)(&g);
+    }
+    int64_t i1 = j + 1 < v->jobs ? b1 * v->mr : x->m;
+    /* s8 A entered the dot products as A + 128 (as packed A does) */
+    uint32_t aterm = ((uint32_t)x->ao + (x->kind == LP_S8S8 ? 128u : 0u)) * v->sumb;
+    int plain = x->alpha == 1.0f && (x->beta == 0.0f || x->beta == 1.0f);
+    /* The row sums overwrite the first of their own rows' vectors (each
+     * read before written: row i's sum goes to dword i of row i's block). */
+    uint32_t *sum = (uint32_t *)v->sums + b0 * v->mr * v->lanes;
+    int64_t r0 = b0 * v->mr;
+    if (x->kind == LP_BF16) {
+        const float *sf = (const float *)(const void *)v->sums + r0 * v->lanes;
+        float *df = (float *)(void *)sum;
+        if (v->lanes == 16) lane_sums16f(sf, i1 - r0, df);
+        else lane_sums8f(sf, i1 - r0, df);
+        gemv_finish_bf16(x, r0, i1 - r0, df);
+        return;
+    }
+    if (v->lanes == 16) lane_sums16(v->sums + r0 * 16, i1 - r0, sum);
+    else lane_sums8(v->sums + r0 * 8, i1 - r0, sum);
+    char o = x->offsetc;
+    const int32_t *co = x->co + (o == 'C' || o == 'c' ? r0 : 0);
+    int64_t cs = o == 'C' || o == 'c' ? 1 : 0, ldc = x->ldc;
+    int32_t *c = (int32_t *)x->c + r0 * ldc;
+    int64_t n = i1 - r0;
+    if (plain && x->beta == 0.0f) {
+        for (int64_t i = 0; i < n; i++) c[i * ldc] = (int32_t)(sum[i] - aterm + (uint32_t)co[i * cs]);
+    } else if (plain) {
+        for (int64_t i = 0; i < n; i++)
+            c[i * ldc] = (int32_t)(sum[i] - aterm + (uint32_t)c[i * ldc] + (uint32_t)co[i * cs]);
+    } else {
+        for (int64_t i = 0; i < n; i++) {
+            double d = (double)x->alpha * (double)(int32_t)(sum[i] - aterm);
+            if (x->beta != 0.0f) d += (double)x->beta * (double)c[i * ldc];
+            c[i * ldc] = (int32_t)((uint32_t)sat_round(d) + (uint32_t)co[i * cs]);
+        }
+    }
+}
+
+static fj_status lp_gemv_call(fj_runtime *rt, const lp_call *x) {
+    lp_gemv v;
+    memset(&v, 0, sizeof v);
+    v.x = x;
+    int avx512 = rt->isa == FJ_ISA_AVX512, vbytes = avx512 ? 64 : 32;
+    v.lanes = vbytes / 4;
+    v.mr = 8;
+    int bf16 = x->kind == LP_BF16, es = bf16 ? 2 : 1;
+    int64_t kb = x->k * es, kq = kb / vbytes, rem = kb % vbytes;  /* bytes of a row of A */
+    kg_lowp_cfg c;
+    memset(&c, 0, sizeof c);
+    c.tag = KG_LOWP_TAG;
+    c.isa = rt->isa;
+    c.dt = bf16 ? KG_LP_BF16 : KG_LP_U8S8;
+    if (bf16) c.dot = avx512 && (rt->features & X64_F_AVX512BF16);
+    else c.dot = (rt->features & (avx512 ? X64_F_AVX512VNNI : X64_F_AVXVNNI)) != 0;
+    c.nv = 1;
+    c.gemv = rem ? 2 : 1;
+    c.gemv_s8 = x->kind == LP_S8S8;
+    v.nblk = x->m / v.mr;
+    fj_kernel *ref[2] = {NULL, NULL};
+    fj_status s = FJ_OK;
+    if (v.nblk) {
+        c.mr = v.mr;
+        s = memo_kernel(rt, &c, 3, &v.fn, &ref[0]);
+    }
+    if (s == FJ_OK && x->m % v.mr) {
+        c.mr = (int32_t)(x->m % v.mr);
+        s = memo_kernel(rt, &c, 4, &v.fn_tail, &ref[1]);
+    }
+    size_t bbytes = (size_t)(kq + 1) * (size_t)vbytes;
+    uint8_t *mem = s == FJ_OK ? fj_malloc(bbytes + (size_t)x->m * (size_t)vbytes + 64) : NULL;
+    if (s == FJ_OK && !mem)
+        s = fj_fail(FJ_ERR_NO_MEMORY, "gemm: out of memory (%zu bytes of vector and sums)", bbytes);
+    if (s == FJ_OK) {
+        uint8_t *cur = mem, *bv = aligned_part(&cur, bbytes);
+        v.sums = aligned_part(&cur, (size_t)x->m * (size_t)vbytes);
+        /* b gathered (ldb apart unless transposed) and zero-padded to whole vectors. */
+        int64_t step = x->tb ? 1 : x->ldb;
+        uint32_t sumb = 0;
+        if (step == 1) {
+            memcpy(bv, x->b, (size_t)kb);
+        } else {
+            for (int64_t kk = 0; kk < x->k; kk++)
+                memcpy(bv + kk * es, (const uint8_t *)x->b + kk * step * es, (size_t)es);
+        }
+        for (int64_t kk = 0; !bf16 && kk < x->k; kk++) sumb += (uint32_t)(int32_t)(int8_t)bv[kk];
+        memset(bv + kb, 0, bbytes - (size_t)kb);
+        v.sumb = sumb;
+        v.g.b = bv;
+        v.g.kq = kq;
+        v.g.lda = x->lda * es;
+        v.g.a_tile = v.mr * v.g.lda;
+        int tl = (int)(rem / 4);
+        v.g.kmask[0] = (1u << tl) - 1u;
+        for (int l = 0; l < 8; l++) v.g.ymask[0][l] = l < tl ? -1 : 0;
+        /* Threads from LP_GEMV_MT_BYTES of A: the streaming kernel does
+         * one multiply-add a byte, a quarter of a tile's rate per op. */
+        int threads = (double)x->m * (double)kb < (double)LP_GEMV_MT_BYTES ? 1 : rt_threads(rt);
+        v.jobs = v.nblk < threads ? 1 : threads;
+        if (v.jobs > 1) rt_parallel(rt, v.jobs, threads, gemv_job, &v);
+        else gemv_job(&v, 0);
+    }
+    for (int i = 0; i < 2; i++)
+        if (ref[i]) rt_kernel_unref(ref[i]);
+    fj_free(mem);
+    return s;
+}
+
 static fj_status lp_run_call(fj_runtime *rt, const lp_call *x, const lp_post *po) {
     if (x->m == 0 || x->n == 0) return FJ_OK;
     int bf16 = x->kind == LP_BF16;
     if (x->k == 0 && !po) { no_product(x); return FJ_OK; }
+    if (!po && gemv_fits(x)) return lp_gemv_call(rt, x);
     lp_run r;
     memset(&r, 0, sizeof r);
     r.x = x;
