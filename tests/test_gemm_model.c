@@ -308,6 +308,23 @@ START_TEST(plan_pure) {
      * rows read in place). */
     ck_assert(a.mr == 8 && a.nv == 2 && a.kc == 1024 && a.mc == 32 && a.nc == 1024);
     ck_assert(a.direct_a && !a.direct_b && a.threads == 64 && a.split_n);
+    /* Two threads from 8192 cycles of one thread's FMAs: 64^3 splits, 64
+     * x 64 x 32 not; with AVX2 (half the flops a cycle) 64 x 64 x 32 too,
+     * 48^3 not. */
+    gemm_model b2 = gemm_model_of(&desc, FJ_ISA_AVX2, 4);
+    static const struct { int isa, m, n, k, threads; } mt[] = {
+        {FJ_ISA_AVX512, 64, 64, 64, 64}, {FJ_ISA_AVX512, 64, 64, 32, 1},
+        {FJ_ISA_AVX2, 64, 64, 32, 64},   {FJ_ISA_AVX2, 48, 48, 48, 1},
+    };
+    for (size_t i = 0; i < sizeof mt / sizeof mt[0]; i++) {
+        gemm_desc e = {.dt = KG_DT_F32, .m = mt[i].m, .n = mt[i].n, .k = mt[i].k,
+                       .lda = mt[i].k, .ldb = mt[i].n, .ldc = mt[i].n, .alpha = 1};
+        const gemm_model *mm = mt[i].isa == FJ_ISA_AVX2 ? &b2 : &bl;
+        ck_assert_int_eq(gemm_plan_block(&b, &e, mm, 2, &none), FJ_OK);
+        ck_assert_int_eq(b.threads, mt[i].threads);
+        ck_assert_int_eq(gemm_plan_block(&b, &e, mm, 1, &none), FJ_OK);
+        ck_assert_int_eq(b.threads, 1);
+    }
     /* A model for the other element size is refused. */
     d.dt = KG_DT_F64;
     ck_assert_int_eq(gemm_plan_block(&a, &d, &bl, 1, &none), FJ_ERR_INVALID_ARG);

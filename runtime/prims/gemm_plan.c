@@ -30,7 +30,7 @@ void gemm_tune_defaults(gemm_tune *t) {
     *t = (gemm_tune){
         .mr512 = 0, .nv512 = -1, .mr2 = 0, .nv2 = -1, .unroll = 0, .pf_a = -1, .pf_c = -1,
         .b_copy = 1, .bpf_rows = -1, .shortk = 256, .direct = -1, .da = -1, .db = -1, .a_reg = -1,
-        .mt_flops = 1L << 20, .shared_min = 1L << 36, .rpt = 8, .split_n = -1,
+        .mt_flops = 1L << 19, .shared_min = 1L << 36, .rpt = 8, .split_n = -1,
     };
 }
 
@@ -433,12 +433,13 @@ fj_status gemm_plan_block(gemm_plan *p, const gemm_desc *d, const gemm_model *bl
     p->mc = max64(p->mr, mc / p->mr * p->mr);
 
     double flops = 2.0 * (double)m * (double)n * (double)k;
-    /* Threads pay from about 1 MFLOP on (the mt_flops knob): below it,
-     * handing out the work costs what a second thread saves. That is a
-     * time: the threshold scales with the flops a cycle this ISA retires
-     * on this CPU (FMA pipes x vector width; the knob is for two 512-bit
-     * pipes). A one-thread runtime keeps the plan that calls the kernel
-     * directly. */
+    /* Threads pay from about 0.5 MFLOP on (the mt_flops knob), 8192
+     * cycles of one thread's FMAs, several times what handing a job to a
+     * spinning worker and joining it costs: below it a second thread saves
+     * less than the hand-off. That is a time: the threshold scales with
+     * the flops a cycle this ISA retires on this CPU (FMA pipes x vector
+     * width; the knob is for two 512-bit pipes). A one-thread runtime
+     * keeps the plan that calls the kernel directly. */
     const double mt_flops =
         (double)tune.mt_flops * bl->fma_pipes * (bl->lanes * bl->es * 8) / 1024.0;
     p->threads = threads > 1 && flops >= mt_flops ? 64 : 1;
