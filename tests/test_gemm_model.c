@@ -316,6 +316,13 @@ START_TEST(plan_pure) {
         {FJ_ISA_AVX512, 64, 64, 64, 64}, {FJ_ISA_AVX512, 64, 64, 32, 1},
         {FJ_ISA_AVX2, 64, 64, 32, 64},   {FJ_ISA_AVX2, 48, 48, 48, 1},
     };
+    /* AVX2, short k and wide C: no C prefetch on two threads, kept on one. */
+    gemm_desc w = {.dt = KG_DT_F32, .m = 1024, .n = 1024, .k = 64, .lda = 64, .ldb = 1024,
+                   .ldc = 1024, .alpha = 1};
+    ck_assert_int_eq(gemm_plan_block(&b, &w, &b2, 2, &none), FJ_OK);
+    ck_assert(b.threads == 64 && b.cfg.pf_c == 0);
+    ck_assert_int_eq(gemm_plan_block(&b, &w, &b2, 1, &none), FJ_OK);
+    ck_assert_int_eq(b.cfg.pf_c, b2.pf_c);
     for (size_t i = 0; i < sizeof mt / sizeof mt[0]; i++) {
         gemm_desc e = {.dt = KG_DT_F32, .m = mt[i].m, .n = mt[i].n, .k = mt[i].k,
                        .lda = mt[i].k, .ldb = mt[i].n, .ldc = mt[i].n, .alpha = 1};

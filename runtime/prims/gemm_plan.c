@@ -404,7 +404,8 @@ fj_status gemm_plan_block(gemm_plan *p, const gemm_desc *d, const gemm_model *bl
      * apart); the 6 x 64 tile touches a page per 64 outputs instead of per
      * 32, and prefetching C does not pay. Only up to a short k (the
      * shortk knob): with a long k the taller tile's reuse of B wins. */
-    int shortk = auto_tile && n >= 256 && m > 256 && k <= tune.shortk;
+    const int short_wide = n >= 256 && m > 256 && k <= tune.shortk;
+    int shortk = auto_tile && short_wide;
     if (six || shortk) {
         p->mr = gemm_model_mr(bl, 4);
         p->nv = 4;
@@ -537,6 +538,11 @@ fj_status gemm_plan_block(gemm_plan *p, const gemm_desc *d, const gemm_model *bl
         .act = act, .act_alpha = act ? d->act_alpha : 0.0f, .act_beta = act ? d->act_beta : 0.0f,
     };
     if (shortk) p->cfg.pf_c = 0;
+    /* AVX2 on several threads, short k and wide C: no C prefetch either.
+     * Each prefetch reads a line that the tile then overwrites whole, and
+     * threads that share the L3 and memory pay for that traffic (one
+     * thread has the bandwidth to spare and keeps it). */
+    if (!avx512 && short_wide && p->threads > 1) p->cfg.pf_c = 0;
     /* AVX2: the last row tile (m % mr rows; only the problem's last rows
      * are ever a short tile, whatever the blocking and threads) runs a k
      * loop over its own rows, not all mr: the 4-row tail of a 6-row tile
