@@ -48,6 +48,12 @@ void bench_warm_ns(void (*call)(fj_runtime *rt, void *ctx), fj_runtime *rt, void
 /* 1 if list (comma-separated "MxNxK", or "N" for NxNxN) names the shape
  * m x n x k: the GEMM sections' FJ_BENCH_*_SHAPES filters. */
 int bench_shape_listed(const char *list, int m, int n, int k);
+/* 1 unless FJ_BENCH_GEMM_THREADS names another thread count (0: none),
+ * for the GEMM sections' one- and two-thread rows. */
+int bench_threads_listed(int threads);
+/* oneDNN (Debian's build) threads with OpenMP: sets its thread count
+ * through libgomp, found at run time so the bench does not link it. */
+void bench_omp_threads(int threads);
 
 /* One result row: section, case, variant ("framejit", "onednn", "c" ...),
  * the measured value and its unit ("ns", "GB/s", "GFLOP/s", "us", "%"),

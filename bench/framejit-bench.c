@@ -3,6 +3,7 @@
  * table on stdout; --json FILE writes every row too. */
 #include "bench.h"
 
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +40,21 @@ int bench_shape_listed(const char *list, int m, int n, int k) {
         p += len + (p[len] == ',');
     }
     return 0;
+}
+
+int bench_threads_listed(int threads) {
+    const char *e = getenv("FJ_BENCH_GEMM_THREADS");
+    return !e || !*e || atoi(e) == threads;
+}
+
+void bench_omp_threads(int threads) {
+    static void (*set)(int);
+    static int looked;
+    if (!looked) {
+        looked = 1;
+        set = (void (*)(int))dlsym(RTLD_DEFAULT, "omp_set_num_threads");
+    }
+    if (set) set(threads);
 }
 
 double bench_median(double *v, int n) {

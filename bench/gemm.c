@@ -95,18 +95,6 @@ typedef struct gemm_bufs {
     float *a, *b, *c;
 } gemm_bufs;
 
-/* oneDNN (Debian's build) threads with OpenMP: set its thread count
- * through libgomp, found at run time so the bench does not link it. */
-static void omp_threads(int t) {
-    static void (*set)(int);
-    static int looked;
-    if (!looked) {
-        looked = 1;
-        set = (void (*)(int))dlsym(RTLD_DEFAULT, "omp_set_num_threads");
-    }
-    if (set) set(t);
-}
-
 static int variant_present(int v) {
     switch (v) {
     case V_FJ: return 1;
@@ -163,7 +151,7 @@ static void openblas_quiet(void) {
 }
 
 static void set_threads(int t) {
-    omp_threads(t);
+    bench_omp_threads(t);
 #ifdef FJ_BENCH_OPENBLAS
     openblas_set_num_threads(t);
 #endif
@@ -622,16 +610,10 @@ void bench_gemm(const bench_ctx *c) {
         printf("# gemm: OpenBLAS core %s, as loaded (a build for one core: no other core "
                "to measure)\n", ob.loaded_name);
 #endif
-    /* FJ_BENCH_GEMM_THREADS=1 or 2: those rows only; 0: none (generation
-     * and frame-pointer tax rows only). */
-    const char *tl = getenv("FJ_BENCH_GEMM_THREADS");
-    const int tsel = tl ? atoi(tl) : -1;
-    int tmin = 1, tmax = 2;
-    if (tsel >= 0 && tsel <= 2) {
-        tmin = tsel ? tsel : 3;
-        tmax = tsel;
-    }
-    for (int t = tmin; t <= tmax; t++) {
+    /* (FJ_BENCH_GEMM_THREADS=0 leaves the generation and frame-pointer tax
+     * rows only.) */
+    for (int t = 1; t <= 2; t++) {
+        if (!bench_threads_listed(t)) continue;
         /* The standalone figure (best of 7 short runs: the core's fast
          * state); %peak uses the loop's runs beside each block instead. */
         double peak = bench_fma_peak(avx512, 1) * t;

@@ -115,8 +115,6 @@ out:
 
 void bench_gemm_f64(const bench_ctx *c) {
     const char *only = getenv("FJ_BENCH_GEMM_SHAPES");
-    const char *tl = getenv("FJ_BENCH_GEMM_THREADS");
-    int tsel = tl ? atoi(tl) : -1;
     printf("# gemm_f64: row-major NN, alpha 1, beta 0; isa %s; median of %d interleaved "
            "repetitions; ratio = framejit GFLOP/s / OpenBLAS cblas_dgemm GFLOP/s%s\n", bench_isa(),
            c->reps,
@@ -127,7 +125,7 @@ void bench_gemm_f64(const bench_ctx *c) {
 #endif
     );
     for (int t = 1; t <= 2; t++) {
-        if (tsel >= 0 && tsel != t) continue;
+        if (!bench_threads_listed(t)) continue;
         fj_options o;
         fj_options_init(&o);
         o.threads = t;

@@ -9,7 +9,6 @@
  * FJ_BENCH_GEMM_THREADS=1 or 2 the thread counts and FJ_BENCH_LOWP_TYPES
  * ("int8" or "bf16") the types. The int8 results are also compared with
  * oneDNN's element by element. */
-#include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,16 +44,6 @@ typedef struct lbufs {
     dnnl_memory_t ma, mb, mc;
 #endif
 } lbufs;
-
-static void lp_omp_threads(int t) {
-    static void (*set)(int);
-    static int looked;
-    if (!looked) {
-        looked = 1;
-        set = (void (*)(int))dlsym(RTLD_DEFAULT, "omp_set_num_threads");
-    }
-    if (set) set(t);
-}
 
 static int run_fj(fj_runtime *rt, lbufs *g) {
     lshape s = g->s;
@@ -152,7 +141,7 @@ static void one(const bench_ctx *c, fj_runtime *rt, int threads, lshape s, int b
         nv = 1;
     }
 #endif
-    lp_omp_threads(threads);
+    bench_omp_threads(threads);
     long calls[2] = {1, 1};
     for (int v = 0; v < nv; v++) {
         if (!run_v(v, rt, &g)) {
@@ -212,13 +201,12 @@ out:
 
 void bench_lowp(const bench_ctx *c) {
     const char *only = getenv("FJ_BENCH_LOWP_SHAPES");
-    const char *tl = getenv("FJ_BENCH_GEMM_THREADS"), *ty = getenv("FJ_BENCH_LOWP_TYPES");
-    int tsel = tl ? atoi(tl) : -1;
+    const char *ty = getenv("FJ_BENCH_LOWP_TYPES");
     printf("# lowp: row-major NN, alpha 1, beta 0 (int8: offsets 0, co 'F' 0); isa %s; ratio = "
            "GOPS / oneDNN's; %%peak: against the f32 FMA loop beside each block x4 (int8) or x2 "
            "(bf16)\n", bench_isa());
     for (int t = 1; t <= 2; t++) {
-        if (tsel >= 0 && tsel != t) continue;
+        if (!bench_threads_listed(t)) continue;
         fj_options o;
         fj_options_init(&o);
         o.threads = t;
