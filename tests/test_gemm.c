@@ -66,25 +66,11 @@ static const char *tunes2[] = {
     "mr=5,nv=1,unroll=1,kc=20,pfc=0",
 };
 
-static void random_case(gcase *t, int avx512, long it) {
-    size_t n512 = sizeof tunes512 / sizeof tunes512[0], n2 = sizeof tunes2 / sizeof tunes2[0];
-    gcase_random(t, it, dims, sizeof dims / sizeof dims[0], avx512 ? tunes512 : tunes2,
-                 avx512 ? n512 : n2, 0);
-}
+static const gcase_lists lists = {dims, sizeof dims / sizeof dims[0], tunes512, tunes2,
+                                  sizeof tunes512 / sizeof tunes512[0],
+                                  sizeof tunes2 / sizeof tunes2[0], 0};
 
-static void fuzz(fj_isa isa, uint64_t salt) {
-    fj_runtime *rt1 = fjt_runtime(isa, 1), *rt2 = fjt_runtime(isa, 2);
-    if (!rt1) return; /* no AVX-512 here */
-    seed(salt);
-    long iters = fjt_iters("FRAMEJIT_FUZZ_ITERS", 1500);
-    for (long it = 0; it < iters; it++) {
-        gcase t;
-        random_case(&t, isa == FJ_ISA_AVX512, it);
-        run_case(rt1, it % 2 ? rt2 : NULL, &t);
-    }
-    fj_runtime_destroy(rt1);
-    fj_runtime_destroy(rt2);
-}
+static void fuzz(fj_isa isa, uint64_t salt) { gcase_fuzz(isa, salt, &lists, run_case); }
 
 START_TEST(fuzz_avx512) { fuzz(FJ_ISA_AVX512, 1); }
 END_TEST
@@ -278,7 +264,7 @@ START_TEST(epilogue) {
     for (int op = 0; op < FJ_ELT__COUNT; op++)
         for (int rep = 0; rep < 6; rep++) {
             gcase t;
-            random_case(&t, isa == FJ_ISA_AVX512, rep);
+            gcase_random_of(&t, &lists, isa == FJ_ISA_AVX512, rep);
             t.special = 0;
             t.tune = tunes[rep % ntunes];
             float pa = op == FJ_ELT_CLIP ? -0.5f : rep % 2 ? 0.0f : 0.3f;

@@ -156,25 +156,11 @@ static void run_dcase(fj_runtime *rt1, fj_runtime *rt2, const gcase *t) {
     gemm_test_tune(NULL);
 }
 
-static void random_dcase(gcase *t, int avx512, long it) {
-    size_t n512 = sizeof tunes512 / sizeof tunes512[0], n2 = sizeof tunes2 / sizeof tunes2[0];
-    gcase_random(t, it, dims, sizeof dims / sizeof dims[0], avx512 ? tunes512 : tunes2,
-                 avx512 ? n512 : n2, 1);
-}
+static const gcase_lists lists = {dims, sizeof dims / sizeof dims[0], tunes512, tunes2,
+                                  sizeof tunes512 / sizeof tunes512[0],
+                                  sizeof tunes2 / sizeof tunes2[0], 1};
 
-static void fuzz(fj_isa isa, uint64_t salt) {
-    fj_runtime *rt1 = fjt_runtime(isa, 1), *rt2 = fjt_runtime(isa, 2);
-    if (!rt1) return; /* no AVX-512 here */
-    seed(salt);
-    long iters = fjt_iters("FRAMEJIT_FUZZ_ITERS", 1500);
-    for (long it = 0; it < iters; it++) {
-        gcase t;
-        random_dcase(&t, isa == FJ_ISA_AVX512, it);
-        run_dcase(rt1, it % 2 ? rt2 : NULL, &t);
-    }
-    fj_runtime_destroy(rt1);
-    fj_runtime_destroy(rt2);
-}
+static void fuzz(fj_isa isa, uint64_t salt) { gcase_fuzz(isa, salt, &lists, run_dcase); }
 
 START_TEST(fuzz_avx512) { fuzz(FJ_ISA_AVX512, 101); }
 END_TEST
@@ -329,7 +315,7 @@ START_TEST(handles) {
     seed(300 + (uint64_t)_i);
     for (int it = 0; it < 84; it++) {
         gcase t;
-        random_dcase(&t, isa == FJ_ISA_AVX512, it);
+        gcase_random_of(&t, &lists, isa == FJ_ISA_AVX512, it);
         t.special = 0;
         t.tune = NULL;
         if (it % 10 == 9) {

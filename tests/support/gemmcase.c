@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fjtest.h"
 #include "runtime/prims/gemm_int.h"
 
 /* ---- random numbers ----------------------------------------------------- */
@@ -69,6 +70,26 @@ void gcase_random(gcase *t, long it, const int64_t *dims, size_t ndims, const ch
     t->special = sp < 3 ? sp + 1 : 0;
     if (t->special == 3) t->beta = 0;
     t->tune = tunes[rnd_to((int64_t)ntunes)];
+}
+
+void gcase_random_of(gcase *t, const gcase_lists *l, int avx512, long it) {
+    gcase_random(t, it, l->dims, l->ndims, avx512 ? l->tunes512 : l->tunes2,
+                 avx512 ? l->n512 : l->n2, l->f64);
+}
+
+void gcase_fuzz(fj_isa isa, uint64_t salt, const gcase_lists *l,
+                void (*run)(fj_runtime *rt1, fj_runtime *rt2, const gcase *t)) {
+    fj_runtime *rt1 = fjt_runtime(isa, 1), *rt2 = fjt_runtime(isa, 2);
+    if (!rt1) return; /* no AVX-512 here */
+    seed(salt);
+    long iters = fjt_iters("FRAMEJIT_FUZZ_ITERS", 1500);
+    for (long it = 0; it < iters; it++) {
+        gcase t;
+        gcase_random_of(&t, l, isa == FJ_ISA_AVX512, it);
+        run(rt1, it % 2 ? rt2 : NULL, &t);
+    }
+    fj_runtime_destroy(rt1);
+    fj_runtime_destroy(rt2);
 }
 
 static void put(void *p, size_t i, int es, double v) {

@@ -30,6 +30,21 @@ typedef struct gcase {
  * alpha and beta any double, else float values. */
 void gcase_random(gcase *t, long it, const int64_t *dims, size_t ndims, const char *const *tunes,
                   size_t ntunes, int f64);
+/* What a suite draws its random cases from (gcase_random's lists, per ISA). */
+typedef struct gcase_lists {
+    const int64_t *dims;
+    size_t ndims;
+    const char *const *tunes512, *const *tunes2;
+    size_t n512, n2;
+    int f64;
+} gcase_lists;
+/* The it-th random case of l for the AVX-512 or the AVX2 lists. */
+void gcase_random_of(gcase *t, const gcase_lists *l, int avx512, long it);
+/* FRAMEJIT_FUZZ_ITERS (default 1500) random cases of l on isa, seeded with
+ * salt, each through run on a one-thread runtime and every other one also
+ * on a two-thread runtime (nothing without the ISA). */
+void gcase_fuzz(fj_isa isa, uint64_t salt, const gcase_lists *l,
+                void (*run)(fj_runtime *rt1, fj_runtime *rt2, const gcase *t));
 /* Fills A (na elements), B and C0 of t's element size es (4 or 8) with
  * random values, C0 outside the m x n region and its last element with
  * GEMMCASE_PAD, and t's special values. */
