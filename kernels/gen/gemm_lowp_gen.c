@@ -262,6 +262,22 @@ static void store_row_post(gen *g, fj_reg p, fj_reg cr, fj_reg ct, fj_reg rt, fj
 /* The matrix x vector kernel (see kg_lowp_args): per chunk, one load of
  * b and per row one load of A and one dot product into the row's own
  * accumulator; the lanes are summed by the caller. */
+/* The k loop's constants where there is no dot-product instruction: the
+ * 16-bit ones vpmaddwd sums pairs with (int8), the high-half mask that
+ * widens bf16 to f32. */
+static void loop_consts(gen *g, const kg_lowp_cfg *c) {
+    fj_builder *b = g->b;
+    int bf16 = c->dt == KG_LP_BF16;
+    if (!c->dot && !bf16) {
+        static const uint32_t one16 = 0x00010001u;
+        fj_emit(b, FJ_VPBROADCASTD, V(g, g->ones), fj_const_data(b, &one16, 4, 4, 32));
+    }
+    if (!c->dot && bf16) {
+        static const uint32_t himask = 0xffff0000u;
+        fj_emit(b, FJ_VPBROADCASTD, V(g, g->hi), fj_const_data(b, &himask, 4, 4, 32));
+    }
+}
+
 static void gemv(fj_builder *b, const kg_lowp_cfg *c) {
     gen g0 = {0}, *g = &g0;
     g->b = b;
@@ -291,14 +307,7 @@ static void gemv(fj_builder *b, const kg_lowp_cfg *c) {
         ym = fj_vreg(b);
         fj_emit(b, FJ_VMOVDQU, V(g, ym), fj_mem(256, p, OFF(ymask)));
     }
-    if (!c->dot && !bf16) {
-        static const uint32_t one16 = 0x00010001u;
-        fj_emit(b, FJ_VPBROADCASTD, V(g, g->ones), fj_const_data(b, &one16, 4, 4, 32));
-    }
-    if (!c->dot && bf16) {
-        static const uint32_t himask = 0xffff0000u;
-        fj_emit(b, FJ_VPBROADCASTD, V(g, g->hi), fj_const_data(b, &himask, 4, 4, 32));
-    }
+    loop_consts(g, c);
     fj_emit(b, FJ_MOV, fj_r64(ap), fj_mem(64, p, OFF(a)));
     fj_emit(b, FJ_MOV, fj_r64(cp), fj_mem(64, p, OFF(c)));
     fj_emit(b, FJ_MOV, fj_r64(nt), fj_mem(64, p, OFF(ntiles)));
@@ -424,14 +433,7 @@ void kg_lowp(fj_builder *b, const void *ctx) {
     fj_label tile = fj_label_new(b), kloop = fj_label_new(b);
     fj_label_bind(b, tile);
     /* Loop constants, per tile: the quantized epilogue reuses their registers. */
-    if (!c->dot && !bf16) {
-        static const uint32_t one16 = 0x00010001u;
-        fj_emit(b, FJ_VPBROADCASTD, V(g, g->ones), fj_const_data(b, &one16, 4, 4, 32));
-    }
-    if (!c->dot && bf16) {
-        static const uint32_t himask = 0xffff0000u;
-        fj_emit(b, FJ_VPBROADCASTD, V(g, g->hi), fj_const_data(b, &himask, 4, 4, 32));
-    }
+    loop_consts(g, c);
     for (int i = 0; i < c->mr; i++)
         for (int v = 0; v < c->nv; v++) {
             fj_opnd r = V(g, g->acc[i][v]);
