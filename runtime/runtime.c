@@ -48,26 +48,17 @@ static fj_status choose_isa(const fj_options *o, uint32_t f, fj_isa *out) {
     return FJ_OK;
 }
 
-/* cpuid traps to the hypervisor in a VM (microseconds each): ask once
- * per process. Bit 31 marks the cached value as valid. */
-static uint32_t cpu_features(void) {
-    static atomic_uint cached;
-    unsigned v = atomic_load_explicit(&cached, memory_order_relaxed);
-    if (!(v & 0x80000000u)) {
-        v = (kc_cpu_features() & 0x7fffffffu) | 0x80000000u;
-        atomic_store_explicit(&cached, v, memory_order_relaxed);
-    }
-    return v & 0x7fffffffu;
-}
-
-/* The CPU's description, for the GEMM blocking model: read once per
- * process, like the features. */
-static kc_cpu_desc cpu_desc_v;
-static pthread_once_t cpu_desc_once = PTHREAD_ONCE_INIT;
-static void cpu_desc_init(void) { kc_cpu_describe(&cpu_desc_v); }
-static const kc_cpu_desc *cpu_desc(void) {
-    pthread_once(&cpu_desc_once, cpu_desc_init);
-    return &cpu_desc_v;
+/* What cpuid says of this CPU: its features and its description for the
+ * GEMM blocking model. cpuid traps to the hypervisor in a VM
+ * (microseconds each): asked once per process. */
+static struct {
+    uint32_t features;
+    kc_cpu_desc desc;
+} cpu_v;
+static pthread_once_t cpu_once = PTHREAD_ONCE_INIT;
+static void cpu_init(void) {
+    cpu_v.features = kc_cpu_features();
+    kc_cpu_describe(&cpu_v.desc);
 }
 
 /* FRAMEJIT_VERBOSE: the CPU description and the GEMM blocking the model
@@ -127,7 +118,8 @@ fj_status fj_runtime_create(const fj_options *opts, fj_runtime **out) {
     fj_runtime *rt = fj_calloc(1, sizeof *rt);
     if (!rt) return fj_fail(FJ_ERR_NO_MEMORY, "fj_runtime_create: out of memory");
     rt->opts = o;
-    rt->features = cpu_features();
+    pthread_once(&cpu_once, cpu_init);
+    rt->features = cpu_v.features;
     unsigned dis = o.cpu_disable;
     const char *de = getenv("FRAMEJIT_CPU_DISABLE");
     if (de && *de) {
@@ -149,7 +141,7 @@ fj_status fj_runtime_create(const fj_options *opts, fj_runtime **out) {
     if (s == FJ_OK) s = uw_parse_backends(getenv("FRAMEJIT_UNWIND"), &rt->uw_backends);
     if (s != FJ_OK) { fj_free(rt); return s; }
     rt->opts.isa = rt->isa;
-    rt->cpu = cpu_desc();
+    rt->cpu = &cpu_v.desc;
     rt->gemm[0] = gemm_model_of(rt->cpu, rt->isa, 4);
     rt->gemm[1] = gemm_model_of(rt->cpu, rt->isa, 8);
     /* Probe builds only: every kernel of this runtime without a frame
