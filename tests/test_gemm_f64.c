@@ -315,7 +315,7 @@ START_TEST(handles) {
     seed(300 + (uint64_t)_i);
     for (int it = 0; it < 84; it++) {
         gcase t;
-        gcase_random_of(&t, &lists, isa == FJ_ISA_AVX512, it);
+        gcase_random(&t, &lists, isa == FJ_ISA_AVX512, it);
         t.special = 0;
         t.tune = NULL;
         if (it % 10 == 9) {

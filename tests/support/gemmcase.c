@@ -48,33 +48,27 @@ static int64_t rnd_dim(const int64_t *dims, size_t ndims, int big) {
     return rnd() % 3 ? dims[rnd_to((int64_t)ndims)] : rnd_to(70);
 }
 
-void gcase_random(gcase *t, long it, const int64_t *dims, size_t ndims, const char *const *tunes,
-                  size_t ntunes, int f64) {
+void gcase_random(gcase *t, const gcase_lists *l, int avx512, long it) {
     static const double edge[] = {0.0, 1.0, -1.0, 0.5};
     memset(t, 0, sizeof *t);
     int big = it % 50 == 49; /* a few shapes up to 300 */
     t->ta = (int)(rnd() & 1);
     t->tb = (int)(rnd() & 1);
-    t->m = rnd_dim(dims, ndims, big);
-    t->n = rnd_dim(dims, ndims, big);
-    t->k = rnd_dim(dims, ndims, big);
+    t->m = rnd_dim(l->dims, l->ndims, big);
+    t->n = rnd_dim(l->dims, l->ndims, big);
+    t->k = rnd_dim(l->dims, l->ndims, big);
     t->lda = (t->ta ? t->m : t->k) + (rnd() % 4 == 0 ? rnd_to(20) : 0);
     t->ldb = (t->tb ? t->k : t->n) + (rnd() % 4 == 0 ? rnd_to(9) : 0);
     t->ldc = t->n + (rnd() % 3 == 0 ? rnd_to(5) : 0);
     if (t->lda < 1) t->lda = 1;
     if (t->ldb < 1) t->ldb = 1;
     if (t->ldc < 1) t->ldc = 1;
-    t->alpha = rnd() % 3 ? edge[rnd_to(4)] : (f64 ? rnd_d() : rnd_f()) * 2;
-    t->beta = rnd() % 3 ? edge[rnd_to(4)] : (f64 ? rnd_d() : rnd_f()) * 2;
+    t->alpha = rnd() % 3 ? edge[rnd_to(4)] : (l->f64 ? rnd_d() : rnd_f()) * 2;
+    t->beta = rnd() % 3 ? edge[rnd_to(4)] : (l->f64 ? rnd_d() : rnd_f()) * 2;
     int sp = (int)rnd_to(12);
     t->special = sp < 3 ? sp + 1 : 0;
     if (t->special == 3) t->beta = 0;
-    t->tune = tunes[rnd_to((int64_t)ntunes)];
-}
-
-void gcase_random_of(gcase *t, const gcase_lists *l, int avx512, long it) {
-    gcase_random(t, it, l->dims, l->ndims, avx512 ? l->tunes512 : l->tunes2,
-                 avx512 ? l->n512 : l->n2, l->f64);
+    t->tune = avx512 ? l->tunes512[rnd_to((int64_t)l->n512)] : l->tunes2[rnd_to((int64_t)l->n2)];
 }
 
 void gcase_fuzz(fj_isa isa, uint64_t salt, const gcase_lists *l,
@@ -85,7 +79,7 @@ void gcase_fuzz(fj_isa isa, uint64_t salt, const gcase_lists *l,
     long iters = fjt_iters("FRAMEJIT_FUZZ_ITERS", 1500);
     for (long it = 0; it < iters; it++) {
         gcase t;
-        gcase_random_of(&t, l, isa == FJ_ISA_AVX512, it);
+        gcase_random(&t, l, isa == FJ_ISA_AVX512, it);
         run(rt1, it % 2 ? rt2 : NULL, &t);
     }
     fj_runtime_destroy(rt1);

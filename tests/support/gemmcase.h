@@ -24,13 +24,8 @@ typedef struct gcase {
     const char *tune;     /* blocking knobs for gemm_test_tune */
 } gcase;
 
-/* A random case (the it-th of a run: every 50th is larger, up to 300):
- * dimensions mostly from dims, padded strides, alpha and beta mostly
- * 0, 1, -1, 0.5, NaN/Inf specials, and blocking knobs from tunes. f64:
- * alpha and beta any double, else float values. */
-void gcase_random(gcase *t, long it, const int64_t *dims, size_t ndims, const char *const *tunes,
-                  size_t ntunes, int f64);
-/* What a suite draws its random cases from (gcase_random's lists, per ISA). */
+/* What a suite draws its random cases from: dimensions, and blocking
+ * knobs per ISA; f64: alpha and beta any double, else float values. */
 typedef struct gcase_lists {
     const int64_t *dims;
     size_t ndims;
@@ -38,8 +33,11 @@ typedef struct gcase_lists {
     size_t n512, n2;
     int f64;
 } gcase_lists;
-/* The it-th random case of l for the AVX-512 or the AVX2 lists. */
-void gcase_random_of(gcase *t, const gcase_lists *l, int avx512, long it);
+/* The it-th random case of a run (every 50th is larger, up to 300):
+ * dimensions mostly from l's, padded strides, alpha and beta mostly 0, 1,
+ * -1, 0.5, NaN/Inf specials, and blocking knobs from l's for the AVX-512
+ * or the AVX2 kernels. */
+void gcase_random(gcase *t, const gcase_lists *l, int avx512, long it);
 /* FRAMEJIT_FUZZ_ITERS (default 1500) random cases of l on isa, seeded with
  * salt, each through run on a one-thread runtime and every other one also
  * on a two-thread runtime (nothing without the ISA). */
