@@ -278,6 +278,45 @@ static void loop_consts(gen *g, const kg_lowp_cfg *c) {
     }
 }
 
+/* The index vectors of the row-sum tree (vpermt2ps: bit 4 picks the
+ * second table): level l's pair (x, y) becomes lo(x, y) + hi(x, y), which
+ * halves the lanes each row holds: 16 -> 8 (two rows a vector), 8 -> 4
+ * (four rows), 4 -> 2 (eight rows), 2 -> 1 (lanes 0-7: the eight rows). */
+static void gemv_tree_idx(gen *g, fj_reg idx[8]) {
+    static const uint32_t tab[8][16] = {
+        {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23},
+        {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31},
+        {0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27},
+        {4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31},
+        {0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29},
+        {2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31},
+        {0, 2, 4, 6, 8, 10, 12, 14, 0, 0, 0, 0, 0, 0, 0, 0},
+        {1, 3, 5, 7, 9, 11, 13, 15, 1, 1, 1, 1, 1, 1, 1, 1},
+    };
+    for (int i = 0; i < 8; i++) {
+        idx[i] = fj_vreg(g->b);
+        fj_emit(g->b, FJ_VMOVDQU32, fj_zmm(idx[i]), fj_const_data(g->b, tab[i], 64, 64, 512));
+    }
+}
+
+/* AVX-512: the rows' vectors summed across lanes in registers, row i's sum
+ * left in dword i of row[0] (rows past mr are the zero register z: their
+ * sums stay zero and z stays zero). */
+static void gemv_tree(gen *g, fj_reg row[8], const fj_reg idx[8], fj_reg t) {
+    fj_builder *b = g->b;
+    fj_op add = g->c->dt == KG_LP_BF16 ? FJ_VADDPS : FJ_VPADDD;
+    for (int lv = 0; lv < 4; lv++) {
+        int step = 1 << lv;  /* the last level pairs row 0's vector with itself */
+        for (int i = 0; i < 8; i += 2 * step) {
+            fj_reg x = row[i], y = lv < 3 ? row[i + step] : row[i];
+            fj_emit(b, FJ_VMOVAPS, fj_zmm(t), fj_zmm(x));
+            fj_emit(b, FJ_VPERMT2PS, fj_zmm(t), fj_zmm(idx[2 * lv]), fj_zmm(y));
+            fj_emit(b, FJ_VPERMT2PS, fj_zmm(x), fj_zmm(idx[2 * lv + 1]), fj_zmm(y));
+            fj_emit(b, add, fj_zmm(x), fj_zmm(x), fj_zmm(t));
+        }
+    }
+}
+
 static void gemv(fj_builder *b, const kg_lowp_cfg *c) {
     gen g0 = {0}, *g = &g0;
     g->b = b;
@@ -308,6 +347,16 @@ static void gemv(fj_builder *b, const kg_lowp_cfg *c) {
         fj_emit(b, FJ_VMOVDQU, V(g, ym), fj_mem(256, p, OFF(ymask)));
     }
     loop_consts(g, c);
+    fj_reg idx[8] = {{0}}, row[8] = {{0}}, z = {0}, t = {0};
+    if (g->avx512) {
+        gemv_tree_idx(g, idx);
+        t = fj_vreg(b);
+        if (c->mr < 8) {
+            z = fj_vreg(b);
+            fj_emit(b, FJ_VXORPS, fj_zmm(z), fj_zmm(z), fj_zmm(z));
+        }
+        for (int i = 0; i < 8; i++) row[i] = i < c->mr ? g->acc[i][0] : z;
+    }
     fj_emit(b, FJ_MOV, fj_r64(ap), fj_mem(64, p, OFF(a)));
     fj_emit(b, FJ_MOV, fj_r64(cp), fj_mem(64, p, OFF(c)));
     fj_emit(b, FJ_MOV, fj_r64(nt), fj_mem(64, p, OFF(ntiles)));
@@ -367,11 +416,16 @@ static void gemv(fj_builder *b, const kg_lowp_cfg *c) {
         fj_emit(b, FJ_JNE, fj_lbl(kloop));
         if (!tail) fj_label_bind(b, kdone);
     }
-    for (int i = 0; i < c->mr; i++)
-        fj_emit(b, g->avx512 ? FJ_VMOVDQU32 : FJ_VMOVDQU, fj_mem((uint16_t)g->vb, cp, i * vbytes),
-                V(g, g->acc[i][0]));
+    if (g->avx512) {
+        gemv_tree(g, row, idx, t);
+        fj_emit(b, FJ_VMOVDQU32, fj_mem(256, cp, 0), fj_ymm(row[0]));
+        fj_emit(b, FJ_ADD, fj_r64(cp), fj_imm(32));
+    } else {
+        for (int i = 0; i < c->mr; i++)
+            fj_emit(b, FJ_VMOVDQU, fj_mem(256, cp, i * vbytes), V(g, g->acc[i][0]));
+        fj_emit(b, FJ_ADD, fj_r64(cp), fj_imm(c->mr * vbytes));
+    }
     fj_emit(b, FJ_ADD, fj_r64(ap), fj_mem(64, p, OFF(a_tile)));
-    fj_emit(b, FJ_ADD, fj_r64(cp), fj_imm(c->mr * vbytes));
     fj_emit(b, FJ_DEC, fj_r64(nt));
     fj_emit(b, FJ_JNE, fj_lbl(tile));
     fj_return(b, fj_none());

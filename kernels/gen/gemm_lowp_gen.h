@@ -82,10 +82,12 @@ typedef struct kg_lowp_args {
  * in place, a = row 0 of the first block, rows lda bytes apart): for each
  * of ntiles blocks and each row i, the vector of lane sums (int32 or f32)
  *   s_i[l] = sum over chunks q of dot(A(i, chunk q), b chunk q)[l]
- * at c + (block*mr + i)*vector bytes, where a chunk is a vector of A's row
- * (64 or 32 bytes): kq whole chunks, then with gemv == 2 one more whose A
- * dword lanes are kmask / ymask[0] (b zero-padded to whole chunks).
- * a_tile: bytes between blocks (mr*lda). */
+ * where a chunk is a vector of A's row (64 or 32 bytes): kq whole chunks,
+ * then with gemv == 2 one more whose A dword lanes are kmask / ymask[0]
+ * (b zero-padded to whole chunks). AVX2 stores s_i at
+ * c + (block*mr + i)*32; AVX-512 sums its lanes (mod 2^32, or in f32) and
+ * stores 8 dwords a block at c + block*32, row i's sum in dword i (dwords
+ * past mr zero). a_tile: bytes between blocks (mr*lda). */
 typedef void (*kg_lowp_fn)(const kg_lowp_args *args);
 enum { KG_LOWP_NARGS = 1 };
 

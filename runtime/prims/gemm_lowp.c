@@ -420,16 +420,12 @@ typedef struct lp_gemv {
     kg_lowp_fn fn, fn_tail;  /* blocks of mr rows; the last m % mr rows */
     kg_lowp_args g;          /* of the first block */
     int64_t nblk, jobs;
-    int mr, lanes;
-    int32_t *sums;           /* m vectors of lane sums */
+    int mr, lanes;           /* lanes: dwords a row in sums (1: the kernel summed them) */
+    int32_t *sums;           /* m rows' sums, or their vectors of lane sums */
     uint32_t sumb;           /* sum of b (s8) */
 } lp_gemv;
 
-/* d[i] = the sum of the lanes (16 or 8 dwords, mod 2^32) of vector i of s. */
-__attribute__((target("avx512f"))) static void lane_sums16(const int32_t *s, int64_t n, uint32_t *d) {
-    for (int64_t i = 0; i < n; i++)
-        d[i] = (uint32_t)_mm512_reduce_add_epi32(_mm512_loadu_si512((const void *)(s + 16 * i)));
-}
+/* d[i] = the sum of the lanes (8 dwords, mod 2^32) of vector i of s. */
 __attribute__((target("avx2"))) static void lane_sums8(const int32_t *s, int64_t n, uint32_t *d) {
     for (int64_t i = 0; i < n; i++) {
         __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(s + 8 * i));
@@ -440,9 +436,6 @@ __attribute__((target("avx2"))) static void lane_sums8(const int32_t *s, int64_t
     }
 }
 
-__attribute__((target("avx512f"))) static void lane_sums16f(const float *s, int64_t n, float *d) {
-    for (int64_t i = 0; i < n; i++) d[i] = _mm512_reduce_add_ps(_mm512_loadu_ps(s + 16 * i));
-}
 __attribute__((target("avx2"))) static void lane_sums8f(const float *s, int64_t n, float *d) {
     for (int64_t i = 0; i < n; i++) {
         __m256 v = _mm256_loadu_ps(s + 8 * i);
@@ -483,20 +476,17 @@ static void gemv_job(void *ctx, int64_t j) {
     /* s8 A entered the dot products as A + 128 (as packed A does) */
     uint32_t aterm = ((uint32_t)x->ao + (x->kind == LP_S8S8 ? 128u : 0u)) * v->sumb;
     int plain = x->alpha == 1.0f && (x->beta == 0.0f || x->beta == 1.0f);
-    /* The row sums overwrite the first of their own rows' vectors (each
-     * read before written: row i's sum goes to dword i of row i's block). */
-    uint32_t *sum = (uint32_t *)v->sums + b0 * v->mr * v->lanes;
+    /* Lane sums overwrite the first of their own rows' vectors (each read
+     * before written: row i's sum goes to dword i of row i's block). */
     int64_t r0 = b0 * v->mr;
+    uint32_t *sum = (uint32_t *)v->sums + r0 * v->lanes;
     if (x->kind == LP_BF16) {
-        const float *sf = (const float *)(const void *)v->sums + r0 * v->lanes;
         float *df = (float *)(void *)sum;
-        if (v->lanes == 16) lane_sums16f(sf, i1 - r0, df);
-        else lane_sums8f(sf, i1 - r0, df);
+        if (v->lanes == 8) lane_sums8f(df, i1 - r0, df);
         gemv_finish_bf16(x, r0, i1 - r0, df);
         return;
     }
-    if (v->lanes == 16) lane_sums16(v->sums + r0 * 16, i1 - r0, sum);
-    else lane_sums8(v->sums + r0 * 8, i1 - r0, sum);
+    if (v->lanes == 8) lane_sums8(v->sums + r0 * 8, i1 - r0, sum);
     char o = x->offsetc;
     const int32_t *co = x->co + (o == 'C' || o == 'c' ? r0 : 0);
     int64_t cs = o == 'C' || o == 'c' ? 1 : 0, ldc = x->ldc;
@@ -521,7 +511,7 @@ static fj_status lp_gemv_call(fj_runtime *rt, const lp_call *x) {
     memset(&v, 0, sizeof v);
     v.x = x;
     int avx512 = rt->isa == FJ_ISA_AVX512, vbytes = avx512 ? 64 : 32;
-    v.lanes = vbytes / 4;
+    v.lanes = avx512 ? 1 : 8;
     v.mr = 8;
     int bf16 = x->kind == LP_BF16, es = bf16 ? 2 : 1;
     int64_t kb = x->k * es, kq = kb / vbytes, rem = kb % vbytes;  /* bytes of a row of A */
