@@ -278,10 +278,10 @@ static void loop_consts(gen *g, const kg_lowp_cfg *c) {
     }
 }
 
-/* The index vectors of the row-sum tree (vpermt2ps: bit 4 picks the
- * second table): level l's pair (x, y) becomes lo(x, y) + hi(x, y), which
- * halves the lanes each row holds: 16 -> 8 (two rows a vector), 8 -> 4
- * (four rows), 4 -> 2 (eight rows), 2 -> 1 (lanes 0-7: the eight rows). */
+/* The index vectors of the AVX-512 row-sum tree (vpermt2ps: bit 4 picks
+ * the second table): level l's pair (x, y) becomes lo(x, y) + hi(x, y),
+ * which halves the lanes each row holds: 16 -> 8 (two rows a vector),
+ * 8 -> 4 (four rows), 4 -> 2 (eight rows), 2 -> 1 (lanes 0-7: the rows). */
 static void gemv_tree_idx(gen *g, fj_reg idx[8]) {
     static const uint32_t tab[8][16] = {
         {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23},
@@ -299,12 +299,25 @@ static void gemv_tree_idx(gen *g, fj_reg idx[8]) {
     }
 }
 
-/* AVX-512: the rows' vectors summed across lanes in registers, row i's sum
- * left in dword i of row[0] (rows past mr are the zero register z: their
- * sums stay zero and z stays zero). */
+/* The rows' vectors summed across lanes in registers (mod 2^32, or in
+ * f32), row i's sum left in dword i of row[0]; rows past mr are the zero
+ * register, whose sums stay zero (and which stays zero). t: a scratch.
+ * AVX-512: the vpermt2ps tree. AVX2: horizontal adds pair rows within
+ * 128-bit lanes twice (four rows' partial sums a lane), then the two
+ * lanes of rows 0-3 and 4-7 are crossed and added. */
 static void gemv_tree(gen *g, fj_reg row[8], const fj_reg idx[8], fj_reg t) {
     fj_builder *b = g->b;
-    fj_op add = g->c->dt == KG_LP_BF16 ? FJ_VADDPS : FJ_VPADDD;
+    int bf16 = g->c->dt == KG_LP_BF16;
+    fj_op add = bf16 ? FJ_VADDPS : FJ_VPADDD;
+    if (!g->avx512) {
+        fj_op hadd = bf16 ? FJ_VHADDPS : FJ_VPHADDD;
+        for (int i = 0; i < 8; i += 2) fj_emit(b, hadd, fj_ymm(row[i]), fj_ymm(row[i]), fj_ymm(row[i + 1]));
+        for (int i = 0; i < 8; i += 4) fj_emit(b, hadd, fj_ymm(row[i]), fj_ymm(row[i]), fj_ymm(row[i + 2]));
+        fj_emit(b, FJ_VPERM2F128, fj_ymm(t), fj_ymm(row[0]), fj_ymm(row[4]), fj_imm(0x20));
+        fj_emit(b, FJ_VPERM2F128, fj_ymm(row[0]), fj_ymm(row[0]), fj_ymm(row[4]), fj_imm(0x31));
+        fj_emit(b, add, fj_ymm(row[0]), fj_ymm(row[0]), fj_ymm(t));
+        return;
+    }
     for (int lv = 0; lv < 4; lv++) {
         int step = 1 << lv;  /* the last level pairs row 0's vector with itself */
         for (int i = 0; i < 8; i += 2 * step) {
@@ -347,16 +360,13 @@ static void gemv(fj_builder *b, const kg_lowp_cfg *c) {
         fj_emit(b, FJ_VMOVDQU, V(g, ym), fj_mem(256, p, OFF(ymask)));
     }
     loop_consts(g, c);
-    fj_reg idx[8] = {{0}}, row[8] = {{0}}, z = {0}, t = {0};
-    if (g->avx512) {
-        gemv_tree_idx(g, idx);
-        t = fj_vreg(b);
-        if (c->mr < 8) {
-            z = fj_vreg(b);
-            fj_emit(b, FJ_VXORPS, fj_zmm(z), fj_zmm(z), fj_zmm(z));
-        }
-        for (int i = 0; i < 8; i++) row[i] = i < c->mr ? g->acc[i][0] : z;
+    fj_reg idx[8] = {{0}}, row[8], z = {0};
+    if (g->avx512) gemv_tree_idx(g, idx);
+    if (c->mr < 8) {
+        z = fj_vreg(b);
+        fj_emit(b, FJ_VXORPS, V(g, z), V(g, z), V(g, z));
     }
+    for (int i = 0; i < 8; i++) row[i] = i < c->mr ? g->acc[i][0] : z;
     fj_emit(b, FJ_MOV, fj_r64(ap), fj_mem(64, p, OFF(a)));
     fj_emit(b, FJ_MOV, fj_r64(cp), fj_mem(64, p, OFF(c)));
     fj_emit(b, FJ_MOV, fj_r64(nt), fj_mem(64, p, OFF(ntiles)));
@@ -416,15 +426,9 @@ static void gemv(fj_builder *b, const kg_lowp_cfg *c) {
         fj_emit(b, FJ_JNE, fj_lbl(kloop));
         if (!tail) fj_label_bind(b, kdone);
     }
-    if (g->avx512) {
-        gemv_tree(g, row, idx, t);
-        fj_emit(b, FJ_VMOVDQU32, fj_mem(256, cp, 0), fj_ymm(row[0]));
-        fj_emit(b, FJ_ADD, fj_r64(cp), fj_imm(32));
-    } else {
-        for (int i = 0; i < c->mr; i++)
-            fj_emit(b, FJ_VMOVDQU, fj_mem(256, cp, i * vbytes), V(g, g->acc[i][0]));
-        fj_emit(b, FJ_ADD, fj_r64(cp), fj_imm(c->mr * vbytes));
-    }
+    gemv_tree(g, row, idx, g->x);  /* x is free after the k loop */
+    fj_emit(b, g->avx512 ? FJ_VMOVDQU32 : FJ_VMOVDQU, fj_mem(256, cp, 0), fj_ymm(row[0]));
+    fj_emit(b, FJ_ADD, fj_r64(cp), fj_imm(32));
     fj_emit(b, FJ_ADD, fj_r64(ap), fj_mem(64, p, OFF(a_tile)));
     fj_emit(b, FJ_DEC, fj_r64(nt));
     fj_emit(b, FJ_JNE, fj_lbl(tile));

@@ -325,6 +325,9 @@ const x64_row x64_rows[] = {
     ROW(VPSRLQ, EVEX, P0F, 0x73, 1, 2, VXYZ, FVM, 0, F, H(V), E(VM), A(U8)),
     ROW(VPSUBQ, VEX, P0F, 0xFB, 0, -1, VXY, NONE, XF_I2, AVX, G(V), H(V), E(VM)),
     ROW(VPSUBQ, EVEX, P0F, 0xFB, 1, -1, VXYZ, FVM, 0, F, G(V), H(V), E(VM)),
+    /* Horizontal dword add within each 128-bit lane (no EVEX form): the
+     * AVX2 matrix x vector kernel's row sums. */
+    ROW(VPHADDD, VEX, P38, 0x02, 0, -1, VXY, NONE, XF_I2, AVX, G(V), H(V), E(VM)),
 };
 
 const int x64_nrows = (int)(sizeof x64_rows / sizeof x64_rows[0]);

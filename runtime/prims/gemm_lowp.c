@@ -420,31 +420,10 @@ typedef struct lp_gemv {
     kg_lowp_fn fn, fn_tail;  /* blocks of mr rows; the last m % mr rows */
     kg_lowp_args g;          /* of the first block */
     int64_t nblk, jobs;
-    int mr, lanes;           /* lanes: dwords a row in sums (1: the kernel summed them) */
-    int32_t *sums;           /* m rows' sums, or their vectors of lane sums */
+    int mr;
+    int32_t *sums;           /* the rows' sums (int32 or f32), 8 a block */
     uint32_t sumb;           /* sum of b (s8) */
 } lp_gemv;
-
-/* d[i] = the sum of the lanes (8 dwords, mod 2^32) of vector i of s. */
-__attribute__((target("avx2"))) static void lane_sums8(const int32_t *s, int64_t n, uint32_t *d) {
-    for (int64_t i = 0; i < n; i++) {
-        __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(s + 8 * i));
-        __m128i x = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-        x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 0x4e));
-        x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 0xb1));
-        d[i] = (uint32_t)_mm_cvtsi128_si32(x);
-    }
-}
-
-__attribute__((target("avx2"))) static void lane_sums8f(const float *s, int64_t n, float *d) {
-    for (int64_t i = 0; i < n; i++) {
-        __m256 v = _mm256_loadu_ps(s + 8 * i);
-        __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-        x = _mm_add_ps(x, _mm_movehl_ps(x, x));
-        x = _mm_add_ss(x, _mm_shuffle_ps(x, x, 1));
-        d[i] = _mm_cvtss_f32(x);
-    }
-}
 
 /* bf16: C = alpha*s (+ beta*C, fused as the tile kernel's store does). */
 __attribute__((target("avx2,fma"))) static void gemv_finish_bf16(const lp_call *x, int64_t r0,
@@ -468,7 +447,7 @@ static void gemv_job(void *ctx, int64_t j) {
         int64_t i0 = part ? v->nblk * v->mr : b0 * v->mr, rows = part ? x->m - i0 : (b1 - b0) * v->mr;
         if (rows <= 0 || (part && j + 1 < v->jobs)) continue;
         g.a = (const uint8_t *)x->a + i0 * g.lda;
-        g.c = v->sums + i0 * v->lanes;
+        g.c = v->sums + i0;
         g.ntiles = part ? 1 : b1 - b0;
         (part ? v->fn_tail : v->fn)(&g);
     }
@@ -476,17 +455,12 @@ static void gemv_job(void *ctx, int64_t j) {
     /* s8 A entered the dot products as A + 128 (as packed A does) */
     uint32_t aterm = ((uint32_t)x->ao + (x->kind == LP_S8S8 ? 128u : 0u)) * v->sumb;
     int plain = x->alpha == 1.0f && (x->beta == 0.0f || x->beta == 1.0f);
-    /* Lane sums overwrite the first of their own rows' vectors (each read
-     * before written: row i's sum goes to dword i of row i's block). */
     int64_t r0 = b0 * v->mr;
-    uint32_t *sum = (uint32_t *)v->sums + r0 * v->lanes;
+    uint32_t *sum = (uint32_t *)v->sums + r0;
     if (x->kind == LP_BF16) {
-        float *df = (float *)(void *)sum;
-        if (v->lanes == 8) lane_sums8f(df, i1 - r0, df);
-        gemv_finish_bf16(x, r0, i1 - r0, df);
+        gemv_finish_bf16(x, r0, i1 - r0, (const float *)(const void *)sum);
         return;
     }
-    if (v->lanes == 8) lane_sums8(v->sums + r0 * 8, i1 - r0, sum);
     char o = x->offsetc;
     const int32_t *co = x->co + (o == 'C' || o == 'c' ? r0 : 0);
     int64_t cs = o == 'C' || o == 'c' ? 1 : 0, ldc = x->ldc;
@@ -511,7 +485,6 @@ static fj_status lp_gemv_call(fj_runtime *rt, const lp_call *x) {
     memset(&v, 0, sizeof v);
     v.x = x;
     int avx512 = rt->isa == FJ_ISA_AVX512, vbytes = avx512 ? 64 : 32;
-    v.lanes = avx512 ? 1 : 8;
     v.mr = 8;
     int bf16 = x->kind == LP_BF16, es = bf16 ? 2 : 1;
     int64_t kb = x->k * es, kq = kb / vbytes, rem = kb % vbytes;  /* bytes of a row of A */
@@ -537,12 +510,13 @@ static fj_status lp_gemv_call(fj_runtime *rt, const lp_call *x) {
         s = memo_kernel(rt, &c, 4, &v.fn_tail, &ref[1]);
     }
     size_t bbytes = (size_t)(kq + 1) * (size_t)vbytes;
-    uint8_t *mem = s == FJ_OK ? fj_malloc(bbytes + (size_t)x->m * (size_t)vbytes + 64) : NULL;
+    size_t sbytes = (size_t)(x->m / v.mr + 1) * 32;  /* 8 sums a block */
+    uint8_t *mem = s == FJ_OK ? fj_malloc(bbytes + sbytes + 128) : NULL;  /* two 64-byte alignments */
     if (s == FJ_OK && !mem)
         s = fj_fail(FJ_ERR_NO_MEMORY, "gemm: out of memory (%zu bytes of vector and sums)", bbytes);
     if (s == FJ_OK) {
         uint8_t *cur = mem, *bv = aligned_part(&cur, bbytes);
-        v.sums = aligned_part(&cur, (size_t)x->m * (size_t)vbytes);
+        v.sums = aligned_part(&cur, sbytes);
         /* b gathered (ldb apart unless transposed) and zero-padded to whole vectors. */
         int64_t step = x->tb ? 1 : x->ldb;
         uint32_t sumb = 0;

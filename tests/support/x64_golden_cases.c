@@ -305,6 +305,8 @@ const golden x64_golden_cases[] = {
     { "vpsrlq ymm1, ymm2, 0x1", "c5 f5 73 d2 01", X(VPSRLQ), 3, { YMM(1), YMM(2), IMM(1) } },
     { "vpsubq zmm1, zmm2, zmm3", "62 f1 ed 48 fb cb", X(VPSUBQ), 3, { ZMM(1), ZMM(2), ZMM(3) } },
     { "vpsubq ymm1, ymm2, ymm3", "c5 ed fb cb", X(VPSUBQ), 3, { YMM(1), YMM(2), YMM(3) } },
+    { "vphaddd ymm1, ymm2, ymm3", "c4 e2 6d 02 cb", X(VPHADDD), 3, { YMM(1), YMM(2), YMM(3) } },
+    { "vphaddd ymm9, ymm12, ymmword ptr [rax+0x20]", "c4 62 1d 02 48 20", X(VPHADDD), 3, { YMM(9), YMM(12), M(256, RAX, 0x20) } },
     { "vmovupd zmm1{k2}{z}, zmm1", "62 f1 fd ca 10 c9", X(VMOVUPD), 2, { ZMMK(1, 2, 1), ZMM(1) } },
 };
 
