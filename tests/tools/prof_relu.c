@@ -39,7 +39,10 @@ int main(void) {
     }
     for (int i = 0; i < N; i++) src[i] = (float)(i % 7) - 3.0f;
     ProfilerFlush(); /* a profiler symbol: -lprofiler stays linked */
-    for (double t0 = now(); now() - t0 < 1.0;) outer(rt);
+    /* The clock is read once per 64 calls: its vDSO code, which pprof
+     * cannot name, stays far below the test's 5% bound for raw addresses. */
+    for (double t0 = now(); now() - t0 < 1.0;)
+        for (int i = 0; i < 64; i++) outer(rt);
     fj_runtime_destroy(rt);
     return 0;
 }
