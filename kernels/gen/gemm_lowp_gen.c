@@ -38,9 +38,10 @@ void kg_lowp_name(const kg_lowp_cfg *c, char *buf, size_t n) {
         return;
     }
     static const char *outs[] = {"f32", "q8", "bf16"};
-    snprintf(buf, n, "fj_gemm_%s_%dx%d_%s_%s%s%s%s%s%s%s", c->dt == KG_LP_BF16 ? "bf16bf16f32" : "u8s8s32",
+    snprintf(buf, n, "fj_gemm_%s_%dx%d_%s_%s%s%s%s%s%s%s%s", c->dt == KG_LP_BF16 ? "bf16bf16f32" : "u8s8s32",
              c->mr, c->nv * lanes, c->dot ? "dot" : "widen",
              c->isa == FJ_ISA_AVX512 ? "avx512" : "avx2", c->add ? (c->a_rows ? "_ra_add" : "_add") : c->a_rows ? "_ra" : "",
+             c->scale ? "_alpha" : "",
              c->post ? "_to_" : "", c->post ? outs[c->out % 3] : "",
              c->post && c->scale_pc ? "_pcs" : "", c->post && c->has_bias ? "_bias" : "",
              c->post && c->act ? "_act" : "");
@@ -60,6 +61,8 @@ fj_status kg_lowp_check(const kg_lowp_cfg *c) {
         return fj_fail(FJ_ERR_INVALID_ARG, "lowp gemm kernel: isa %d", c->isa);
     if (c->dt != KG_LP_U8S8 && c->dt != KG_LP_BF16)
         return fj_fail(FJ_ERR_INVALID_ARG, "lowp gemm kernel: type %d", c->dt);
+    if (c->scale && (c->dt != KG_LP_BF16 || c->post || c->gemv))
+        return fj_fail(FJ_ERR_INVALID_ARG, "lowp gemm kernel: alpha scales only bf16's plain store");
     if (c->gemv && (c->gemv > 2 || (c->gemv_s8 && c->dt != KG_LP_U8S8) || c->mr < 1 || c->mr > 8 || c->nv != 1 || c->post || c->add ||
                     c->a_rows || (c->dt == KG_LP_BF16 && c->dot && c->isa != FJ_ISA_AVX512)))
         return fj_fail(FJ_ERR_INVALID_ARG, "lowp gemv kernel: 1-8 rows, one vector, plain store");
@@ -170,7 +173,7 @@ static void store_row(gen *g, fj_reg p, fj_reg cr, fj_reg ct, fj_reg rt, const f
             else fj_emit(b, FJ_VMASKMOVPS, V(g, cv), V(g, mk), cm);
         }
         if (bf16) {
-            fj_emit(b, FJ_VMULPS, acc, acc, V(g, alpha));
+            if (c->scale) fj_emit(b, FJ_VMULPS, acc, acc, V(g, alpha));
             if (c->add) fj_emit(b, FJ_VFMADD231PS, acc, V(g, cv), V(g, beta));
         } else {
             fj_emit(b, FJ_VPADDD, acc, acc, fj_mem((uint16_t)g->vb, ct, v * g->vb / 8));
@@ -511,7 +514,7 @@ void kg_lowp(fj_builder *b, const void *ctx) {
     if (c->nv < 2) tmp[2] = fj_vreg(b);
     fj_reg alpha = tmp[0], beta = g->avx512 ? tmp[2] : g->xo;
     if (bf16) {
-        fj_emit(b, FJ_VBROADCASTSS, V(g, alpha), fj_mem(32, p, OFF(alpha)));
+        if (c->scale) fj_emit(b, FJ_VBROADCASTSS, V(g, alpha), fj_mem(32, p, OFF(alpha)));
         if (c->add) fj_emit(b, FJ_VBROADCASTSS, V(g, beta), fj_mem(32, p, OFF(beta)));
     }
     fj_emit(b, FJ_MOV, fj_r64(cr), fj_r64(cp));

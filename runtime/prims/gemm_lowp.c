@@ -601,6 +601,7 @@ static fj_status lp_run_call(fj_runtime *rt, const lp_call *x, const lp_post *po
         tile_cfg(rt, bf16, x->m, x->n, x->k, &r.cfg);
         r.general = !bf16 && !(x->alpha == 1.0f && (x->beta == 0.0f || x->beta == 1.0f));
         r.cfg.add = bf16 ? x->beta != 0.0f : (!r.general && x->beta == 1.0f);
+        r.cfg.scale = bf16 && x->alpha != 1.0f;
     }
     int mr = r.cfg.mr;
     r.avx512 = rt->isa == FJ_ISA_AVX512;
