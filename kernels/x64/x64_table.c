@@ -325,6 +325,9 @@ const x64_row x64_rows[] = {
     ROW(VPSRLQ, EVEX, P0F, 0x73, 1, 2, VXYZ, FVM, 0, F, H(V), E(VM), A(U8)),
     ROW(VPSUBQ, VEX, P0F, 0xFB, 0, -1, VXY, NONE, XF_I2, AVX, G(V), H(V), E(VM)),
     ROW(VPSUBQ, EVEX, P0F, 0xFB, 1, -1, VXYZ, FVM, 0, F, G(V), H(V), E(VM)),
+    /* Word permute of two tables (the destination's and r/m's) by the
+     * indexes in vvvv: interleaves two rows of bf16 into k pairs. */
+    ROW(VPERMT2W, EVEX, P38, 0x7D, 1, -1, VXYZ, FVM, 0, BW, G(V), H(V), E(VM)),
 };
 
 const int x64_nrows = (int)(sizeof x64_rows / sizeof x64_rows[0]);
