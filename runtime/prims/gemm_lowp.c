@@ -221,10 +221,13 @@ static void run_job(void *ctx, int64_t job) {
     uint32_t kab = (uint32_t)x->k * (uint32_t)x->ao * (uint32_t)x->bo;
     char o = x->offsetc;
     int fused_co = !r->general && !r->post;
+    /* One row block: each panel is done with before the next is packed, so
+     * all share the first one's buffer (still in L1 when the next is written). */
+    int one_blk = t_hi - t_lo <= r->tiles_per_blk;
     for (int64_t tb = t_lo; tb < t_hi; tb += r->tiles_per_blk) {
         int64_t te = tb + r->tiles_per_blk < t_hi ? tb + r->tiles_per_blk : t_hi;
         for (int64_t q = q_lo; q < q_hi; q++) {
-            uint8_t *pq = pb + q * r->b_pan;
+            uint8_t *pq = pb + (one_blk ? q_lo : q) * r->b_pan;
             int32_t *cq = ct ? ct + q * r->nr : NULL;
             /* A full panel's first tile in place interleaves B itself. */
             int fuse = tb == t_lo && r->fn_bpack && (q + 1) * r->nr <= x->n && t_lo < r->pa_t0;
