@@ -354,24 +354,27 @@ typedef struct lowp_arg {
     const void *a, *b;
     void *c;
     int k;             /* LK, or LK - 1 (whole k groups: A read in place) */
-    int n;             /* LN, or LN1 (one-vector tiles on either ISA) */
+    int n;             /* LN, LN1 (one-vector tiles on either ISA) or LN2 (one full panel) */
     fj_status s;
 } lowp_arg;
 
-enum { LM = 19, LN = 21, LK = 9, LN1 = 7 };
+enum { LM = 19, LN = 21, LK = 9, LN1 = 7, LN2 = 32 };
+
+/* B's and C's row stride: LN, or n where it is wider. */
+static int lowp_ld(int n) { return n > LN ? n : LN; }
 
 static void lowp_body(void *p) {
     lowp_arg *g = p;
-    static const int32_t co[LN];
+    static const int32_t co[LN2];
     static const float one = 1.0f;
     if (g->h)
         g->s = fj_gemm_lowp_execute(g->h, g->a, g->b, g->bf16 ? NULL : &one, NULL, g->c);
     else if (g->bf16)
-        g->s = fj_gemm_bf16bf16f32(g->rt, 'N', 'N', LM, g->n, g->k, 1.0f, g->a, g->k, g->b, LN, 0.0f,
-                                   g->c, LN);
+        g->s = fj_gemm_bf16bf16f32(g->rt, 'N', 'N', LM, g->n, g->k, 1.0f, g->a, g->k, g->b,
+                                   lowp_ld(g->n), 0.0f, g->c, lowp_ld(g->n));
     else
-        g->s = fj_gemm_u8s8s32(g->rt, 'N', 'N', 'R', LM, g->n, g->k, 1.0f, g->a, g->k, 1, g->b, LN, 0,
-                               0.0f, g->c, LN, co);
+        g->s = fj_gemm_u8s8s32(g->rt, 'N', 'N', 'R', LM, g->n, g->k, 1.0f, g->a, g->k, 1, g->b,
+                               lowp_ld(g->n), 0, 0.0f, g->c, lowp_ld(g->n), co);
     __asm__ volatile("" ::: "memory");
 }
 
@@ -379,7 +382,9 @@ static void lowp_body(void *p) {
  * bit 3 a handle with the fused epilogue (relu; int8 to f32, bf16 to bf16),
  * bit 4 k = 8 (whole k groups: the in-place A kernels, full tiles and the
  * last tile's rows, instead of packed A), bit 5 n = LN1 (one-vector tiles;
- * not with the handle, whose n is fixed at LN). */
+ * not with the handle, whose n is fixed at LN), bit 6 n = LN2 (a full
+ * panel: with bf16 dot products and k = 8 its first tile interleaves B
+ * in place; not with bit 5 or the handle). */
 START_TEST(lowp_every_instruction) {
     fj_options o;
     fj_options_init(&o);
@@ -392,19 +397,20 @@ START_TEST(lowp_every_instruction) {
         printf("lowp %d: skipped: %s\n", _i, fj_last_error());
         return;
     }
-    static uint16_t a[LM * LK], b[LK * LN];
-    static float c[LM * LN];
+    static uint16_t a[LM * LK], b[LK * LN2];
+    static float c[LM * LN2];
     for (int i = 0; i < LM * LK; i++) a[i] = bf16 ? 0x3f80 + (uint16_t)(i % 3 << 7) /* 1, 2, 4 */ : (uint16_t)(i % 7);
-    for (int i = 0; i < LK * LN; i++) b[i] = bf16 ? 0x4000 : (uint16_t)(i % 5);
+    for (int i = 0; i < LK * LN2; i++) b[i] = bf16 ? 0x4000 + (uint16_t)(i % 3 << 7) /* 2, 4, 8 */ : (uint16_t)(i % 5);
     memset(c, 0, sizeof c);
-    /* int8: A and B as bytes (the first LM*LK / LK*LN bytes of the arrays) */
+    /* int8: A and B as bytes (the first LM*LK / LK*LN2 bytes of the arrays) */
     if (!bf16) {
         uint8_t *a8 = (uint8_t *)a, *b8 = (uint8_t *)b;
         for (int i = 0; i < LM * LK; i++) a8[i] = (uint8_t)(i % 7);
-        for (int i = 0; i < LK * LN; i++) b8[i] = (uint8_t)(i % 5);
+        for (int i = 0; i < LK * LN2; i++) b8[i] = (uint8_t)(i % 5);
     }
-    int handle = _i >> 3 & 1, lk = _i >> 4 & 1 ? LK - 1 : LK, ln = _i >> 5 & 1 ? LN1 : LN;
-    if (handle && ln != LN) {
+    int handle = _i >> 3 & 1, lk = _i >> 4 & 1 ? LK - 1 : LK;
+    int ln = _i >> 6 & 1 ? LN2 : _i >> 5 & 1 ? LN1 : LN, ld = lowp_ld(ln);
+    if ((handle && ln != LN) || (_i >> 5 & _i >> 6 & 1)) {
         fj_runtime_destroy(rt);
         return;
     }
@@ -437,9 +443,9 @@ START_TEST(lowp_every_instruction) {
         for (int j = 0; j < ln; j++) {
             double want = 0;
             for (int p = 0; p < lk; p++)
-                want += bf16 ? (double)(1 << (i * lk + p) % 3) * 2.0
-                             : (double)((i * lk + p) % 7 - 1) * (double)((p * LN + j) % 5);
-            double got = bf16 ? c[i * LN + j] : ((int32_t *)c)[i * LN + j];
+                want += bf16 ? (double)(1 << (i * lk + p) % 3) * (double)(2 << (p * ld + j) % 3)
+                             : (double)((i * lk + p) % 7 - 1) * (double)((p * ld + j) % 5);
+            double got = bf16 ? c[i * ld + j] : ((int32_t *)c)[i * ld + j];
             if (handle) {
                 if (want < 0) want = 0;
                 uint16_t hb = ((uint16_t *)c)[i * LN + j];
@@ -532,7 +538,7 @@ static Suite *suite(void) {
     tcase_add_loop_test(t, relu_every_instruction, 0, (int)(4 * NRELU));
     tcase_add_loop_test(t, csr_kernel_every_instruction, 0, 4);
     tcase_add_loop_test(t, gemm_every_instruction, 0, 24);
-    tcase_add_loop_test(t, lowp_every_instruction, 0, 64);
+    tcase_add_loop_test(t, lowp_every_instruction, 0, 128);
     tcase_add_loop_test(t, lowp_gemv_every_instruction, 0, 16);
     tcase_add_loop_test(t, loop_kernel_every_instruction, 0, 2);
     tcase_add_test(t, chain_check_rejects);

@@ -38,9 +38,10 @@ void kg_lowp_name(const kg_lowp_cfg *c, char *buf, size_t n) {
         return;
     }
     static const char *outs[] = {"f32", "q8", "bf16"};
-    snprintf(buf, n, "fj_gemm_%s_%dx%d_%s_%s%s%s%s%s%s%s", c->dt == KG_LP_BF16 ? "bf16bf16f32" : "u8s8s32",
+    snprintf(buf, n, "fj_gemm_%s_%dx%d_%s_%s%s%s%s%s%s%s%s%s", c->dt == KG_LP_BF16 ? "bf16bf16f32" : "u8s8s32",
              c->mr, c->nv * lanes, c->dot ? "dot" : "widen",
              c->isa == FJ_ISA_AVX512 ? "avx512" : "avx2", c->add ? (c->a_rows ? "_ra_add" : "_add") : c->a_rows ? "_ra" : "",
+             c->b_rows ? "_rb" : "", c->scale ? "_alpha" : "",
              c->post ? "_to_" : "", c->post ? outs[c->out % 3] : "",
              c->post && c->scale_pc ? "_pcs" : "", c->post && c->has_bias ? "_bias" : "",
              c->post && c->act ? "_act" : "");
@@ -50,6 +51,7 @@ void kg_lowp_name(const kg_lowp_cfg *c, char *buf, size_t n) {
  * and temporary registers). */
 static int loop_regs(const kg_lowp_cfg *c) {
     int n = c->mr * c->nv + c->nv + 1;
+    if (c->b_rows) n += 2;                              /* the two interleave indexes */
     if (!c->dot && c->dt == KG_LP_U8S8) n += 2;         /* product temporary, words of 1 */
     if (!c->dot && c->dt == KG_LP_BF16) n += c->nv + 2; /* odd halves of B and A, high mask */
     return n;
@@ -60,6 +62,8 @@ fj_status kg_lowp_check(const kg_lowp_cfg *c) {
         return fj_fail(FJ_ERR_INVALID_ARG, "lowp gemm kernel: isa %d", c->isa);
     if (c->dt != KG_LP_U8S8 && c->dt != KG_LP_BF16)
         return fj_fail(FJ_ERR_INVALID_ARG, "lowp gemm kernel: type %d", c->dt);
+    if (c->scale && (c->dt != KG_LP_BF16 || c->post || c->gemv))
+        return fj_fail(FJ_ERR_INVALID_ARG, "lowp gemm kernel: alpha scales only bf16's plain store");
     if (c->gemv && (c->gemv > 2 || (c->gemv_s8 && c->dt != KG_LP_U8S8) || c->mr < 1 || c->mr > 8 || c->nv != 1 || c->post || c->add ||
                     c->a_rows || (c->dt == KG_LP_BF16 && c->dot && c->isa != FJ_ISA_AVX512)))
         return fj_fail(FJ_ERR_INVALID_ARG, "lowp gemv kernel: 1-8 rows, one vector, plain store");
@@ -87,6 +91,10 @@ fj_status kg_lowp_check(const kg_lowp_cfg *c) {
             return fj_fail(FJ_ERR_INVALID_ARG, "lowp gemm kernel: %dx%d tile with activation %d "
                            "needs %d vector registers", c->mr, c->nv, c->act, need);
     }
+    if (c->b_rows && (c->dt != KG_LP_BF16 || !c->dot || c->isa != FJ_ISA_AVX512 || c->nv % 2 ||
+                      c->post || c->gemv))
+        return fj_fail(FJ_ERR_INVALID_ARG, "lowp gemm kernel: in-place B needs bf16 dot products, "
+                       "an even vector count, no post");
     if (c->a_rows && (c->mr > 8 || c->post))
         return fj_fail(FJ_ERR_INVALID_ARG, "lowp gemm kernel: in-place A needs mr <= 8, no post");
     if (c->dt == KG_LP_BF16 && c->dot && c->isa != FJ_ISA_AVX512)
@@ -99,6 +107,7 @@ typedef struct gen {
     const kg_lowp_cfg *c;
     int avx512, vb;
     fj_reg acc[16][4], bv[4], bo[4], x, xo, t, ones, hi;
+    fj_reg br, ldb, idx[2];  /* b_rows: B's row k, its row stride, the interleave indexes */
 } gen;
 
 static fj_opnd V(const gen *g, fj_reg r) { return fj_vec(g->b, r); }
@@ -110,7 +119,15 @@ static void k_group(gen *g, fj_reg ap, fj_reg bp, fj_reg a4, fj_reg lda, fj_reg 
     fj_builder *b = g->b;
     const kg_lowp_cfg *c = g->c;
     int bf16 = c->dt == KG_LP_BF16;
-    for (int v = 0; v < c->nv; v++) {
+    for (int v = 0; c->b_rows && v < c->nv; v++) {
+        /* words of rows k (bv) and k+1 (memory) for 16 columns, paired; kept in the panel */
+        int32_t o = v / 2 * 64;
+        fj_emit(b, FJ_VMOVDQU32, V(g, g->bv[v]), fj_mem(512, g->br, o));
+        fj_emit(b, FJ_VPERMT2W, V(g, g->bv[v]), V(g, g->idx[v & 1]), fj_memx(512, g->br, g->ldb, 1, o));
+        fj_emit(b, FJ_VMOVDQU32, fj_mem(512, bp, bd + v * 64), V(g, g->bv[v]));
+    }
+    if (c->b_rows) fj_emit(b, FJ_LEA, fj_r64(g->br), fj_memx(64, g->br, g->ldb, 2, 0));
+    for (int v = 0; !c->b_rows && v < c->nv; v++) {
         fj_emit(b, g->avx512 ? FJ_VMOVDQU32 : FJ_VMOVDQU, V(g, g->bv[v]),
                 fj_mem((uint16_t)g->vb, bp, bd + v * g->vb / 8));
         if (bf16 && !c->dot) {
@@ -170,7 +187,7 @@ static void store_row(gen *g, fj_reg p, fj_reg cr, fj_reg ct, fj_reg rt, const f
             else fj_emit(b, FJ_VMASKMOVPS, V(g, cv), V(g, mk), cm);
         }
         if (bf16) {
-            fj_emit(b, FJ_VMULPS, acc, acc, V(g, alpha));
+            if (c->scale) fj_emit(b, FJ_VMULPS, acc, acc, V(g, alpha));
             if (c->add) fj_emit(b, FJ_VFMADD231PS, acc, V(g, cv), V(g, beta));
         } else {
             fj_emit(b, FJ_VPADDD, acc, acc, fj_mem((uint16_t)g->vb, ct, v * g->vb / 8));
@@ -460,12 +477,30 @@ void kg_lowp(fj_builder *b, const void *ctx) {
         lda = fj_gpr(b);
         lda3 = fj_gpr(b);
     }
+    if (c->b_rows) {
+        g->br = fj_gpr(b);
+        g->ldb = fj_gpr(b);
+    }
     if (c->post && !bf16) sp = fj_gpr(b);
     if (c->post && c->has_bias) bip = fj_gpr(b);
     for (int i = 0; i < c->mr; i++)
         for (int v = 0; v < c->nv; v++) g->acc[i][v] = fj_vreg(b);
     for (int v = 0; v < c->nv; v++) g->bv[v] = fj_vreg(b);
     g->x = fj_vreg(b);
+    if (c->b_rows) {
+        /* word i of vector v: word 16*(v&1) + i/2 of row k (i even) or of row k+1 (i odd) */
+#define KP(j) j, 32 + (j)
+#define KP4(j) KP(j), KP(j + 1), KP(j + 2), KP(j + 3)
+        static const uint16_t ix[2][32] = {{KP4(0), KP4(4), KP4(8), KP4(12)},
+                                           {KP4(16), KP4(20), KP4(24), KP4(28)}};
+#undef KP4
+#undef KP
+        for (int h = 0; h < 2; h++) {
+            g->idx[h] = fj_vreg(b);
+            fj_emit(b, FJ_VMOVDQU32, V(g, g->idx[h]), fj_const_data(b, ix[h], 64, 64, 512));
+        }
+        fj_emit(b, FJ_MOV, fj_r64(g->ldb), fj_mem(64, p, OFF(ldb)));
+    }
     if (!c->dot && !bf16) { g->t = fj_vreg(b); g->ones = fj_vreg(b); }
     if (!c->dot && bf16) {
         for (int v = 0; v < c->nv; v++) g->bo[v] = fj_vreg(b);
@@ -504,6 +539,7 @@ void kg_lowp(fj_builder *b, const void *ctx) {
         fj_emit(b, FJ_LEA, fj_r64(a4), fj_memx(64, ap, lda, 4, 0));
     }
     fj_emit(b, FJ_MOV, fj_r64(bp), fj_mem(64, p, OFF(b)));
+    if (c->b_rows) fj_emit(b, FJ_MOV, fj_r64(g->br), fj_mem(64, p, OFF(b_src)));
     /* Two k groups an iteration (half the loop overhead), then an odd last one. */
     int32_t astep = c->a_rows ? 4 : c->mr * 4, bstep = c->nv * lanes * 4;
     fj_label kodd = fj_label_new(b), kdone = fj_label_new(b);
@@ -569,7 +605,7 @@ void kg_lowp(fj_builder *b, const void *ctx) {
     if (c->nv < 2) tmp[2] = fj_vreg(b);
     fj_reg alpha = tmp[0], beta = g->avx512 ? tmp[2] : g->xo;
     if (bf16) {
-        fj_emit(b, FJ_VBROADCASTSS, V(g, alpha), fj_mem(32, p, OFF(alpha)));
+        if (c->scale) fj_emit(b, FJ_VBROADCASTSS, V(g, alpha), fj_mem(32, p, OFF(alpha)));
         if (c->add) fj_emit(b, FJ_VBROADCASTSS, V(g, beta), fj_mem(32, p, OFF(beta)));
     }
     fj_emit(b, FJ_MOV, fj_r64(cr), fj_r64(cp));

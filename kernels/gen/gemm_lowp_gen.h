@@ -21,6 +21,13 @@ typedef struct kg_lowp_cfg {
                       (vpmaddubsw + vpmaddwd; bf16 widened to f32 + FMA) */
     int32_t mr, nv;
     int32_t add;   /* int8: C += result (else C = result); bf16: beta != 0 (C is read) */
+    int32_t scale; /* bf16 plain store: acc times alpha (alpha != 1; alpha 1 leaves acc
+                      as it is, bit for bit, without the multiplies) */
+    int32_t b_rows;  /* bf16 dot (AVX-512), a_rows, nv even, no post: B read in place
+                        (row-major, b_src, rows ldb bytes apart, k even, all nv*16
+                        columns inside B): each k group's two rows interleaved
+                        into the panel at b as the first tile uses them; the
+                        later tiles read the panel */
     int32_t a_rows;  /* A read in place: row-major, row i of the tile at a + i*lda
                         (k groups 4 bytes apart, k a multiple of the group; mr <= 8,
                         no post) instead of the packed tile */
@@ -53,7 +60,7 @@ enum { KG_LP_OUT_F32 = 0, KG_LP_OUT_Q8, KG_LP_OUT_BF16 };
  * both zero-padded (rows, columns and k). For each of ntiles row tiles the
  * kernel computes acc = A_tile * B_panel over kq groups, then
  *   int8: r = acc + colterm[j] + rowterm[i]; C = r (add: C += r), mod 2^32
- *   bf16: C = alpha*acc (add: + beta*C)
+ *   bf16: C = alpha*acc (alpha: scale, else 1; add: + beta*C)
  * storing rows < last_rows of the last tile and the lanes of kmask / ymask.
  * Offsets are read by the generated code (offsetof). */
 typedef struct kg_lowp_args {
@@ -76,6 +83,8 @@ typedef struct kg_lowp_args {
     float lo, hi;
     int32_t zp;
     int64_t lda;             /* a_rows: bytes between rows of A */
+    const void *b_src;       /* b_rows: B(0, j0) */
+    int64_t ldb;             /* b_rows: bytes between rows of B */
 } kg_lowp_args;
 
 /* The matrix x vector kernel (cfg.gemv, mr rows a block, A (u8 or bf16)

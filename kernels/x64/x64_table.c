@@ -328,6 +328,9 @@ const x64_row x64_rows[] = {
     /* Horizontal dword add within each 128-bit lane (no EVEX form): the
      * AVX2 matrix x vector kernel's row sums. */
     ROW(VPHADDD, VEX, P38, 0x02, 0, -1, VXY, NONE, XF_I2, AVX, G(V), H(V), E(VM)),
+    /* Word permute of two tables (the destination's and r/m's) by the
+     * indexes in vvvv: interleaves two rows of bf16 into k pairs. */
+    ROW(VPERMT2W, EVEX, P38, 0x7D, 1, -1, VXYZ, FVM, 0, BW, G(V), H(V), E(VM)),
 };
 
 const int x64_nrows = (int)(sizeof x64_rows / sizeof x64_rows[0]);

@@ -24,7 +24,9 @@
  * place (a partial last row tile by a kernel of its row count); other A is
  * packed first.
  * One pass on the pool then runs one job per thread: a group of column
- * panels (each packed by the job that uses it, just before its first use)
+ * panels (each packed by the job that uses it, just before its first use;
+ * a full panel of row-major bf16 B by the kernel of its first tile, from
+ * B as it goes)
  * against a group of row tiles. Every C element gets the same operations
  * whatever the split, so results do not depend on the thread count. */
 #include <immintrin.h>
@@ -138,9 +140,11 @@ static void finish_part(const lp_run *r, int64_t i0, int64_t i1, int64_t j0, int
     }
 }
 
-/* Tiles [t0, t1) against column panel q (packed at pb; int8 column terms ct). */
+/* Tiles [t0, t1) against column panel q (packed at pb; int8 column terms
+ * ct). fuse: the panel is not packed yet: tile t0 (in place) packs it from
+ * B as it goes. */
 static void run_part(const lp_run *r, int64_t t0, int64_t t1, int64_t q, const uint8_t *pb,
-                     const int32_t *ct) {
+                     const int32_t *ct, int fuse) {
     const lp_call *x = r->x;
     int mr = r->cfg.mr, bf16 = x->kind == LP_BF16;
     int64_t i0 = t0 * mr, i1 = t1 * mr < x->m ? t1 * mr : x->m;
@@ -179,8 +183,13 @@ static void run_part(const lp_run *r, int64_t t0, int64_t t1, int64_t q, const u
      * last one its packed copy, or A itself too through the kernel of its
      * rows. Other A: every tile packed. */
     int64_t tin = t1 < r->pa_t0 ? t1 : t0 > r->pa_t0 ? t0 : r->pa_t0;
-    for (int part = 0; part < 2; part++) {
-        int64_t ta = part ? tin : t0, tb = part ? t1 : tin;
+    if (fuse) {
+        g.b_src = (const uint16_t *)x->b + j0;
+        g.ldb = x->ldb * 2;
+    }
+    for (int seg = 0; seg < 3; seg++) {
+        int part = seg == 2;
+        int64_t ta = seg == 0 ? t0 : seg == 1 ? t0 + fuse : tin, tb = seg == 0 ? t0 + fuse : part ? t1 : tin;
         if (ta >= tb) continue;
         int packed = part && !r->fn_tail;
         g.a = packed ? (const void *)(r->pa + (ta - r->pa_t0) * r->a_tile)
@@ -190,7 +199,7 @@ static void run_part(const lp_run *r, int64_t t0, int64_t t1, int64_t q, const u
         g.ntiles = tb - ta;
         g.last_rows = (tb == t1 ? i1 : tb * mr) - (tb - 1) * mr;
         g.a_tile = packed ? r->a_tile : mr * x->lda * r->es;
-        (part ? (r->fn_tail ? r->fn_tail : r->fn) : r->fn_rows)(&g);
+        (part ? (r->fn_tail ? r->fn_tail : r->fn) : seg == 0 ? r->fn_bpack : r->fn_rows)(&g);
     }
     if (staged) finish_part(r, i0, i1, j0, j0 + cols);
 }
@@ -212,12 +221,17 @@ static void run_job(void *ctx, int64_t job) {
     uint32_t kab = (uint32_t)x->k * (uint32_t)x->ao * (uint32_t)x->bo;
     char o = x->offsetc;
     int fused_co = !r->general && !r->post;
+    /* One row block: each panel is done with before the next is packed, so
+     * all share the first one's buffer (still in L1 when the next is written). */
+    int one_blk = t_hi - t_lo <= r->tiles_per_blk;
     for (int64_t tb = t_lo; tb < t_hi; tb += r->tiles_per_blk) {
         int64_t te = tb + r->tiles_per_blk < t_hi ? tb + r->tiles_per_blk : t_hi;
         for (int64_t q = q_lo; q < q_hi; q++) {
-            uint8_t *pq = pb + q * r->b_pan;
+            uint8_t *pq = pb + (one_blk ? q_lo : q) * r->b_pan;
             int32_t *cq = ct ? ct + q * r->nr : NULL;
-            if (tb == t_lo) {
+            /* A full panel's first tile in place interleaves B itself. */
+            int fuse = tb == t_lo && r->fn_bpack && (q + 1) * r->nr <= x->n && t_lo < r->pa_t0;
+            if (tb == t_lo && !fuse) {
                 lp_pack_b_panel(r, q, pq, cq);
                 for (int64_t j = 0; cq && j < r->nr; j++) {
                     int64_t gj = q * r->nr + j;
@@ -230,7 +244,7 @@ static void run_job(void *ctx, int64_t job) {
                     cq[j] = (int32_t)t;
                 }
             }
-            run_part(r, tb, te, q, pq, cq);
+            run_part(r, tb, te, q, pq, cq, fuse);
         }
     }
 }
@@ -314,7 +328,7 @@ static _Thread_local struct lp_memo {
     kg_lowp_cfg cfg;
     uint64_t serial;   /* the runtime's: tells it from a later one at its address */
     rt_khold hold;
-} lp_memo[5];
+} lp_memo[6];
 static _Thread_local int lp_memo_hook;
 static pthread_key_t lp_memo_key;
 static pthread_once_t lp_memo_once = PTHREAD_ONCE_INIT;
@@ -322,7 +336,7 @@ static int lp_memo_key_ok;
 
 static void lp_memo_exit(void *arg) {
     (void)arg;
-    for (int i = 0; i < 5; i++) rt_khold_drop(&lp_memo[i].hold);
+    for (int i = 0; i < 6; i++) rt_khold_drop(&lp_memo[i].hold);
 }
 static void lp_memo_key_init(void) {
     lp_memo_key_ok = pthread_key_create(&lp_memo_key, lp_memo_exit) == 0;
@@ -565,6 +579,7 @@ static fj_status lp_run_call(fj_runtime *rt, const lp_call *x, const lp_post *po
         tile_cfg(rt, bf16, x->m, x->n, x->k, &r.cfg);
         r.general = !bf16 && !(x->alpha == 1.0f && (x->beta == 0.0f || x->beta == 1.0f));
         r.cfg.add = bf16 ? x->beta != 0.0f : (!r.general && x->beta == 1.0f);
+        r.cfg.scale = bf16 && x->alpha != 1.0f;
     }
     int mr = r.cfg.mr;
     r.avx512 = rt->isa == FJ_ISA_AVX512;
@@ -600,7 +615,7 @@ static fj_status lp_run_call(fj_runtime *rt, const lp_call *x, const lp_post *po
             break;
         }
 
-    fj_kernel *kern = NULL, *kern_rows = NULL, *kern_tail = NULL;
+    fj_kernel *kern = NULL, *kern_rows = NULL, *kern_tail = NULL, *kern_bp = NULL;
     if (po) {
         r.fn = po->fn;
     } else {
@@ -612,6 +627,13 @@ static fj_status lp_run_call(fj_runtime *rt, const lp_call *x, const lp_post *po
             kg_lowp_cfg cr = r.cfg;
             cr.a_rows = 1;
             s = memo_kernel(rt, &cr, 1, &r.fn_rows, &kern_rows);
+            /* bf16 row-major B (k even, as A's whole groups need): a full
+             * panel's first tile, in place, interleaves B itself. */
+            kg_lowp_cfg cb = cr;
+            cb.b_rows = 1;
+            if (s == FJ_OK && bf16 && r.cfg.dot && r.avx512 && !x->tb && r.cfg.nv % 2 == 0 &&
+                x->m >= mr)
+                s = memo_kernel(rt, &cb, 5, &r.fn_bpack, &kern_bp);
             /* A partial last tile in place too, through a kernel of its rows. */
             cr.mr = (int32_t)(x->m % mr);
             if (s == FJ_OK && cr.mr) s = memo_kernel(rt, &cr, 2, &r.fn_tail, &kern_tail);
@@ -619,6 +641,7 @@ static fj_status lp_run_call(fj_runtime *rt, const lp_call *x, const lp_post *po
         if (s != FJ_OK) {
             if (kern) rt_kernel_unref(kern);
             if (kern_rows) rt_kernel_unref(kern_rows);
+            if (kern_bp) rt_kernel_unref(kern_bp);
             return s;
         }
     }
@@ -634,6 +657,7 @@ static fj_status lp_run_call(fj_runtime *rt, const lp_call *x, const lp_post *po
         if (kern) rt_kernel_unref(kern);
         if (kern_rows) rt_kernel_unref(kern_rows);
         if (kern_tail) rt_kernel_unref(kern_tail);
+        if (kern_bp) rt_kernel_unref(kern_bp);
         return fj_fail(FJ_ERR_NO_MEMORY, "gemm: out of memory (%zu bytes of packed operands)",
                        bytes);
     }
@@ -672,6 +696,7 @@ static fj_status lp_run_call(fj_runtime *rt, const lp_call *x, const lp_post *po
     if (kern) rt_kernel_unref(kern);
     if (kern_rows) rt_kernel_unref(kern_rows);
     if (kern_tail) rt_kernel_unref(kern_tail);
+    if (kern_bp) rt_kernel_unref(kern_bp);
     fj_free(mem);
     return FJ_OK;
 }

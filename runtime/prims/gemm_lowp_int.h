@@ -39,6 +39,7 @@ typedef struct lp_run {
     kg_lowp_fn fn;
     kg_lowp_fn fn_rows;      /* the in-place A kernel (row-major A, whole k groups), or NULL */
     kg_lowp_fn fn_tail;      /* with fn_rows: the in-place kernel of the last tile's m % mr rows */
+    kg_lowp_fn fn_bpack;     /* with fn_rows: the in-place A and B kernel (a full panel's first tile), or NULL */
     int avx512;              /* the runtime's ISA: the packers may use AVX-512BW */
     int es;                  /* input element bytes: 1 or 2 */
     int kgrp;                /* elements per k group: 4 or 2 */

@@ -229,28 +229,33 @@ static T512 void pack_b8_512(const lp_run *r, int64_t j0, int cols, uint32_t *d,
     }
 }
 
-/* Row-major bf16 B, 32 columns at a time: word unpacks pair two rows
- * within each lane; a two-source qword permute restores column order. */
+/* Row-major bf16 B: each pair of rows (a k group) across the whole panel
+ * at once, so that the panel's lines of both rows are read together; word
+ * i of an output vector is word i/2 of row k (i even) or of row k+1 (i
+ * odd), one two-source word permute per 16 columns. */
 static T512 void pack_b16_512(const lp_run *r, int64_t j0, int cols, uint32_t *d) {
     const lp_call *x = r->x;
     const uint16_t *b = (const uint16_t *)x->b + j0;
-    int nr = r->nr;
-    const __m512i lo_idx = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0);
-    const __m512i hi_idx = _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4);
-    for (int jc = 0; jc < nr; jc += 32) {
-        int w = cols - jc, nvec = (nr - jc) / 16 < 2 ? (nr - jc) / 16 : 2;
-        __mmask32 km = w >= 32 ? ~(__mmask32)0 : w <= 0 ? 0 : (((__mmask32)1 << w) - 1);
-        for (int64_t g = 0; g < r->kq; g++) {
-            int64_t k0 = 2 * g;
-            __m512i v0 = k0 < x->k ? _mm512_maskz_loadu_epi16(km, b + k0 * x->ldb + jc)
-                                   : _mm512_setzero_si512();
-            __m512i v1 = k0 + 1 < x->k ? _mm512_maskz_loadu_epi16(km, b + (k0 + 1) * x->ldb + jc)
-                                       : _mm512_setzero_si512();
-            __m512i lo = _mm512_unpacklo_epi16(v0, v1), hi = _mm512_unpackhi_epi16(v0, v1);
-            uint32_t *dg = d + g * nr + jc;
-            _mm512_storeu_si512((void *)dg, _mm512_permutex2var_epi64(lo, lo_idx, hi));
-            if (nvec > 1)
-                _mm512_storeu_si512((void *)(dg + 16), _mm512_permutex2var_epi64(lo, hi_idx, hi));
+    int nr = r->nr, nch = (nr + 31) / 32;
+    const __m512i lo_idx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,
+                                            39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+    const __m512i hi_idx = _mm512_add_epi16(lo_idx, _mm512_set1_epi16(16));
+    __mmask32 km[4];
+    for (int c = 0; c < nch; c++) {
+        int w = cols - 32 * c;
+        km[c] = w >= 32 ? ~(__mmask32)0 : w <= 0 ? 0 : (((__mmask32)1 << w) - 1);
+    }
+    for (int64_t g = 0; g < r->kq; g++) {
+        int64_t k0 = 2 * g;
+        const uint16_t *r0 = b + k0 * x->ldb, *r1 = r0 + x->ldb;
+        int has0 = k0 < x->k, has1 = k0 + 1 < x->k;
+        uint32_t *dg = d + g * nr;
+        for (int c = 0; c < nch; c++) {
+            __m512i v0 = has0 ? _mm512_maskz_loadu_epi16(km[c], r0 + 32 * c) : _mm512_setzero_si512();
+            __m512i v1 = has1 ? _mm512_maskz_loadu_epi16(km[c], r1 + 32 * c) : _mm512_setzero_si512();
+            _mm512_storeu_si512((void *)(dg + 32 * c), _mm512_permutex2var_epi16(v0, lo_idx, v1));
+            if (nr - 32 * c > 16)
+                _mm512_storeu_si512((void *)(dg + 32 * c + 16), _mm512_permutex2var_epi16(v0, hi_idx, v1));
         }
     }
 }
