@@ -316,11 +316,16 @@ START_TEST(plan_pure) {
         {FJ_ISA_AVX512, 64, 64, 64, 64}, {FJ_ISA_AVX512, 64, 64, 32, 1},
         {FJ_ISA_AVX2, 64, 64, 32, 64},   {FJ_ISA_AVX2, 48, 48, 48, 1},
     };
-    /* AVX2, short k and wide C: no C prefetch on two threads, kept on one. */
+    /* AVX2, short k and wide C: no C prefetch, on two threads and on one;
+     * a longer k keeps the model's. */
     gemm_desc w = {.dt = KG_DT_F32, .m = 1024, .n = 1024, .k = 64, .lda = 64, .ldb = 1024,
                    .ldc = 1024, .alpha = 1};
     ck_assert_int_eq(gemm_plan_block(&b, &w, &b2, 2, &none), FJ_OK);
     ck_assert(b.threads == 64 && b.cfg.pf_c == 0);
+    ck_assert_int_eq(gemm_plan_block(&b, &w, &b2, 1, &none), FJ_OK);
+    ck_assert(b.threads == 1 && b.cfg.pf_c == 0);
+    ck_assert_int_ne(b2.pf_c, 0);
+    w.k = w.lda = 512;
     ck_assert_int_eq(gemm_plan_block(&b, &w, &b2, 1, &none), FJ_OK);
     ck_assert_int_eq(b.cfg.pf_c, b2.pf_c);
     for (size_t i = 0; i < sizeof mt / sizeof mt[0]; i++) {

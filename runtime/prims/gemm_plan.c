@@ -538,11 +538,14 @@ fj_status gemm_plan_block(gemm_plan *p, const gemm_desc *d, const gemm_model *bl
         .act = act, .act_alpha = act ? d->act_alpha : 0.0f, .act_beta = act ? d->act_beta : 0.0f,
     };
     if (shortk) p->cfg.pf_c = 0;
-    /* AVX2 on several threads, short k and wide C: no C prefetch either.
-     * Each prefetch reads a line that the tile then overwrites whole, and
-     * threads that share the L3 and memory pay for that traffic (one
-     * thread has the bandwidth to spare and keeps it). */
-    if (!avx512 && short_wide && p->threads > 1) p->cfg.pf_c = 0;
+    /* AVX2, short k and wide C: no C prefetch either. Each prefetch reads
+     * a line that the tile then overwrites whole (the store's own read for
+     * ownership fetches it anyway, and the store buffer hides that at the
+     * end of the tile); prefetched at the tile's start, its mr lines sit
+     * in L1 through the whole short k loop beside A and B (for C rows a
+     * multiple of 4 KiB apart, all in one set), and threads that share
+     * the L3 and memory pay for the traffic. */
+    if (!avx512 && short_wide) p->cfg.pf_c = 0;
     /* AVX2: the last row tile (m % mr rows; only the problem's last rows
      * are ever a short tile, whatever the blocking and threads) runs a k
      * loop over its own rows, not all mr: the 4-row tail of a 6-row tile
