@@ -219,6 +219,11 @@ static void check_plan(const char *what, const gemm_model *bl, const gemm_desc *
     ck_assert_msg(p->kc >= 1 && (p->kc >= 16 || p->kc >= k), "%s: kc %lld", what, (long long)p->kc);
     ck_assert_int_le(p->kc, 2048);
     ck_assert_msg(p->mc >= p->mr && p->mc % p->mr == 0, "%s: mc %lld", what, (long long)p->mc);
+    /* A packed B: the model's row tiles per panel, or more only within
+     * the A block that L2 holds beside the panel. */
+    int64_t tiles_mc = (int64_t)bl->mc_tiles * p->mr;
+    ck_assert_msg(p->direct_b || p->mc <= (tiles_mc > bl->mc_l2 ? tiles_mc : bl->mc_l2),
+                  "%s: mc %lld", what, (long long)p->mc);
     ck_assert_msg(p->nc >= p->nr && p->nc % p->nr == 0 && p->nc <= bl->nc_max, "%s: nc %lld", what,
                   (long long)p->nc);
     /* Panels in the caches meant for them (unless both operands are read
@@ -305,9 +310,15 @@ START_TEST(plan_pure) {
     ck_assert_int_eq(gemm_plan_block(&b, &d, &bl, 2, &none), FJ_OK);
     ck_assert(!memcmp(&a, &b, sizeof a));
     /* Zen 5's AVX-512 f32 plan of 1024^3 (A's rows in one L1 set: eight
-     * rows read in place). */
-    ck_assert(a.mr == 8 && a.nv == 2 && a.kc == 1024 && a.mc == 32 && a.nc == 1024);
+     * rows read in place; its B block, 1024 x 1024, more than L2 holds:
+     * eight row tiles per B panel, not four). */
+    ck_assert(a.mr == 8 && a.nv == 2 && a.kc == 1024 && a.mc == 64 && a.nc == 1024);
     ck_assert(a.direct_a && !a.direct_b && a.threads == 64 && a.split_n);
+    /* 512^3: A of one L2, 256-column blocks: the model's four row tiles. */
+    gemm_desc h = {.dt = KG_DT_F32, .m = 512, .n = 512, .k = 512, .lda = 512, .ldb = 512,
+                   .ldc = 512, .alpha = 1};
+    ck_assert_int_eq(gemm_plan_block(&b, &h, &bl, 1, &none), FJ_OK);
+    ck_assert(b.mc == (int64_t)bl.mc_tiles * b.mr && b.nc == 256);
     /* Two threads from 8192 cycles of one thread's FMAs: 64^3 splits, 64
      * x 64 x 32 not; with AVX2 (half the flops a cycle) 64 x 64 x 32 too,
      * 48^3 not. */

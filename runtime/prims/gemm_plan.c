@@ -492,6 +492,13 @@ fj_status gemm_plan_block(gemm_plan *p, const gemm_desc *d, const gemm_model *bl
     int64_t nnb = max64(1, cdiv(n, nc));
     p->nc = tune.nc ? max64(p->nr, tune.nc / p->nr * p->nr) : cdiv(cdiv(n, nnb), p->nr) * p->nr;
     if (p->nc > bl->nc_max) p->nc = bl->nc_max;
+    /* A wide AVX-512 plan's B block (kc x nc) is more than L2 holds: each
+     * kernel call streams its B panel from L3 during its first row tile,
+     * slower than the other tiles read it from L2. Twice the row tiles per
+     * panel halve that share; the A block (mc x kc) stays within what L2
+     * holds beside the panel (the model's mc_l2). */
+    if (avx512 && wide && !p->direct_b && !tune.mc && (double)p->kc * (double)p->nc * es > (double)bl->l2)
+        p->mc = max64(p->mr, min64(2 * (int64_t)bl->mc_tiles * p->mr, bl->mc_l2) / p->mr * p->mr);
 
     size_t kcf = (size_t)p->kc;
     if (p->direct_a) p->scratch = (size_t)p->mr * kcf;
