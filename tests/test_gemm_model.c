@@ -296,6 +296,34 @@ START_TEST(plan_invariants) {
 }
 END_TEST
 
+/* Shared-B row chunks: they cover the rows in order, in whole tiles, at
+ * most max of them, largest first, and the first leaves work for the
+ * other threads. */
+START_TEST(row_chunks) {
+    int64_t row0[257];
+    const int maxes[] = {256, 8, 2, 1};
+    for (int64_t m = 1; m <= 3000; m += m < 40 ? 1 : 37)
+        for (int mr = 1; mr <= 16; mr += 5)
+            for (int threads = 1; threads <= 8; threads *= 2)
+                for (int rpt = 1; rpt <= 32; rpt *= 2)
+                    for (int x = 0; x < 4; x++) {
+                        int64_t max = maxes[x], n = gemm_row_chunks(m, mr, threads, rpt, row0, max);
+                        int64_t tiles = (m + mr - 1) / mr;
+                        ck_assert_msg(n >= 1 && n <= max, "m %ld: %ld chunks", (long)m, (long)n);
+                        ck_assert_int_eq(row0[0], 0);
+                        ck_assert_int_eq(row0[n], m);
+                        for (int64_t i = 0; i < n; i++) {
+                            ck_assert_int_gt(row0[i + 1], row0[i]);
+                            if (i + 1 < n) ck_assert_int_eq(row0[i + 1] % mr, 0);
+                            if (i > 0 && n < max)
+                                ck_assert_int_le(row0[i + 1] - row0[i], row0[i] - row0[i - 1]);
+                        }
+                        if (threads > 1 && n < max)
+                            ck_assert_int_le(row0[1], (tiles + threads - 1) / threads * mr);
+                    }
+}
+END_TEST
+
 /* The planner is a function of its inputs: the same plan twice, and the
  * runtime's own model gives the runtime's plans. */
 START_TEST(plan_pure) {
@@ -505,6 +533,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, model_zen5_figures);
     tcase_add_loop_test(tc, plan_invariants, 0, NCPU);
     tcase_add_test(tc, plan_pure);
+    tcase_add_test(tc, row_chunks);
     tcase_add_test(tc, model_tiles_run);
     tcase_add_test(tc, decode_zen5);
     tcase_add_test(tc, decode_kaby_lake);

@@ -273,7 +273,8 @@ typedef struct shared_ctx {
     kg_gemm_args g;
     void *bufb;
     int64_t jc, ncur, pc, kcur;
-    int64_t pan_per, rows_per;
+    int64_t pan_per;
+    int64_t row0[MAX_CHUNKS + 1];  /* chunk i: rows row0[i] .. row0[i + 1] */
     _Atomic unsigned char failed[MAX_CHUNKS];
 } shared_ctx;
 
@@ -286,8 +287,7 @@ static void shared_pack(void *ctx, int64_t i) {
 }
 
 static void shared_rows_buf(shared_ctx *s, int64_t i, void *buf) {
-    const gemm_plan *p = s->x->p;
-    int64_t i0 = i * s->rows_per, i1 = min64(p->m, i0 + s->rows_per);
+    int64_t i0 = s->row0[i], i1 = s->row0[i + 1];
     /* buf's A part only: on the caller, its B part is the shared panels. */
     block_rows(s->x, &s->g, buf, s->bufb, i0, i1, s->jc, s->ncur, s->pc, s->kcur, 0);
 }
@@ -302,20 +302,31 @@ static void shared_rows(void *ctx, int64_t i) {
     shared_rows_buf(s, i, buf);
 }
 
+/* Rows in chunks claimed dynamically, largest first: each takes
+ * 1/(rpt/4 * threads) of the tiles still left, down to a few tiles (each
+ * chunk packs its own A rows, so small ones cost nothing extra). A thread
+ * that starts late or is preempted does not hold the others at the end
+ * of the block, and on an idle machine the threads end a small chunk
+ * apart rather than half of an even share's chunk. */
+int64_t gemm_row_chunks(int64_t m, int mr, int threads, int rpt, int64_t *row0, int64_t max) {
+    int64_t tiles = cdiv(m, mr), left = tiles, n = 0;
+    int64_t div = max64(threads, (int64_t)rpt * threads / 4);
+    int64_t least = min64(cdiv(tiles, threads), max64(1, tiles / ((int64_t)rpt * threads * 4)));
+    row0[0] = 0;
+    while (left > 0) {
+        int64_t t = n + 1 == max ? left : min64(left, max64(least, cdiv(left, div)));
+        left -= t;
+        row0[++n] = min64(m, (tiles - left) * mr);
+    }
+    return n;
+}
+
 static void run_shared(const run_ctx *x, void *buf, int threads) {
     const gemm_plan *p = x->p;
     shared_ctx *s = &(shared_ctx){.x = x};
     s->bufb = scratch_b(p, buf);
     int64_t nkb = p->k ? cdiv(p->k, p->kc) : 1;
-    /* Rows in several chunks per thread (claimed dynamically): a thread
-     * that starts late or is preempted does not hold the others at the
-     * end of the block. Each chunk packs its own A rows, so chunks of a
-     * few tiles cost nothing extra; B is packed once whatever the split. */
-    int64_t tiles = cdiv(p->m, p->mr);
-    int64_t target = min64(MAX_CHUNKS, (int64_t)p->rpt * threads);
-    int64_t nrows = max64(cdiv(tiles, target), min64(cdiv(tiles, threads), 4));
-    s->rows_per = nrows * p->mr;
-    int64_t nchunks = cdiv(p->m, s->rows_per);
+    int64_t nchunks = gemm_row_chunks(p->m, p->mr, threads, p->rpt, s->row0, MAX_CHUNKS);
     for (int64_t jc = 0; jc < p->n; jc += p->nc) {
         s->jc = jc;
         s->ncur = min64(p->nc, p->n - jc);

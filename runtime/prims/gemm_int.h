@@ -90,6 +90,11 @@ FJ_INTERNAL void gemm_plan_set_ab(gemm_plan *p, double alpha, double beta);
  * plans made afterwards; NULL = defaults. Not thread-safe against
  * concurrent GEMM calls. */
 FJ_INTERNAL void gemm_test_tune(const char *spec);
+/* Threads sharing one packed B take its rows in chunks, largest first:
+ * fills row0[0..n] (chunk i: rows row0[i] .. row0[i + 1], whole tiles of
+ * mr but the last) and returns n, at most max. */
+FJ_INTERNAL int64_t gemm_row_chunks(int64_t m, int mr, int threads, int rpt, int64_t *row0,
+                                    int64_t max);
 
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }

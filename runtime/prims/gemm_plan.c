@@ -30,7 +30,7 @@ void gemm_tune_defaults(gemm_tune *t) {
     *t = (gemm_tune){
         .mr512 = 0, .nv512 = -1, .mr2 = 0, .nv2 = -1, .unroll = 0, .pf_a = -1, .pf_c = -1,
         .b_copy = 1, .bpf_rows = -1, .shortk = 256, .direct = -1, .da = -1, .db = -1, .a_reg = -1,
-        .mt_flops = 1L << 19, .shared_min = 1L << 36, .rpt = 8, .split_n = -1,
+        .mt_flops = 1L << 19, .shared_min = 1L << 36, .share_k = 128, .rpt = 8, .split_n = -1,
     };
 }
 
@@ -515,7 +515,7 @@ fj_status gemm_plan_block(gemm_plan *p, const gemm_desc *d, const gemm_model *bl
      * claimed dynamically: smaller chunks balance the threads better than
      * four, and more would pay the hand-off too often. */
     p->share_b = !p->direct_b && ((double)m * (double)n * (double)k >= (double)tune.shared_min ||
-                                  k < 128);
+                                  k < tune.share_k);
     p->rpt = tune.rpt;
     /* Threads that split the rows each pack all of B (k x n) and read half
      * of A in place; split by column panels, each packs half of B and

@@ -30,6 +30,7 @@ void gemm_tune_parse(gemm_tune *t, const char *e) {
         else if (!strcmp(key, "bpf")) t->bpf_rows = (int)v;
         else if (!strcmp(key, "shortk")) t->shortk = v;
         else if (!strcmp(key, "shared")) t->shared_min = v;
+        else if (!strcmp(key, "sharek")) t->share_k = v;
         else if (!strcmp(key, "rpt")) t->rpt = v > 0 ? (int)v : 1;
         else if (!strcmp(key, "splitn")) t->split_n = (int)v;
         else if (!strcmp(key, "ways")) t->l1_ways = v > 0 && v < 64 ? (int)v : 8;

@@ -20,6 +20,7 @@ typedef struct gemm_tune {
     int bpf_rows;         /* ... prefetching this many rows of B ahead (-1: the model's) */
     long shortk;          /* k up to which wide problems take the 6 x 64 tile */
     long shared_min;      /* m*n*k from which threads share one packed B */
+    long share_k;         /* ... and k below which they do */
     int rpt;              /* shared B: row chunks per thread */
     int split_n;          /* threads split n, not m (-1 auto, 0 never, 1 when possible) */
 } gemm_tune;
