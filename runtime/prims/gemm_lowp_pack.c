@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "runtime/prims/gemm_lowp_int.h"
+#include "runtime/prims/transpose512.h"
 
 #define T512 __attribute__((target("avx512f,avx512bw,avx512vl")))
 
@@ -312,36 +313,6 @@ static T512 void pack_at_512(lp_run *r, int64_t t, uint8_t *d) {
         _mm_storeu_si128((__m128i *)(void *)sums, s[0]);
         _mm_storeu_si128((__m128i *)(void *)(sums + 4), s[1]);
         for (int64_t i = 0; i < rows; i++) r->rowsum[i0 + i] = sums[i];
-    }
-}
-
-/* r[c] := column c of the 16x16 dword block whose rows are r[0..15]:
- * dword then qword unpacks transpose 4x4 blocks within lanes, then lane
- * shuffles gather each column's four 128-bit pieces. */
-static inline T512 void transpose16i(__m512i r[16]) {
-    __m512i t[16], u[16];
-#pragma GCC unroll 16
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-    }
-#pragma GCC unroll 4
-    for (int q = 0; q < 16; q += 4) {
-        u[q] = _mm512_unpacklo_epi64(t[q], t[q + 2]);
-        u[q + 1] = _mm512_unpackhi_epi64(t[q], t[q + 2]);
-        u[q + 2] = _mm512_unpacklo_epi64(t[q + 1], t[q + 3]);
-        u[q + 3] = _mm512_unpackhi_epi64(t[q + 1], t[q + 3]);
-    }
-#pragma GCC unroll 4
-    for (int c = 0; c < 4; c++) {
-        __m512i a = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x88);
-        __m512i b = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0x88);
-        __m512i a2 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xdd);
-        __m512i b2 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0xdd);
-        r[c] = _mm512_shuffle_i32x4(a, b, 0x88);
-        r[8 + c] = _mm512_shuffle_i32x4(a, b, 0xdd);
-        r[4 + c] = _mm512_shuffle_i32x4(a2, b2, 0x88);
-        r[12 + c] = _mm512_shuffle_i32x4(a2, b2, 0xdd);
     }
 }
 
