@@ -378,6 +378,22 @@ static void lowp_body(void *p) {
     __asm__ volatile("" ::: "memory");
 }
 
+/* The one-thread runtime of a lowp trace test's loop index: bit 0 AVX2
+ * (else AVX-512), bit 1 without the VNNI/BF16 dot products; NULL, with the
+ * reason printed, where the CPU lacks the ISA. */
+static fj_runtime *lowp_rt(int i, const char *what, fj_options *o) {
+    fj_options_init(o);
+    o->isa = (i & 1) ? FJ_ISA_AVX2 : FJ_ISA_AVX512;
+    o->threads = 1;
+    o->cpu_disable = (i & 2) ? FJ_CPU_NO_VNNI | FJ_CPU_NO_BF16 : 0;
+    fj_runtime *rt = NULL;
+    if (fj_runtime_create(o, &rt) != FJ_OK) {
+        printf("%s %d: skipped: %s\n", what, i, fj_last_error());
+        return NULL;
+    }
+    return rt;
+}
+
 /* Loop index: bit 0 ISA, bit 1 without the dot-product instructions, bit 2 bf16,
  * bit 3 a handle with the fused epilogue (relu; int8 to f32, bf16 to bf16),
  * bit 4 k = 8 (whole k groups: the in-place A kernels, full tiles and the
@@ -387,16 +403,9 @@ static void lowp_body(void *p) {
  * in place; not with bit 5 or the handle). */
 START_TEST(lowp_every_instruction) {
     fj_options o;
-    fj_options_init(&o);
-    o.isa = (_i & 1) ? FJ_ISA_AVX2 : FJ_ISA_AVX512;
-    o.threads = 1;
-    o.cpu_disable = (_i & 2) ? FJ_CPU_NO_VNNI | FJ_CPU_NO_BF16 : 0;
+    fj_runtime *rt = lowp_rt(_i, "lowp", &o);
+    if (!rt) return;
     int bf16 = _i >> 2 & 1;
-    fj_runtime *rt = NULL;
-    if (fj_runtime_create(&o, &rt) != FJ_OK) {
-        printf("lowp %d: skipped: %s\n", _i, fj_last_error());
-        return;
-    }
     static uint16_t a[LM * LK], b[LK * LN2];
     static float c[LM * LN2];
     for (int i = 0; i < LM * LK; i++) a[i] = bf16 ? 0x3f80 + (uint16_t)(i % 3 << 7) /* 1, 2, 4 */ : (uint16_t)(i % 7);
@@ -484,18 +493,11 @@ static void gemv_body(void *p) {
 /* Loop index: bit 0 ISA, bit 1 without the dot-product instruction, bit 2
  * bf16, bit 3 s8 A (int8 only; lowp_arg.k = -1 marks it). */
 START_TEST(lowp_gemv_every_instruction) {
-    fj_options o;
-    fj_options_init(&o);
-    o.isa = (_i & 1) ? FJ_ISA_AVX2 : FJ_ISA_AVX512;
-    o.threads = 1;
-    o.cpu_disable = (_i & 2) ? FJ_CPU_NO_VNNI | FJ_CPU_NO_BF16 : 0;
     int bf16 = _i >> 2 & 1, s8 = _i >> 3 & 1;
     if (bf16 && s8) return;
-    fj_runtime *rt = NULL;
-    if (fj_runtime_create(&o, &rt) != FJ_OK) {
-        printf("lowp gemv %d: skipped: %s\n", _i, fj_last_error());
-        return;
-    }
+    fj_options o;
+    fj_runtime *rt = lowp_rt(_i, "lowp gemv", &o);
+    if (!rt) return;
     static uint8_t a[GM * GK];
     static int8_t b[GK];
     static uint16_t a16[GM * GK], b16[GK];
