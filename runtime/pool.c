@@ -20,8 +20,13 @@
  * joins late or not at all, and the two can stay together: they take
  * turns, so no CPU ever has a queue for the load balancer to spread (seen
  * on a 2-vCPU VM: both threads on one vCPU for hundreds of milliseconds,
- * the other vCPU idle, GEMM at one thread's speed). A napping worker wakes
- * from its own timer, where it was; and a worker that finds itself on its
+ * the other vCPU idle, GEMM at one thread's speed). So an idle worker
+ * (past its spin) takes the last caller's CPU out of its own mask until
+ * it wakes, and the kernel wakes it elsewhere (after a sleep on the
+ * condvar it joined 1-2 ms late or not at all, now within about 0.1 ms);
+ * a napping worker wakes from its own timer, or at once for a job that
+ * asks for it (RT_PAR_WAKE: the caller's wake costs microseconds, worth
+ * it for long jobs only); and a worker that still finds itself on its
  * caller's CPU when it joins moves itself off.
  *
  * Joining: a worker takes part in a job only by joining it while it is
@@ -51,7 +56,9 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <linux/futex.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -68,8 +75,9 @@ enum { WORKER_SPIN_NS = 100 * 1000, CALLER_SPIN_NS = 100 * 1000 };
 /* Then a worker naps until 50 ms after its last job, checking for a job
  * after naps of 20 us, 40 us, ... up to 1 ms: about 50 wakeups in all. A
  * job in that time waits up to a nap for the worker, with the caller
- * running chunks meanwhile. The naps grow because every wakeup preempts
- * whatever else runs on that CPU. */
+ * running chunks meanwhile, unless its caller rings (RT_PAR_WAKE: a job
+ * long enough to pay for the wake), which ends the nap at once. The naps
+ * grow because every wakeup preempts whatever else runs on that CPU. */
 enum { WORKER_POLL_NS = 50 * 1000 * 1000, WORKER_NAP_NS = 20 * 1000 };
 enum { WORKER_NAP_MAX_NS = 1000 * 1000 };
 
@@ -92,6 +100,12 @@ struct rt_pool {
     _Alignas(64) _Atomic uint64_t job;
     atomic_int stop;
     atomic_int sleepers;    /* workers in (or about to enter) the wake wait */
+    /* Bumped by every job: a napping worker waits on it (a futex) with its
+     * nap as the timeout. nappers: workers in (or about to enter) a nap;
+     * rung: naps a caller has cut short (a test hook). */
+    _Atomic uint32_t bell;
+    atomic_int nappers;
+    atomic_long rung;
     atomic_int caller_cpu;  /* where the current job's caller runs, or -1 */
     /* (generation << 32) | OPEN | workers that joined: a worker joins with
      * one compare-and-swap while the job is open; the caller's close reads
@@ -127,25 +141,36 @@ typedef struct worker_arg {
     int index;
 } worker_arg;
 
-/* The next job word after `seen`, or 0 when the pool stops. */
-static uint64_t wait_job(rt_pool *p, uint64_t seen) {
-    uint64_t j;
-    uint64_t t0 = fj_now_ns();
-    for (unsigned spins = 1;; spins++) {
-        if (atomic_load_explicit(&p->stop, memory_order_acquire)) return 0;
-        j = atomic_load_explicit(&p->job, memory_order_acquire);
-        if (j != seen) return j;
-        cpu_relax();
-        if (!(spins & 31) && fj_now_ns() - t0 > WORKER_SPIN_NS) break;
+/* One nap of up to ns, cut short when a caller rings the bell. Either the
+ * worker sees the job, or the caller sees the napper (seq_cst on both
+ * sides), and a ring between the bell's load and the wait makes the wait
+ * return at once. */
+static void nap(rt_pool *p, uint64_t seen, long ns) {
+    uint32_t b = atomic_load_explicit(&p->bell, memory_order_seq_cst);
+    atomic_fetch_add_explicit(&p->nappers, 1, memory_order_seq_cst);
+    if (atomic_load_explicit(&p->job, memory_order_seq_cst) == seen &&
+        !atomic_load_explicit(&p->stop, memory_order_seq_cst)) {
+        struct timespec t = {0, ns};
+        syscall(SYS_futex, &p->bell, FUTEX_WAIT_PRIVATE, b, &t, NULL, 0);
     }
+    atomic_fetch_sub_explicit(&p->nappers, 1, memory_order_relaxed);
+}
+
+static void ring(rt_pool *p) {
+    atomic_fetch_add_explicit(&p->bell, 1, memory_order_seq_cst);
+    syscall(SYS_futex, &p->bell, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
+}
+
+/* wait_job past its spin: naps, then the condvar. */
+static uint64_t wait_idle(rt_pool *p, uint64_t seen, uint64_t t0) {
+    uint64_t j;
     for (long nap_ns = WORKER_NAP_NS;; nap_ns = nap_ns * 2 < WORKER_NAP_MAX_NS ? nap_ns * 2
                                                                             : WORKER_NAP_MAX_NS) {
         if (atomic_load_explicit(&p->stop, memory_order_acquire)) return 0;
         j = atomic_load_explicit(&p->job, memory_order_acquire);
         if (j != seen) return j;
         if (fj_now_ns() - t0 > WORKER_POLL_NS) break;
-        struct timespec nap = {0, nap_ns};
-        nanosleep(&nap, NULL);
+        nap(p, seen, nap_ns);
     }
     pthread_mutex_lock(&p->lock);
     atomic_fetch_add_explicit(&p->sleepers, 1, memory_order_seq_cst);
@@ -161,6 +186,35 @@ static uint64_t wait_job(rt_pool *p, uint64_t seen) {
     atomic_fetch_sub_explicit(&p->sleepers, 1, memory_order_relaxed);
     pthread_mutex_unlock(&p->lock);
     return j;
+}
+
+/* The next job word after `seen`, or 0 when the pool stops. An idle
+ * worker (past its spin) keeps off the CPU of the last job's caller until
+ * it wakes: woken by that caller (a ring, the condvar), the kernel would
+ * often put it on the caller's CPU, where it waits behind the caller's
+ * chunks (see Placement: 1-2 ms, or until the job is over). */
+static uint64_t wait_job(rt_pool *p, uint64_t seen) {
+    uint64_t j;
+    uint64_t t0 = fj_now_ns();
+    for (unsigned spins = 1;; spins++) {
+        if (atomic_load_explicit(&p->stop, memory_order_acquire)) return 0;
+        j = atomic_load_explicit(&p->job, memory_order_acquire);
+        if (j != seen) return j;
+        cpu_relax();
+        if (!(spins & 31) && fj_now_ns() - t0 > WORKER_SPIN_NS) break;
+    }
+    cpu_set_t own;
+    int avoided = seen && rt_cpu_avoid(atomic_load_explicit(&p->caller_cpu, memory_order_relaxed), &own);
+    j = wait_idle(p, seen, t0);
+    if (avoided) sched_setaffinity(0, sizeof own, &own);
+    return j;
+}
+
+long rt_pool_test_rung(fj_runtime *rt) {
+    pthread_mutex_lock(&rt->pool_lock);
+    long n = rt->pool ? atomic_load(&rt->pool->rung) : -1;
+    pthread_mutex_unlock(&rt->pool_lock);
+    return n;
 }
 
 int rt_pool_test_sleepers(fj_runtime *rt) {
@@ -182,12 +236,19 @@ static int join(rt_pool *p, uint64_t gen) {
     return 0;
 }
 
-int rt_cpu_leave(int cpu) {
-    cpu_set_t mask, other;
-    if (cpu < 0 || cpu >= CPU_SETSIZE || sched_getaffinity(0, sizeof mask, &mask) != 0) return 0;
-    other = mask;
+int rt_cpu_avoid(int cpu, cpu_set_t *saved) {
+    cpu_set_t other;
+    if (cpu < 0 || cpu >= CPU_SETSIZE || sched_getaffinity(0, sizeof *saved, saved) != 0 ||
+        !CPU_ISSET(cpu, saved))
+        return 0;
+    other = *saved;
     CPU_CLR(cpu, &other);
-    if (!CPU_COUNT(&other) || sched_setaffinity(0, sizeof other, &other) != 0) return 0;
+    return CPU_COUNT(&other) && sched_setaffinity(0, sizeof other, &other) == 0;
+}
+
+int rt_cpu_leave(int cpu) {
+    cpu_set_t mask;
+    if (!rt_cpu_avoid(cpu, &mask)) return 0;
     /* Back to the thread's own mask: the kernel leaves it where it is now. */
     sched_setaffinity(0, sizeof mask, &mask);
     return 1;
@@ -312,6 +373,7 @@ void rt_pool_destroy(rt_pool *p) {
     atomic_store(&p->stop, 1);
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->lock);
+    ring(p); /* nappers too: no need to wait out their naps */
     for (int i = 0; i < p->nworkers; i++) pthread_join(p->threads[i], NULL);
     pthread_mutex_destroy(&p->lock);
     pthread_cond_destroy(&p->wake);
@@ -342,7 +404,7 @@ static void ext_body(void *arg, int64_t i) {
 
 /* noinline: its frame is the one the workers' stitch records point at. */
 __attribute__((noinline)) void rt_parallel(fj_runtime *rt, int64_t nchunks, int nthreads,
-                                           rt_chunk_fn fn, void *ctx) {
+                                           rt_chunk_fn fn, void *ctx, unsigned flags) {
     if (nchunks <= 0) return;
     if (nthreads > rt->opts.threads) nthreads = rt->opts.threads;
     if (nthreads > nchunks) nthreads = (int)nchunks;
@@ -389,6 +451,10 @@ __attribute__((noinline)) void rt_parallel(fj_runtime *rt, int64_t nchunks, int 
     /* Publishes the job, and orders against the sleepers check (seq_cst; a
      * worker going to sleep bumps sleepers before it re-reads job). */
     atomic_store_explicit(&p->job, j, memory_order_seq_cst);
+    if ((flags & RT_PAR_WAKE) && atomic_load_explicit(&p->nappers, memory_order_seq_cst)) {
+        atomic_fetch_add_explicit(&p->rung, 1, memory_order_relaxed);
+        ring(p);
+    }
     if (atomic_load_explicit(&p->sleepers, memory_order_seq_cst)) {
         pthread_mutex_lock(&p->lock);
         pthread_cond_broadcast(&p->wake);

@@ -4,6 +4,7 @@
 #ifndef FJ_POOL_H
 #define FJ_POOL_H
 
+#include <sched.h>
 #include <stdint.h>
 #include "base/base.h"
 
@@ -12,10 +13,15 @@
  * computes must not depend on who runs it (fixed partitioning keeps
  * results independent of the thread count). nthreads <= 1 or nchunks == 1
  * runs everything on the calling thread. Returns when all chunks are done.
- * Not reentrant from inside fn. */
+ * Not reentrant from inside fn. flags: RT_PAR_WAKE for a job worth tens
+ * of microseconds of a thread or more: a worker napping when it comes is
+ * woken at once (a futex wake, a few microseconds of the caller's time,
+ * more than a small job gains from the worker) instead of at its nap's
+ * end. */
 typedef void (*rt_chunk_fn)(void *ctx, int64_t i);
+enum { RT_PAR_WAKE = 1 };
 FJ_INTERNAL void rt_parallel(fj_runtime *rt, int64_t nchunks, int nthreads, rt_chunk_fn fn,
-                             void *ctx);
+                             void *ctx, unsigned flags);
 /* The runtime's thread count (fj_options.threads / FRAMEJIT_THREADS). */
 FJ_INTERNAL int rt_threads(const fj_runtime *rt);
 
@@ -29,6 +35,11 @@ FJ_INTERNAL void rt_pool_forget(rt_pool *p);
  * (narrows the mask, then restores it: the thread stays where it landed).
  * Returns 1 if it narrowed the mask. */
 FJ_INTERNAL int rt_cpu_leave(int cpu);
+/* Narrows the calling thread's CPU mask to leave out `cpu` (kept so: the
+ * thread moves off it now if it is there) and returns 1, with the mask it
+ * had in *saved; 0 (nothing changed) if cpu was not in it or is the only
+ * one. */
+FJ_INTERNAL int rt_cpu_avoid(int cpu, cpu_set_t *saved);
 /* Stitching (stitch_x86_64.S): rt_origin_capture is fj_origin_capture
  * under the library's own name; fj_worker_run(o, fn, ctx, i) runs
  * fn(ctx, i) on a frame record that continues into o's frames (the name
@@ -42,5 +53,7 @@ FJ_INTERNAL extern const char rt_stitch_end[];
 FJ_INTERNAL void rt_set_stitch(fj_runtime *rt, int on);
 /* Test hook: how many of rt's workers sleep on the condvar (-1: no pool). */
 FJ_INTERNAL int rt_pool_test_sleepers(fj_runtime *rt);
+/* Test hook: how many naps RT_PAR_WAKE jobs have cut short (-1: no pool). */
+FJ_INTERNAL long rt_pool_test_rung(fj_runtime *rt);
 
 #endif

@@ -1,7 +1,8 @@
 /* test_pool.c: Check suite for the runtime's thread pool (runtime/pool.c):
  * every chunk runs exactly once, the caller always runs a share, a worker
  * that comes late never holds the caller up, an idle worker naps (not in
- * the condvar) for a while before it sleeps, a thread moves off a CPU
+ * the condvar) for a while before it sleeps, off the last caller's CPU,
+ * a job that asks for it cuts the nap short, a thread moves off a CPU
  * when its mask allows, and workers are named fj-worker-N. */
 #include <check.h>
 #include <dirent.h>
@@ -24,6 +25,8 @@ enum { MAXC = 64 };
 typedef struct job {
     atomic_int runs[MAXC];
     atomic_int on_caller, elsewhere;
+    atomic_int full_mask;   /* chunks on a worker whose CPU mask was `all` */
+    cpu_set_t all;
     pthread_t caller;
     int spin_ns;            /* each chunk busy-waits this long */
 } job;
@@ -42,21 +45,28 @@ static void spin(long ns) {
 static void chunk(void *ctx, int64_t i) {
     job *j = ctx;
     atomic_fetch_add(&j->runs[i], 1);
-    atomic_fetch_add(pthread_equal(pthread_self(), j->caller) ? &j->on_caller : &j->elsewhere, 1);
+    int mine = pthread_equal(pthread_self(), j->caller);
+    atomic_fetch_add(mine ? &j->on_caller : &j->elsewhere, 1);
+    cpu_set_t m;
+    if (!mine && sched_getaffinity(0, sizeof m, &m) == 0 && CPU_EQUAL(&m, &j->all))
+        atomic_fetch_add(&j->full_mask, 1);
     if (j->spin_ns) spin(j->spin_ns);
 }
 
-static void run(fj_runtime *rt, job *j, int64_t n, int threads) {
+static void run_flags(fj_runtime *rt, job *j, int64_t n, int threads, unsigned flags) {
     for (int i = 0; i < MAXC; i++) atomic_init(&j->runs[i], 0);
     atomic_init(&j->on_caller, 0);
     atomic_init(&j->elsewhere, 0);
+    atomic_init(&j->full_mask, 0);
     j->caller = pthread_self();
-    rt_parallel(rt, n, threads, chunk, j);
+    rt_parallel(rt, n, threads, chunk, j, flags);
     int wrong = 0;
     for (int64_t i = 0; i < MAXC; i++) wrong += atomic_load(&j->runs[i]) != (i < n);
     ck_assert_msg(wrong == 0, "%lld chunks on %d threads: %d ran other than once", (long long)n,
                   threads, wrong);
 }
+
+static void run(fj_runtime *rt, job *j, int64_t n, int threads) { run_flags(rt, j, n, threads, 0); }
 
 /* Whether a worker ran a chunk of any of up to `tries` jobs of 16 chunks,
  * each after a pause of pause_us. */
@@ -227,6 +237,79 @@ START_TEST(idle_worker_naps_then_sleeps) {
 }
 END_TEST
 
+/* A job with RT_PAR_WAKE that comes while the worker naps cuts the nap
+ * short (counted by the pool); one without it leaves the worker to wake
+ * at its nap's end. Checked only where the pause came well inside the
+ * napping window (a loaded machine may hold this thread up longer). */
+START_TEST(wake_job_rings_napper) {
+    fj_runtime *rt = fjt_runtime(FJ_ISA_AVX2, 2);
+    job j = {.spin_ns = 100000};
+    run(rt, &j, 16, 2);
+    int rang = 0, checked = 0;
+    for (int rep = 0; rep < 40 && (rang < 3 || checked < 3); rep++) {
+        long t0 = now_ns();
+        usleep(5000);
+        long before = rt_pool_test_rung(rt);
+        int wake = rep % 2;
+        run_flags(rt, &j, 16, 2, wake ? RT_PAR_WAKE : 0);
+        long after = rt_pool_test_rung(rt);
+        if (now_ns() - t0 > 30000000L) continue;
+        if (!wake) {
+            ck_assert_msg(after == before, "a job without RT_PAR_WAKE rang the bell");
+            checked++;
+        } else {
+            rang += after == before + 1;
+        }
+    }
+    ck_assert_int_ge(checked, 3);
+    /* A ring can lose its race with a nap's end (the worker sees the job
+     * itself), not most of the time. */
+    ck_assert_msg(rang >= 3, "RT_PAR_WAKE jobs rang a napping worker %d times", rang);
+    fj_runtime_destroy(rt);
+}
+END_TEST
+
+/* An idle worker leaves its caller's CPU out of its mask (so that the
+ * caller's wake does not put it there), and has its own mask back
+ * whenever it runs a chunk. */
+START_TEST(idle_worker_avoids_caller_cpu) {
+    fj_runtime *rt = fjt_runtime(FJ_ISA_AVX2, 2);
+    job j = {.spin_ns = 100000};
+    ck_assert_int_eq(sched_getaffinity(0, sizeof j.all, &j.all), 0);
+    if (CPU_COUNT(&j.all) < 2) {
+        fj_runtime_destroy(rt);
+        printf("idle_worker_avoids_caller_cpu: one CPU allowed, nothing to avoid\n");
+        return;
+    }
+    run(rt, &j, 16, 2); /* the pool starts with this thread's whole mask */
+    pid_t w;
+    ck_assert_int_eq(tids_named("fj-worker-1\n", &w, 1), 1);
+    int c = -1;
+    for (int i = 0; i < CPU_SETSIZE && c < 0; i++)
+        if (CPU_ISSET(i, &j.all)) c = i;
+    cpu_set_t one, now, want = j.all;
+    CPU_ZERO(&one);
+    CPU_SET(c, &one);
+    CPU_CLR(c, &want);
+    ck_assert_int_eq(sched_setaffinity(0, sizeof one, &one), 0);
+    int avoided = 0, full = 0;
+    for (int rep = 0; rep < 40 && (avoided < 3 || full < 3); rep++) {
+        run_flags(rt, &j, 16, 2, RT_PAR_WAKE);
+        int fm = atomic_load(&j.full_mask), el = atomic_load(&j.elsewhere);
+        ck_assert_msg(fm == el, "%d of %d chunks on the worker ran under a narrowed mask",
+                      el - fm, el);
+        full += el > 0;
+        usleep(5000);
+        ck_assert_int_eq(sched_getaffinity(w, sizeof now, &now), 0);
+        avoided += CPU_EQUAL(&now, &want);
+    }
+    ck_assert_int_eq(sched_setaffinity(0, sizeof j.all, &j.all), 0);
+    ck_assert_msg(avoided >= 3, "the idle worker left CPU %d out of its mask %d times", c, avoided);
+    ck_assert_msg(full >= 3, "the worker ran chunks in %d jobs", full);
+    fj_runtime_destroy(rt);
+}
+END_TEST
+
 static void *leave_thread(void *arg) {
     (void)arg;
     cpu_set_t all, one, now;
@@ -276,6 +359,8 @@ static Suite *suite(void) {
     tcase_add_test(tc, workers_named);
     tcase_add_test(tc, late_worker_does_not_stall);
     tcase_add_test(tc, idle_worker_naps_then_sleeps);
+    tcase_add_test(tc, wake_job_rings_napper);
+    tcase_add_test(tc, idle_worker_avoids_caller_cpu);
     tcase_add_test(tc, cpu_leave);
     suite_add_tcase(s, tc);
     return s;

@@ -348,7 +348,7 @@ START_TEST(worker_stacks_below_callers) {
     fj_runtime *rt = fjt_runtime(FJ_ISA_AVX2, 3);
     where w = {.caller = pthread_self()};
     for (int rep = 0; rep < 200 && atomic_load(&w.on_worker) == 0; rep++)
-        rt_parallel(rt, 16, 3, note_stack, &w);
+        rt_parallel(rt, 16, 3, note_stack, &w, 0);
     ck_assert_msg(atomic_load(&w.on_worker) > 0, "no chunk ran on a worker");
     uintptr_t wmax = atomic_load(&w.worker_max);
     volatile char here = 0;

@@ -146,7 +146,7 @@ __attribute__((noinline)) static fj_status run_slow(fj_runtime *rt, kg_elt v, fl
     }
     if (par) {
         par_ctx c = {fn, src, dst, n, params};
-        rt_parallel(rt, (int64_t)((n + CHUNK - 1) / CHUNK), rt->opts.threads, par_chunk, &c);
+        rt_parallel(rt, (int64_t)((n + CHUNK - 1) / CHUNK), rt->opts.threads, par_chunk, &c, 0);
     } else {
         fn(src, dst, n, params);
     }

@@ -334,9 +334,10 @@ static void run_shared(const run_ctx *x, void *buf, int threads) {
         s->pan_per = cdiv(npan, min64(MAX_CHUNKS, 2 * (int64_t)threads));
         for (int64_t kb = 0; kb < nkb; kb++) {
             block_args(p, &s->g, kb, nkb, &s->pc, &s->kcur);
-            if (s->kcur) rt_parallel(p->rt, cdiv(npan, s->pan_per), threads, shared_pack, s);
+            if (s->kcur)
+                rt_parallel(p->rt, cdiv(npan, s->pan_per), threads, shared_pack, s, p->par_flags);
             for (int64_t i = 0; i < nchunks; i++) atomic_store(&s->failed[i], 0);
-            rt_parallel(p->rt, nchunks, threads, shared_rows, s);
+            rt_parallel(p->rt, nchunks, threads, shared_rows, s, p->par_flags);
             for (int64_t i = 0; i < nchunks; i++)
                 if (atomic_load(&s->failed[i])) shared_rows_buf(s, i, buf);
         }
@@ -451,7 +452,7 @@ static __attribute__((noinline)) fj_status run_blocks(const gemm_plan *p, const 
         return FJ_OK;
     }
     if (nchunks == 1) run_chunk_buf(x, 0, buf);
-    else rt_parallel(p->rt, nchunks, threads, run_chunk, x);
+    else rt_parallel(p->rt, nchunks, threads, run_chunk, x, p->par_flags);
     for (int64_t i = 0; i < nchunks; i++)
         if (atomic_load(&x->failed[i])) run_chunk_buf(x, i, buf);
     return FJ_OK;

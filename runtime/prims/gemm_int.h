@@ -24,6 +24,7 @@ typedef struct gemm_plan {
     int64_t kc, mc, nc;          /* cache blocks */
     int64_t b_src_pf;            /* b_copy: prefetch distance in B's rows, bytes */
     int threads;                 /* how many threads the problem is worth */
+    unsigned par_flags;          /* rt_parallel's flags (RT_PAR_WAKE) */
     int share_b;                 /* rows split over threads: pack B once, shared */
     int rpt;                     /* ... in this many row chunks per thread */
     int split_n;                 /* threads take column panels rather than rows */

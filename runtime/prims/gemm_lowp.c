@@ -39,6 +39,7 @@
 #include "kernels/x64/x64.h"
 #include "runtime/kcache.h"
 #include "runtime/pool.h"
+#include "runtime/prims/gemm_int.h"
 #include "runtime/prims/gemm_lowp_int.h"
 #include "runtime/prims/span.h"
 #include "runtime/rt.h"
@@ -298,6 +299,12 @@ static int lp_threads(const fj_runtime *rt, int64_t m, int64_t n, int64_t k) {
     return 2.0 * (double)m * (double)n * (double)k < (double)LP_MT_OPS ? 1 : rt_threads(rt);
 }
 
+/* rt_parallel's flags: from 64 times the threads' threshold (as the f32
+ * GEMM's), a napping worker is woken at once. */
+static unsigned lp_par_flags(double work, double threshold) {
+    return work >= 64.0 * threshold ? RT_PAR_WAKE : 0;
+}
+
 /* The tile of an m x n x k call. Fewer column panels than threads: the
  * tile of n/threads columns, so that the threads split the columns (each
  * packs only its own part of B) rather than the rows (each packing all
@@ -404,6 +411,12 @@ static void *aligned_part(uint8_t **cur, size_t bytes) {
     *cur = p + bytes;
     return p;
 }
+
+/* The calling thread's packing scratch (the f32 GEMM's, kept for the
+ * thread's life): memory freed after each call comes back from the
+ * allocator unmapped after an idle spell (mimalloc decommits freed pages
+ * after 25 ms), and the next call pays a page fault per 4 KiB again. */
+static uint8_t *lp_scratch(size_t bytes) { return (uint8_t *)gemm_scratch((bytes + 3) / 4); }
 
 static int64_t gcd64(int64_t a, int64_t b) {
     while (b) {
@@ -525,7 +538,7 @@ static fj_status lp_gemv_call(fj_runtime *rt, const lp_call *x) {
     }
     size_t bbytes = (size_t)(kq + 1) * (size_t)vbytes;
     size_t sbytes = (size_t)(x->m / v.mr + 1) * 32;  /* 8 sums a block */
-    uint8_t *mem = s == FJ_OK ? fj_malloc(bbytes + sbytes + 128) : NULL;  /* two 64-byte alignments */
+    uint8_t *mem = s == FJ_OK ? lp_scratch(bbytes + sbytes + 128) : NULL;  /* two 64-byte alignments */
     if (s == FJ_OK && !mem)
         s = fj_fail(FJ_ERR_NO_MEMORY, "gemm: out of memory (%zu bytes of vector and sums)", bbytes);
     if (s == FJ_OK) {
@@ -554,12 +567,12 @@ static fj_status lp_gemv_call(fj_runtime *rt, const lp_call *x) {
          * one multiply-add a byte, a quarter of a tile's rate per op. */
         int threads = (double)x->m * (double)kb < (double)LP_GEMV_MT_BYTES ? 1 : rt_threads(rt);
         v.jobs = v.nblk < threads ? 1 : threads;
-        if (v.jobs > 1) rt_parallel(rt, v.jobs, threads, gemv_job, &v);
+        unsigned fl = lp_par_flags((double)x->m * (double)kb, LP_GEMV_MT_BYTES);
+        if (v.jobs > 1) rt_parallel(rt, v.jobs, threads, gemv_job, &v, fl);
         else gemv_job(&v, 0);
     }
     for (int i = 0; i < 2; i++)
         if (ref[i]) rt_kernel_unref(ref[i]);
-    fj_free(mem);
     return s;
 }
 
@@ -652,7 +665,7 @@ static fj_status lp_run_call(fj_runtime *rt, const lp_call *x, const lp_post *po
     size_t bytes = (size_t)(npacked * r.a_tile + r.ni * r.npan * r.b_pan) + 6 * 64 +
                    (size_t)(r.ni * r.npan * r.nr + r.mtiles * mr * 2) * 4 +
                    (staged ? (size_t)(x->m * x->n) * 4 : 0);
-    uint8_t *mem = fj_malloc(bytes), *cur = mem;
+    uint8_t *mem = lp_scratch(bytes), *cur = mem;
     if (!mem) {
         if (kern) rt_kernel_unref(kern);
         if (kern_rows) rt_kernel_unref(kern_rows);
@@ -676,7 +689,8 @@ static fj_status lp_run_call(fj_runtime *rt, const lp_call *x, const lp_post *po
             for (int64_t kk = 0; kk < x->k; kk++) sum += row[kk];
             r.rowsum[i] = (int32_t)sum;
         }
-    if (npacked > 1) rt_parallel(rt, npacked, threads, pack_a_from, &r);
+    const unsigned fl = lp_par_flags(2.0 * (double)x->m * (double)x->n * (double)x->k, LP_MT_OPS);
+    if (npacked > 1) rt_parallel(rt, npacked, threads, pack_a_from, &r, fl);
     else if (npacked == 1) lp_pack_a_tile(&r, r.pa_t0);
     if (!bf16) {
         /* Row offsets folded into per-row terms (mod 2^32); the column
@@ -692,12 +706,11 @@ static fj_status lp_run_call(fj_runtime *rt, const lp_call *x, const lp_post *po
             r.rowterm[i] = (int32_t)t;
         }
     }
-    rt_parallel(rt, (int64_t)r.ni * r.nj, threads, run_job, &r);
+    rt_parallel(rt, (int64_t)r.ni * r.nj, threads, run_job, &r, fl);
     if (kern) rt_kernel_unref(kern);
     if (kern_rows) rt_kernel_unref(kern_rows);
     if (kern_tail) rt_kernel_unref(kern_tail);
     if (kern_bp) rt_kernel_unref(kern_bp);
-    fj_free(mem);
     return FJ_OK;
 }
 

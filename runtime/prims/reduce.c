@@ -74,7 +74,7 @@ fj_status fj_reduce_f32(fj_runtime *rt, fj_reduce_op op, int64_t rows, int64_t c
     int64_t per = RED_CHUNK / cols + 1;
     if (rt->opts.threads > 1 && rows > 1 && rows * cols >= RED_PAR_MIN && rows > per) {
         red_ctx c = {fn, src, dst, rows, per, ld, shape};
-        rt_parallel(rt, (rows + per - 1) / per, rt->opts.threads, red_chunk, &c);
+        rt_parallel(rt, (rows + per - 1) / per, rt->opts.threads, red_chunk, &c, 0);
     } else {
         fn(src, dst, rows, shape);
     }

@@ -57,7 +57,7 @@ fj_status fj_softmax_f32(fj_runtime *rt, int log, int64_t rows, int64_t cols, co
     int64_t per = SM_CHUNK / cols + 1;
     if (rt->opts.threads > 1 && rows > per && rows * cols >= SM_PAR_MIN) {
         sm_ctx c = {fn, src, dst, rows, per, shape};
-        rt_parallel(rt, (rows + per - 1) / per, rt->opts.threads, sm_chunk, &c);
+        rt_parallel(rt, (rows + per - 1) / per, rt->opts.threads, sm_chunk, &c, 0);
     } else {
         fn(src, dst, rows, shape);
     }
