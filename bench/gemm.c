@@ -27,6 +27,7 @@ typedef struct shape {
 static const shape shapes[] = {
     {16, 16, 16},    {32, 32, 32},    {64, 64, 64},       {128, 128, 128}, {256, 256, 256},
     {512, 512, 512}, {1024, 1024, 1024}, {2048, 2048, 2048}, {64, 64, 1024}, {1024, 1024, 64},
+    {1, 1024, 1024}, {1024, 1, 1024}, /* a vector times a matrix, a matrix times a vector */
 };
 
 enum { V_FJ, V_DNNL, V_OBLAS, V_OSKX, V_N };

@@ -479,26 +479,6 @@ END_TEST
 
 /* ---- every-instruction unwinding ---------------------------------------- */
 
-typedef struct trace_arg {
-    fj_runtime *rt;
-    const gcase *t;
-    gbufs *g;
-    fj_gemm *h;
-    const float *bias;
-    fj_status s;
-} trace_arg;
-
-static void trace_body(void *p) {
-    trace_arg *x = p;
-    const gcase *t = x->t;
-    if (x->h)
-        x->s = fj_gemm_execute(x->h, x->g->a, x->g->b, x->bias, x->g->c);
-    else
-        x->s = fj_gemm_f32(x->rt, t->ta ? 'T' : 'N', t->tb ? 'T' : 'N', t->m, t->n, t->k,
-                           t->alpha, x->g->a, t->lda, x->g->b, t->ldb, t->beta, x->g->c, t->ldc);
-    __asm__ volatile("" ::: "memory"); /* no tail call */
-}
-
 START_TEST(trace_unwind) {
     fj_isa isa = _i ? FJ_ISA_AVX2 : FJ_ISA_AVX512;
     fj_runtime *rt = fjt_runtime(isa, 1);
@@ -524,21 +504,21 @@ START_TEST(trace_unwind) {
         bufs_make(&t, &g);
         float bias[64];
         for (int j = 0; j < 64; j++) bias[j] = rnd_f();
-        trace_arg x = {rt, &t, &g, NULL, bias, FJ_OK};
+        fj_gemm *h = NULL;
         if (cs[i].handle) {
             fj_gemm_desc d = {t.ta ? 'T' : 'N', t.tb ? 'T' : 'N', t.m, t.n, t.k, t.lda, t.ldb,
                               t.ldc, t.alpha, t.beta, 1, FJ_ELT_RELU, 0, 0};
-            ck_assert(fj_gemm_create(rt, &d, &x.h) == FJ_OK);
+            ck_assert(fj_gemm_create(rt, &d, &h) == FJ_OK);
         }
         fjt_trace_result *r = calloc(1, sizeof *r);
-        fjt_trace_opts o = {0};
-        int ok = fjt_trace_kernel(trace_body, &x, &o, r);
-        ck_assert_msg(x.s == FJ_OK, "case %zu: %s", i, fj_last_error());
+        fj_status st;
+        int ok = gcase_trace(rt, &t, &g, h, bias, r, &st);
+        ck_assert_msg(st == FJ_OK, "case %zu: %s", i, fj_last_error());
         ck_assert_msg(ok, "case %zu (%s): %s", i, r->first_name ? r->first_name : "?", r->msg);
         ck_assert_int_gt(r->kernel_steps, 0);
         ck_assert_int_ge(r->rets, 1);
         free(r);
-        fj_gemm_destroy(x.h);
+        fj_gemm_destroy(h);
         bufs_free(&g);
         gemm_test_tune(NULL);
     }

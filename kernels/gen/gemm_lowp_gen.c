@@ -32,8 +32,8 @@ void kg_lowp_name(const kg_lowp_cfg *c, char *buf, size_t n) {
     int lanes = c->isa == FJ_ISA_AVX512 ? 16 : 8;
     if (c->gemv) {
         snprintf(buf, n, "fj_gemm_%s_gemv_%dr_%s_%s%s",
-                 c->dt == KG_LP_BF16 ? "bf16bf16f32" : c->gemv_s8 ? "s8s8s32" : "u8s8s32", c->mr,
-                 c->dot ? "dot" : "widen",
+                 c->dt == KG_LP_F32 ? "f32" : c->dt == KG_LP_BF16 ? "bf16bf16f32" : c->gemv_s8 ? "s8s8s32" : "u8s8s32", c->mr,
+                 c->dt == KG_LP_F32 ? "fma" : c->dot ? "dot" : "widen",
                  c->isa == FJ_ISA_AVX512 ? "avx512" : "avx2", c->gemv == 2 ? "_tail" : "");
         return;
     }
@@ -60,8 +60,9 @@ static int loop_regs(const kg_lowp_cfg *c) {
 fj_status kg_lowp_check(const kg_lowp_cfg *c) {
     if (c->isa != FJ_ISA_AVX512 && c->isa != FJ_ISA_AVX2)
         return fj_fail(FJ_ERR_INVALID_ARG, "lowp gemm kernel: isa %d", c->isa);
-    if (c->dt != KG_LP_U8S8 && c->dt != KG_LP_BF16)
-        return fj_fail(FJ_ERR_INVALID_ARG, "lowp gemm kernel: type %d", c->dt);
+    if (c->dt != KG_LP_U8S8 && c->dt != KG_LP_BF16 && (c->dt != KG_LP_F32 || !c->gemv || c->dot))
+        return fj_fail(FJ_ERR_INVALID_ARG, "lowp gemm kernel: type %d%s", c->dt,
+                       c->dt == KG_LP_F32 ? " (f32: matrix x vector kernels without dot)" : "");
     if (c->scale && (c->dt != KG_LP_BF16 || c->post || c->gemv))
         return fj_fail(FJ_ERR_INVALID_ARG, "lowp gemm kernel: alpha scales only bf16's plain store");
     if (c->gemv && (c->gemv > 2 || (c->gemv_s8 && c->dt != KG_LP_U8S8) || c->mr < 1 || c->mr > 8 || c->nv != 1 || c->post || c->add ||
@@ -285,7 +286,7 @@ static void store_row_post(gen *g, fj_reg p, fj_reg cr, fj_reg ct, fj_reg rt, fj
 static void loop_consts(gen *g, const kg_lowp_cfg *c) {
     fj_builder *b = g->b;
     int bf16 = c->dt == KG_LP_BF16;
-    if (!c->dot && !bf16) {
+    if (!c->dot && c->dt == KG_LP_U8S8) {
         static const uint32_t one16 = 0x00010001u;
         fj_emit(b, FJ_VPBROADCASTD, V(g, g->ones), fj_const_data(b, &one16, 4, 4, 32));
     }
@@ -324,10 +325,10 @@ static void gemv_tree_idx(gen *g, fj_reg idx[8]) {
  * lanes of rows 0-3 and 4-7 are crossed and added. */
 static void gemv_tree(gen *g, fj_reg row[8], const fj_reg idx[8], fj_reg t) {
     fj_builder *b = g->b;
-    int bf16 = g->c->dt == KG_LP_BF16;
-    fj_op add = bf16 ? FJ_VADDPS : FJ_VPADDD;
+    int fp = g->c->dt != KG_LP_U8S8;
+    fj_op add = fp ? FJ_VADDPS : FJ_VPADDD;
     if (!g->avx512) {
-        fj_op hadd = bf16 ? FJ_VHADDPS : FJ_VPHADDD;
+        fj_op hadd = fp ? FJ_VHADDPS : FJ_VPHADDD;
         for (int i = 0; i < 8; i += 2) fj_emit(b, hadd, fj_ymm(row[i]), fj_ymm(row[i]), fj_ymm(row[i + 1]));
         for (int i = 0; i < 8; i += 4) fj_emit(b, hadd, fj_ymm(row[i]), fj_ymm(row[i]), fj_ymm(row[i + 2]));
         fj_emit(b, FJ_VPERM2F128, fj_ymm(t), fj_ymm(row[0]), fj_ymm(row[4]), fj_imm(0x20));
@@ -360,8 +361,8 @@ static void gemv(fj_builder *b, const kg_lowp_cfg *c) {
     for (int i = 0; i < c->mr; i++) g->acc[i][0] = fj_vreg(b);
     g->bv[0] = fj_vreg(b);
     g->x = fj_vreg(b);
-    int bf16 = c->dt == KG_LP_BF16;
-    if (!c->dot && !bf16) { g->t = fj_vreg(b); g->ones = fj_vreg(b); }
+    int bf16 = c->dt == KG_LP_BF16, f32 = c->dt == KG_LP_F32;
+    if (!c->dot && c->dt == KG_LP_U8S8) { g->t = fj_vreg(b); g->ones = fj_vreg(b); }
     if (!c->dot && bf16) { g->bo[0] = fj_vreg(b); g->xo = fj_vreg(b); g->hi = fj_vreg(b); }
     fj_reg km = {0}, ym = {0}, flip = {0};
     if (c->gemv_s8) {
@@ -422,7 +423,9 @@ static void gemv(fj_builder *b, const kg_lowp_cfg *c) {
             else fj_emit(b, FJ_VMASKMOVPS, V(g, g->x), V(g, ym), am);
             if (flip.id) fj_emit(b, FJ_VXORPS, V(g, g->x), V(g, g->x), V(g, flip)); /* s8 + 128 */
             fj_opnd acc = V(g, g->acc[i][0]);
-            if (c->dot) {
+            if (f32) {
+                fj_emit(b, FJ_VFMADD231PS, acc, V(g, g->x), V(g, g->bv[0]));
+            } else if (c->dot) {
                 fj_emit(b, bf16 ? FJ_VDPBF16PS : FJ_VPDPBUSD, acc, V(g, g->x), V(g, g->bv[0]));
             } else if (bf16) {
                 fj_emit(b, FJ_VANDPS, V(g, g->xo), V(g, g->x), V(g, g->hi));

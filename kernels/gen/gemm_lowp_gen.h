@@ -9,6 +9,7 @@
 enum {
     KG_LP_U8S8 = 1,  /* A u8, B s8, int32 accumulators (s8 A arrives shifted by +128) */
     KG_LP_BF16,      /* A and B bf16, f32 accumulators */
+    KG_LP_F32,       /* A and the vector f32 (matrix x vector only, dot = 0: FMAs) */
 };
 
 /* Everything that changes the generated code; also the kernel cache key

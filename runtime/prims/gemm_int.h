@@ -146,5 +146,13 @@ FJ_INTERNAL void gemm_copy_rows(float *dst, const float *a, int64_t lda, int64_t
 /* The calling thread's scratch (64-byte aligned, at least `floats`), or
  * NULL if it cannot be allocated. Kept per thread between calls. */
 FJ_INTERNAL float *gemm_scratch(size_t floats);
+/* gemv.c: whether an fj_gemm_f32 call of this shape (m = 1 or n = 1, a
+ * matrix large enough) takes the matrix x vector kernels, and the call
+ * (after the entry point's checks; m, n, k > 0). */
+FJ_INTERNAL int gemm_vec_shape(int dt, int64_t m, int64_t n, int64_t k);
+FJ_INTERNAL fj_status gemm_vec_f32(fj_runtime *rt, int ta, int tb, int64_t m, int64_t n,
+                                   int64_t k, float alpha, const float *a, int64_t lda,
+                                   const float *b, int64_t ldb, float beta, float *c,
+                                   int64_t ldc);
 
 #endif

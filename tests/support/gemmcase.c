@@ -283,3 +283,33 @@ void handle_case(fj_runtime *rt, fj_runtime *rt2, const gcase *t, int has_bias,
     fj_gemm_destroy(h2);
     gemm_test_tune(NULL);
 }
+
+typedef struct trace_arg {
+    fj_runtime *rt;
+    const gcase *t;
+    gbufs *g;
+    fj_gemm *h;
+    const float *bias;
+    fj_status s;
+} trace_arg;
+
+static void trace_body(void *p) {
+    trace_arg *x = p;
+    const gcase *t = x->t;
+    if (x->h)
+        x->s = fj_gemm_execute(x->h, x->g->a, x->g->b, x->bias, x->g->c);
+    else
+        x->s = fj_gemm_f32(x->rt, t->ta ? 'T' : 'N', t->tb ? 'T' : 'N', t->m, t->n, t->k,
+                           (float)t->alpha, x->g->a, t->lda, x->g->b, t->ldb, (float)t->beta,
+                           x->g->c, t->ldc);
+    __asm__ volatile("" ::: "memory"); /* no tail call */
+}
+
+int gcase_trace(fj_runtime *rt, const gcase *t, gbufs *g, fj_gemm *h, const float *bias,
+                fjt_trace_result *r, fj_status *s) {
+    trace_arg x = {rt, t, g, h, bias, FJ_OK};
+    fjt_trace_opts o = {0};
+    int ok = fjt_trace_kernel(trace_body, &x, &o, r);
+    *s = x.s;
+    return ok;
+}

@@ -73,4 +73,11 @@ void run_case(fj_runtime *rt1, fj_runtime *rt2, const gcase *t);
 void handle_case(fj_runtime *rt, fj_runtime *rt2, const gcase *t, int has_bias,
                  fj_eltwise_op op, float pa, float pb);
 
+/* t's call (fj_gemm_f32 on rt, or h executed with bias when h is set)
+ * under the trap flag (fjt_trace_kernel, root-less, warmed up first: the
+ * body runs twice); *s: the call's status. Returns fjt_trace_kernel's. */
+struct fjt_trace_result;
+int gcase_trace(fj_runtime *rt, const gcase *t, gbufs *g, fj_gemm *h, const float *bias,
+                struct fjt_trace_result *r, fj_status *s);
+
 #endif

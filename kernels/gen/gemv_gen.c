@@ -1,0 +1,105 @@
+/* gemv_gen.c: the f32 vector x matrix kernel: y = x^T M for M row-major along y (1 x k times k x n).
+ *
+ * One call adds up to 8 rows of M, weighted by their x values (broadcast
+ * once a call), to y: for each block of nv vectors of y it loads the
+ * block, adds the rows' parts of it (FMAs from memory, rows side by side)
+ * and stores it, left to right. The driver calls it for each group of
+ * rows in turn, so M is read once, in place, as a few sequential streams
+ * (one per row; a block sweeping all of k instead walks down M a few
+ * hundred bytes a row, which the prefetchers follow badly), while y stays
+ * in L1. A call's last block may have a masked last vector (tail): masked
+ * loads and stores, nothing past y's or a row's end is touched. */
+#include "kernels/gen/gemv_gen.h"
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "kernels/builder/builder_int.h"
+
+#define OFF(f) ((int32_t)offsetof(kg_vxm_args, f))
+
+fj_status kg_vxm_check(const kg_vxm_cfg *c) {
+    if (c->isa != FJ_ISA_AVX512 && c->isa != FJ_ISA_AVX2)
+        return fj_fail(FJ_ERR_INVALID_ARG, "vector x matrix kernel: isa %d", c->isa);
+    int nv_max = c->isa == FJ_ISA_AVX512 ? 8 : 4;
+    if (c->rows < 1 || c->rows > 8 || c->nv < 1 || c->nv > nv_max || (c->tail != 0 && c->tail != 1))
+        return fj_fail(FJ_ERR_INVALID_ARG, "vector x matrix kernel: %d rows, %d vectors (1-%d), "
+                       "tail %d", c->rows, c->nv, nv_max, c->tail);
+    return FJ_OK;
+}
+
+void kg_vxm_name(const kg_vxm_cfg *c, char *buf, size_t n) {
+    snprintf(buf, n, "fj_gemm_f32_vxm_%dx%d_%s%s", c->rows, c->nv * (c->isa == FJ_ISA_AVX512 ? 16 : 8),
+             c->isa == FJ_ISA_AVX512 ? "avx512" : "avx2", c->tail ? "_tail" : "");
+}
+
+void kg_vxm(fj_builder *b, const void *ctx) {
+    const kg_vxm_cfg *c = ctx;
+    const int avx512 = c->isa == FJ_ISA_AVX512, vb = avx512 ? 512 : 256, vbytes = vb / 8;
+    const int nv = c->nv, last = nv - 1, rows = c->rows;
+    fj_reg p = fj_arg(b, 0);
+    fj_reg m = fj_gpr(b), m4 = fj_gpr(b), yp = fj_gpr(b), ldm = fj_gpr(b), ldm3 = fj_gpr(b);
+    fj_reg nb = fj_gpr(b), xp = fj_gpr(b);
+    fj_reg acc[8], bc[8], t = {0}, ym = {0}, km = {0};
+    for (int v = 0; v < nv; v++) acc[v] = fj_vreg(b);
+    if (c->tail && avx512) {
+        km = fj_kreg(b);
+        fj_emit(b, FJ_KMOVW, fj_k(km), fj_mem(16, p, OFF(kmask)));
+    } else if (c->tail) {
+        ym = fj_vreg(b);
+        t = fj_vreg(b);
+        fj_emit(b, FJ_VMOVDQU, fj_ymm(ym), fj_mem(256, p, OFF(ymask)));
+    }
+    /* The rows' x values, broadcast once a call. */
+    fj_emit(b, FJ_MOV, fj_r64(xp), fj_mem(64, p, OFF(x)));
+    for (int r = 0; r < rows; r++) {
+        bc[r] = fj_vreg(b);
+        fj_emit(b, FJ_VBROADCASTSS, fj_vec(b, bc[r]), fj_mem(32, xp, 4 * r));
+    }
+    fj_emit(b, FJ_MOV, fj_r64(m), fj_mem(64, p, OFF(m)));
+    fj_emit(b, FJ_MOV, fj_r64(yp), fj_mem(64, p, OFF(y)));
+    fj_emit(b, FJ_MOV, fj_r64(ldm), fj_mem(64, p, OFF(ldm)));
+    fj_emit(b, FJ_MOV, fj_r64(nb), fj_mem(64, p, OFF(nblk)));
+    fj_emit(b, FJ_LEA, fj_r64(ldm3), fj_memx(64, ldm, ldm, 2, 0));
+    fj_emit(b, FJ_LEA, fj_r64(m4), fj_memx(64, m, ldm, 4, 0));
+    fj_label blk = fj_label_new(b);
+    fj_label_bind(b, blk);
+    for (int v = 0; v < nv; v++) {
+        fj_opnd y = fj_mem((uint16_t)vb, yp, v * vbytes);
+        if (c->tail && v == last && avx512) fj_emit(b, FJ_VMOVUPS, fj_masked(fj_zmm(acc[v]), km, 1), y);
+        else if (c->tail && v == last) fj_emit(b, FJ_VMASKMOVPS, fj_ymm(acc[v]), fj_ymm(ym), y);
+        else fj_emit(b, FJ_VMOVUPS, fj_vec(b, acc[v]), y);
+    }
+    for (int r = 0; r < rows; r++) {
+        /* rows 0-3 from m, 4-7 from m + 4*ldm: [base + {0, ldm, 2*ldm, ldm3}] */
+        fj_reg base = r < 4 ? m : m4;
+        int q = r & 3;
+        for (int v = 0; v < nv; v++) {
+            int32_t d = v * vbytes;
+            fj_opnd src = q == 0 ? fj_mem((uint16_t)vb, base, d)
+                          : q == 3 ? fj_memx((uint16_t)vb, base, ldm3, 1, d)
+                                   : fj_memx((uint16_t)vb, base, ldm, (uint8_t)q, d);
+            if (c->tail && v == last && avx512) {
+                /* masked-off lanes are not read (no fault past M's end) and stay zero */
+                fj_emit(b, FJ_VFMADD231PS, fj_masked(fj_zmm(acc[v]), km, 0), fj_zmm(bc[r]), src);
+            } else if (c->tail && v == last) {
+                fj_emit(b, FJ_VMASKMOVPS, fj_ymm(t), fj_ymm(ym), src);
+                fj_emit(b, FJ_VFMADD231PS, fj_ymm(acc[v]), fj_ymm(bc[r]), fj_ymm(t));
+            } else {
+                fj_emit(b, FJ_VFMADD231PS, fj_vec(b, acc[v]), fj_vec(b, bc[r]), src);
+            }
+        }
+    }
+    for (int v = 0; v < nv; v++) {
+        fj_opnd y = fj_mem((uint16_t)vb, yp, v * vbytes);
+        if (c->tail && v == last && avx512) fj_emit(b, FJ_VMOVUPS, fj_masked(y, km, 0), fj_zmm(acc[v]));
+        else if (c->tail && v == last) fj_emit(b, FJ_VMASKMOVPS, y, fj_ymm(ym), fj_ymm(acc[v]));
+        else fj_emit(b, FJ_VMOVUPS, y, fj_vec(b, acc[v]));
+    }
+    fj_emit(b, FJ_ADD, fj_r64(m), fj_imm(nv * vbytes));
+    fj_emit(b, FJ_ADD, fj_r64(m4), fj_imm(nv * vbytes));
+    fj_emit(b, FJ_ADD, fj_r64(yp), fj_imm(nv * vbytes));
+    fj_emit(b, FJ_DEC, fj_r64(nb));
+    fj_emit(b, FJ_JNE, fj_lbl(blk));
+    fj_return(b, fj_none());
+}

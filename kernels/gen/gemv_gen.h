@@ -1,0 +1,49 @@
+/* gemv_gen.h: generator of the f32 vector x matrix kernel (y = x^T M, M row-major along y). */
+#ifndef FJ_KG_GEMV_H
+#define FJ_KG_GEMV_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "base/base.h"
+#include "framejit/builder.h"
+
+/* Everything that changes the generated code; also the kernel cache key
+ * (only 32-bit fields: no padding). */
+typedef struct kg_vxm_cfg {
+    int32_t tag;  /* KG_VXM_TAG */
+    int32_t isa;  /* fj_isa */
+    int32_t rows; /* rows of M a call adds (1-8) */
+    int32_t nv;   /* vectors of y a block (AVX-512 1-8, AVX2 1-4) */
+    int32_t tail; /* 1: the block's last vector has only the lanes of kmask / ymask */
+} kg_vxm_cfg;
+
+#define KG_VXM_TAG 0x56584d32 /* "VXM2" */
+
+/* For each of nblk blocks of nv vectors of y (nv*lanes consecutive
+ * elements; with tail, the last vector's masked lanes are neither read
+ * nor written):
+ *   y[j] += x[0]*M(0, j) + x[1]*M(1, j) + ... + x[rows-1]*M(rows-1, j)
+ * (f32, added in that order), M(r, j) at m + r*ldm bytes + j*4, the first
+ * block's j = 0; blocks nv*lanes*4 bytes apart in M and y. A call reads
+ * rows rows of M side by side, left to right (streams the prefetchers
+ * follow), y staying in L1 between calls. Offsets are read by the
+ * generated code (offsetof). */
+typedef struct kg_vxm_args {
+    const float *m;
+    int64_t ldm;          /* bytes between rows of M */
+    const float *x;       /* rows values */
+    float *y;
+    int64_t nblk;         /* >= 1 */
+    uint32_t kmask;       /* tail, AVX-512: lanes of the last vector */
+    int32_t ymask[8];     /* tail, AVX2: the same as -1/0 lanes */
+} kg_vxm_args;
+
+typedef void (*kg_vxm_fn)(const kg_vxm_args *args);
+enum { KG_VXM_NARGS = 1 };
+
+FJ_INTERNAL fj_status kg_vxm_check(const kg_vxm_cfg *c);
+FJ_INTERNAL void kg_vxm_name(const kg_vxm_cfg *c, char *buf, size_t n);
+/* rt_gen_fn for kg_vxm_cfg. */
+FJ_INTERNAL void kg_vxm(fj_builder *b, const void *cfg);
+
+#endif
