@@ -204,7 +204,8 @@ static uint64_t wait_job(rt_pool *p, uint64_t seen) {
         if (!(spins & 31) && fj_now_ns() - t0 > WORKER_SPIN_NS) break;
     }
     cpu_set_t own;
-    int avoided = seen && rt_cpu_avoid(atomic_load_explicit(&p->caller_cpu, memory_order_relaxed), &own);
+    int cc = atomic_load_explicit(&p->caller_cpu, memory_order_relaxed);
+    int avoided = seen && rt_cpu_avoid(cc, &own);
     j = wait_idle(p, seen, t0);
     if (avoided) sched_setaffinity(0, sizeof own, &own);
     return j;

@@ -29,8 +29,9 @@ fj_status kg_vxm_check(const kg_vxm_cfg *c) {
 }
 
 void kg_vxm_name(const kg_vxm_cfg *c, char *buf, size_t n) {
-    snprintf(buf, n, "fj_gemm_f32_vxm_%dx%d_%s%s", c->rows, c->nv * (c->isa == FJ_ISA_AVX512 ? 16 : 8),
-             c->isa == FJ_ISA_AVX512 ? "avx512" : "avx2", c->tail ? "_tail" : "");
+    const int avx512 = c->isa == FJ_ISA_AVX512;
+    snprintf(buf, n, "fj_gemm_f32_vxm_%dx%d_%s%s", c->rows, c->nv * (avx512 ? 16 : 8),
+             avx512 ? "avx512" : "avx2", c->tail ? "_tail" : "");
 }
 
 void kg_vxm(fj_builder *b, const void *ctx) {
@@ -66,7 +67,8 @@ void kg_vxm(fj_builder *b, const void *ctx) {
     fj_label_bind(b, blk);
     for (int v = 0; v < nv; v++) {
         fj_opnd y = fj_mem((uint16_t)vb, yp, v * vbytes);
-        if (c->tail && v == last && avx512) fj_emit(b, FJ_VMOVUPS, fj_masked(fj_zmm(acc[v]), km, 1), y);
+        if (c->tail && v == last && avx512)
+            fj_emit(b, FJ_VMOVUPS, fj_masked(fj_zmm(acc[v]), km, 1), y);
         else if (c->tail && v == last) fj_emit(b, FJ_VMASKMOVPS, fj_ymm(acc[v]), fj_ymm(ym), y);
         else fj_emit(b, FJ_VMOVUPS, fj_vec(b, acc[v]), y);
     }
@@ -92,7 +94,8 @@ void kg_vxm(fj_builder *b, const void *ctx) {
     }
     for (int v = 0; v < nv; v++) {
         fj_opnd y = fj_mem((uint16_t)vb, yp, v * vbytes);
-        if (c->tail && v == last && avx512) fj_emit(b, FJ_VMOVUPS, fj_masked(y, km, 0), fj_zmm(acc[v]));
+        if (c->tail && v == last && avx512)
+            fj_emit(b, FJ_VMOVUPS, fj_masked(y, km, 0), fj_zmm(acc[v]));
         else if (c->tail && v == last) fj_emit(b, FJ_VMASKMOVPS, y, fj_ymm(ym), fj_ymm(acc[v]));
         else fj_emit(b, FJ_VMOVUPS, y, fj_vec(b, acc[v]));
     }
