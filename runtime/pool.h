@@ -22,6 +22,13 @@ typedef void (*rt_chunk_fn)(void *ctx, int64_t i);
 enum { RT_PAR_WAKE = 1 };
 FJ_INTERNAL void rt_parallel(fj_runtime *rt, int64_t nchunks, int nthreads, rt_chunk_fn fn,
                              void *ctx, unsigned flags);
+/* The flags for `work` where threads start at `threshold` (both in one
+ * unit: flops, bytes...): RT_PAR_WAKE from 64 times it (about half a
+ * million cycles of one thread), where the caller's wake costs little
+ * next to a nap (up to 1 ms) of the worker's help. */
+static inline unsigned rt_par_wake_from(double work, double threshold) {
+    return work >= 64.0 * threshold ? RT_PAR_WAKE : 0u;
+}
 /* The runtime's thread count (fj_options.threads / FRAMEJIT_THREADS). */
 FJ_INTERNAL int rt_threads(const fj_runtime *rt);
 

@@ -68,7 +68,7 @@ static const char *tunes2[] = {
 
 static const gcase_lists lists = {dims, sizeof dims / sizeof dims[0], tunes512, tunes2,
                                   sizeof tunes512 / sizeof tunes512[0],
-                                  sizeof tunes2 / sizeof tunes2[0], 0};
+                                  sizeof tunes2 / sizeof tunes2[0], 0, NULL, 0};
 
 static void fuzz(fj_isa isa, uint64_t salt) { gcase_fuzz(isa, salt, &lists, run_case); }
 

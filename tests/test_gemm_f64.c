@@ -158,7 +158,7 @@ static void run_dcase(fj_runtime *rt1, fj_runtime *rt2, const gcase *t) {
 
 static const gcase_lists lists = {dims, sizeof dims / sizeof dims[0], tunes512, tunes2,
                                   sizeof tunes512 / sizeof tunes512[0],
-                                  sizeof tunes2 / sizeof tunes2[0], 1};
+                                  sizeof tunes2 / sizeof tunes2[0], 1, NULL, 0};
 
 static void fuzz(fj_isa isa, uint64_t salt) { gcase_fuzz(isa, salt, &lists, run_dcase); }
 

@@ -48,22 +48,9 @@ static void vec_case(gcase *t) {
     if (t->special == 3) t->beta = 0;
 }
 
-static void fuzz(fj_isa isa, uint64_t salt) {
-    fj_runtime *rt1 = fjt_runtime_try(isa, 1), *rt2 = fjt_runtime_try(isa, 2);
-    if (!rt1) {
-        printf("gemv: no %s here, skipped\n", isa == FJ_ISA_AVX512 ? "AVX-512" : "AVX2");
-        return;
-    }
-    seed(salt);
-    long iters = fjt_iters("FRAMEJIT_FUZZ_ITERS", 400);
-    for (long it = 0; it < iters; it++) {
-        gcase t;
-        vec_case(&t);
-        run_case(rt1, it % 2 ? rt2 : NULL, &t);
-    }
-    fj_runtime_destroy(rt1);
-    fj_runtime_destroy(rt2);
-}
+static const gcase_lists lists = {.draw = vec_case, .iters = 400};
+
+static void fuzz(fj_isa isa, uint64_t salt) { gcase_fuzz(isa, salt, &lists, run_case); }
 
 START_TEST(fuzz_avx512) { fuzz(FJ_ISA_AVX512, 11); }
 END_TEST

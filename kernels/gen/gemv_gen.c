@@ -34,6 +34,23 @@ void kg_vxm_name(const kg_vxm_cfg *c, char *buf, size_t n) {
              avx512 ? "avx512" : "avx2", c->tail ? "_tail" : "");
 }
 
+/* y's vector v to or from acc; with tail the last vector only the lanes
+ * of km (AVX-512: loaded lanes past them zero) or ym (AVX2). */
+static void y_move(fj_builder *b, const kg_vxm_cfg *c, int load, fj_opnd y, fj_reg acc, int v,
+                   fj_reg km, fj_reg ym) {
+    int masked = c->tail && v == c->nv - 1;
+    if (masked && c->isa == FJ_ISA_AVX512) {
+        if (load) fj_emit(b, FJ_VMOVUPS, fj_masked(fj_zmm(acc), km, 1), y);
+        else fj_emit(b, FJ_VMOVUPS, fj_masked(y, km, 0), fj_zmm(acc));
+    } else if (masked) {
+        if (load) fj_emit(b, FJ_VMASKMOVPS, fj_ymm(acc), fj_ymm(ym), y);
+        else fj_emit(b, FJ_VMASKMOVPS, y, fj_ymm(ym), fj_ymm(acc));
+    } else {
+        if (load) fj_emit(b, FJ_VMOVUPS, fj_vec(b, acc), y);
+        else fj_emit(b, FJ_VMOVUPS, y, fj_vec(b, acc));
+    }
+}
+
 void kg_vxm(fj_builder *b, const void *ctx) {
     const kg_vxm_cfg *c = ctx;
     const int avx512 = c->isa == FJ_ISA_AVX512, vb = avx512 ? 512 : 256, vbytes = vb / 8;
@@ -65,13 +82,8 @@ void kg_vxm(fj_builder *b, const void *ctx) {
     fj_emit(b, FJ_LEA, fj_r64(m4), fj_memx(64, m, ldm, 4, 0));
     fj_label blk = fj_label_new(b);
     fj_label_bind(b, blk);
-    for (int v = 0; v < nv; v++) {
-        fj_opnd y = fj_mem((uint16_t)vb, yp, v * vbytes);
-        if (c->tail && v == last && avx512)
-            fj_emit(b, FJ_VMOVUPS, fj_masked(fj_zmm(acc[v]), km, 1), y);
-        else if (c->tail && v == last) fj_emit(b, FJ_VMASKMOVPS, fj_ymm(acc[v]), fj_ymm(ym), y);
-        else fj_emit(b, FJ_VMOVUPS, fj_vec(b, acc[v]), y);
-    }
+    for (int v = 0; v < nv; v++)
+        y_move(b, c, 1, fj_mem((uint16_t)vb, yp, v * vbytes), acc[v], v, km, ym);
     for (int r = 0; r < rows; r++) {
         /* rows 0-3 from m, 4-7 from m + 4*ldm: [base + {0, ldm, 2*ldm, ldm3}] */
         fj_reg base = r < 4 ? m : m4;
@@ -92,13 +104,8 @@ void kg_vxm(fj_builder *b, const void *ctx) {
             }
         }
     }
-    for (int v = 0; v < nv; v++) {
-        fj_opnd y = fj_mem((uint16_t)vb, yp, v * vbytes);
-        if (c->tail && v == last && avx512)
-            fj_emit(b, FJ_VMOVUPS, fj_masked(y, km, 0), fj_zmm(acc[v]));
-        else if (c->tail && v == last) fj_emit(b, FJ_VMASKMOVPS, y, fj_ymm(ym), fj_ymm(acc[v]));
-        else fj_emit(b, FJ_VMOVUPS, y, fj_vec(b, acc[v]));
-    }
+    for (int v = 0; v < nv; v++)
+        y_move(b, c, 0, fj_mem((uint16_t)vb, yp, v * vbytes), acc[v], v, km, ym);
     fj_emit(b, FJ_ADD, fj_r64(m), fj_imm(nv * vbytes));
     fj_emit(b, FJ_ADD, fj_r64(m4), fj_imm(nv * vbytes));
     fj_emit(b, FJ_ADD, fj_r64(yp), fj_imm(nv * vbytes));

@@ -146,6 +146,11 @@ FJ_INTERNAL void gemm_copy_rows(float *dst, const float *a, int64_t lda, int64_t
 /* The calling thread's scratch (64-byte aligned, at least `floats`), or
  * NULL if it cannot be allocated. Kept per thread between calls. */
 FJ_INTERNAL float *gemm_scratch(size_t floats);
+/* A matrix x vector call (int8, bf16 or f32) streams its matrix at about
+ * 100 bytes a nanosecond (L2 / L3 bandwidth, not the arithmetic, bounds
+ * it): threads from about a microsecond of that, the tile path's rule in
+ * time, this many bytes of the matrix. */
+enum { GEMM_VEC_MT_BYTES = 128 << 10 };
 /* gemv.c: whether an fj_gemm_f32 call of this shape (m = 1 or n = 1, a
  * matrix large enough) takes the matrix x vector kernels, and the call
  * (after the entry point's checks; m, n, k > 0). */

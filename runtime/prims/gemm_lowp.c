@@ -290,19 +290,8 @@ static void choose_cfg(const fj_runtime *rt, int bf16, int64_t n, kg_lowp_cfg *c
  * costs more than it saves there. */
 enum { LP_MT_OPS = 4 << 20 };
 
-/* A matrix x vector call streams A at about 100 bytes a nanosecond (L2 /
- * L3 bandwidth, not the dot product, bounds it): threads from about a
- * microsecond of that, the tile path's rule in time. */
-enum { LP_GEMV_MT_BYTES = 128 << 10 };
-
 static int lp_threads(const fj_runtime *rt, int64_t m, int64_t n, int64_t k) {
     return 2.0 * (double)m * (double)n * (double)k < (double)LP_MT_OPS ? 1 : rt_threads(rt);
-}
-
-/* rt_parallel's flags: from 64 times the threads' threshold (as the f32
- * GEMM's), a napping worker is woken at once. */
-static unsigned lp_par_flags(double work, double threshold) {
-    return work >= 64.0 * threshold ? RT_PAR_WAKE : 0;
 }
 
 /* The tile of an m x n x k call. Fewer column panels than threads: the
@@ -317,7 +306,7 @@ static void tile_cfg(const fj_runtime *rt, int bf16, int64_t m, int64_t n, int64
     if (threads > 1 && (n + nr - 1) / nr < threads) choose_cfg(rt, bf16, (n + threads - 1) / threads, c);
 }
 
-static fj_status get_kernel(fj_runtime *rt, const kg_lowp_cfg *c, fj_kernel **out) {
+fj_status lp_get_kernel(fj_runtime *rt, const kg_lowp_cfg *c, fj_kernel **out) {
     fj_status s = kg_lowp_check(c);
     if (s != FJ_OK) return s;
     char name[96];
@@ -361,7 +350,7 @@ static fj_status memo_kernel(fj_runtime *rt, const kg_lowp_cfg *cfg, int slot, k
         return FJ_OK;
     }
     fj_kernel *k = NULL;
-    fj_status s = get_kernel(rt, cfg, &k);
+    fj_status s = lp_get_kernel(rt, cfg, &k);
     if (s != FJ_OK) return s;
     if (!lp_memo_hook) {
         pthread_once(&lp_memo_once, lp_memo_key_init);
@@ -563,11 +552,11 @@ static fj_status lp_gemv_call(fj_runtime *rt, const lp_call *x) {
         int tl = (int)(rem / 4);
         v.g.kmask[0] = (1u << tl) - 1u;
         for (int l = 0; l < 8; l++) v.g.ymask[0][l] = l < tl ? -1 : 0;
-        /* Threads from LP_GEMV_MT_BYTES of A: the streaming kernel does
+        /* Threads from GEMM_VEC_MT_BYTES of A: the streaming kernel does
          * one multiply-add a byte, a quarter of a tile's rate per op. */
-        int threads = (double)x->m * (double)kb < (double)LP_GEMV_MT_BYTES ? 1 : rt_threads(rt);
+        int threads = (double)x->m * (double)kb < (double)GEMM_VEC_MT_BYTES ? 1 : rt_threads(rt);
         v.jobs = v.nblk < threads ? 1 : threads;
-        unsigned fl = lp_par_flags((double)x->m * (double)kb, LP_GEMV_MT_BYTES);
+        unsigned fl = rt_par_wake_from((double)x->m * (double)kb, GEMM_VEC_MT_BYTES);
         if (v.jobs > 1) rt_parallel(rt, v.jobs, threads, gemv_job, &v, fl);
         else gemv_job(&v, 0);
     }
@@ -689,7 +678,7 @@ static fj_status lp_run_call(fj_runtime *rt, const lp_call *x, const lp_post *po
             for (int64_t kk = 0; kk < x->k; kk++) sum += row[kk];
             r.rowsum[i] = (int32_t)sum;
         }
-    const unsigned fl = lp_par_flags(2.0 * (double)x->m * (double)x->n * (double)x->k, LP_MT_OPS);
+    const unsigned fl = rt_par_wake_from(2.0 * (double)x->m * (double)x->n * (double)x->k, LP_MT_OPS);
     if (npacked > 1) rt_parallel(rt, npacked, threads, pack_a_from, &r, fl);
     else if (npacked == 1) lp_pack_a_tile(&r, r.pa_t0);
     if (!bf16) {
@@ -876,7 +865,7 @@ fj_status fj_gemm_lowp_create(fj_runtime *rt, const fj_gemm_lowp_desc *d, fj_gem
     g->cfg.act_beta = d->post_op ? d->post_beta : 0.0f;
     /* An activation needs registers beside the accumulators: fewer rows. */
     while (g->cfg.mr > 1 && kg_lowp_check(&g->cfg) != FJ_OK) g->cfg.mr--;
-    fj_status s = get_kernel(rt, &g->cfg, &g->kern);
+    fj_status s = lp_get_kernel(rt, &g->cfg, &g->kern);
     if (s != FJ_OK) {
         fj_free(g);
         return s;

@@ -32,6 +32,10 @@ typedef struct lp_post {
     int out_signed;          /* Q8: s8 */
 } lp_post;
 
+/* The runtime's kernel for c (checked, generated on first use); the
+ * caller holds a reference. */
+FJ_INTERNAL fj_status lp_get_kernel(fj_runtime *rt, const kg_lowp_cfg *c, fj_kernel **out);
+
 typedef struct lp_run {
     const lp_call *x;
     const lp_post *post;

@@ -444,10 +444,8 @@ fj_status gemm_plan_block(gemm_plan *p, const gemm_desc *d, const gemm_model *bl
     const double mt_flops =
         (double)tune.mt_flops * bl->fma_pipes * (bl->lanes * bl->es * 8) / 1024.0;
     p->threads = threads > 1 && flops >= mt_flops ? 64 : 1;
-    /* From 64 times that (about 0.5M cycles of one thread's FMAs, 256^3
-     * and up), a napping worker is worth waking at once (RT_PAR_WAKE): it
-     * costs the caller a few microseconds and saves up to a nap (1 ms). */
-    p->par_flags = p->threads > 1 && flops >= 64.0 * mt_flops ? RT_PAR_WAKE : 0;
+    /* A napping worker woken at once from 256^3 on (rt_par_wake_from). */
+    p->par_flags = p->threads > 1 ? rt_par_wake_from(flops, mt_flops) : 0;
 
     /* Packing costs about one copy of the operand: relative to the product
      * that is ~2/n for A and ~2/m for B. Read in place when that matters

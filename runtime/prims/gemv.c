@@ -20,11 +20,11 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "kernels/gen/gemm_lowp_gen.h"
 #include "kernels/gen/gemv_gen.h"
 #include "runtime/kcache.h"
 #include "runtime/pool.h"
 #include "runtime/prims/gemm_int.h"
+#include "runtime/prims/gemm_lowp_int.h"
 #include "runtime/prims/span.h"
 #include "runtime/publish.h"
 #include "runtime/rt.h"
@@ -32,11 +32,6 @@
 /* Matrices from this many elements take these kernels (smaller calls are
  * a few hundred nanoseconds on the tile path's memo either way). */
 enum { VEC_MIN_ELEMS = 4096 };
-/* Threads from this many bytes of the matrix (about a microsecond of
- * streaming it from L2), and a napping worker woken at once (RT_PAR_WAKE)
- * from 64 times that, as the int8 matrix x vector path. */
-enum { VEC_MT_BYTES = 128 << 10 };
-
 int gemm_vec_shape(int dt, int64_t m, int64_t n, int64_t k) {
     return dt == KG_DT_F32 && (m == 1 || n == 1) && k > 0 &&
            (double)(m > n ? m : n) * (double)k >= VEC_MIN_ELEMS;
@@ -62,20 +57,12 @@ typedef struct vec_run {
     kg_lowp_args ma;
 } vec_run;
 
-static fj_status vec_kernel(fj_runtime *rt, const void *cfg, size_t len, int vxm,
-                            fj_kernel **out) {
-    char name[96];
-    if (vxm) {
-        fj_status s = kg_vxm_check(cfg);
-        if (s != FJ_OK) return s;
-        kg_vxm_name(cfg, name, sizeof name);
-        rt_kdesc d = {cfg, len, name, KG_VXM_NARGS, kg_vxm, cfg};
-        return rt_kernel_acquire(rt, &d, out);
-    }
-    fj_status s = kg_lowp_check(cfg);
+static fj_status vxm_kernel(fj_runtime *rt, const kg_vxm_cfg *c, fj_kernel **out) {
+    fj_status s = kg_vxm_check(c);
     if (s != FJ_OK) return s;
-    kg_lowp_name(cfg, name, sizeof name);
-    rt_kdesc d = {cfg, len, name, KG_LOWP_NARGS, kg_lowp, cfg};
+    char name[96];
+    kg_vxm_name(c, name, sizeof name);
+    rt_kdesc d = {c, sizeof *c, name, KG_VXM_NARGS, kg_vxm, c};
     return rt_kernel_acquire(rt, &d, out);
 }
 
@@ -135,9 +122,10 @@ fj_status gemm_vec_f32(fj_runtime *rt, int ta, int tb, int64_t m, int64_t n, int
     const rt_mat cm = {(uintptr_t)c, m, n, ldc};
     const rt_mat am = {(uintptr_t)a, ta ? k : m, ta ? m : k, lda};
     const rt_mat bm = {(uintptr_t)b, tb ? n : k, tb ? k : n, ldb};
-    if (rt_mat_overlap(&cm, &am) || rt_mat_overlap(&cm, &bm))
+    const char *what = rt_mat_overlap(&cm, &am) ? "a" : rt_mat_overlap(&cm, &bm) ? "b" : NULL;
+    if (what)
         return fj_fail(FJ_ERR_INVALID_ARG, "fj_gemm_f32: c overlaps %s (C may share no memory "
-                       "with A, B or the bias)", rt_mat_overlap(&cm, &am) ? "a" : "b");
+                       "with A, B or the bias)", what);
     vec_run v;
     memset(&v, 0, sizeof v);
     v.alpha = alpha;
@@ -192,10 +180,10 @@ fj_status gemm_vec_f32(fj_runtime *rt, int ta, int tb, int64_t m, int64_t n, int
             int rows = g ? (int)(k % 8) : 8;
             if (!rows || (!g && k < 8)) continue;
             kg_vxm_cfg cf = {.tag = KG_VXM_TAG, .isa = rt->isa, .rows = rows, .nv = v.nv};
-            if (v.nblk) s = vec_kernel(rt, &cf, sizeof cf, 1, &kern[2 * g]);
+            if (v.nblk) s = vxm_kernel(rt, &cf, &kern[2 * g]);
             cf.nv = (int)((tail + v.lanes - 1) / v.lanes);
             cf.tail = rl != 0;
-            if (s == FJ_OK && tail) s = vec_kernel(rt, &cf, sizeof cf, 1, &kern[2 * g + 1]);
+            if (s == FJ_OK && tail) s = vxm_kernel(rt, &cf, &kern[2 * g + 1]);
         }
     } else {
         v.mr = 8;
@@ -204,10 +192,10 @@ fj_status gemm_vec_f32(fj_runtime *rt, int ta, int tb, int64_t m, int64_t n, int
         int rem = (int)(k % v.lanes);
         kg_lowp_cfg cf = {.tag = KG_LOWP_TAG, .isa = rt->isa, .dt = KG_LP_F32, .mr = v.mr,
                           .nv = 1, .gemv = rem ? 2 : 1};
-        if (v.nblk) s = vec_kernel(rt, &cf, sizeof cf, 0, &kern[0]);
+        if (v.nblk) s = lp_get_kernel(rt, &cf, &kern[0]);
         if (s == FJ_OK && tail) {
             cf.mr = (int32_t)tail;
-            s = vec_kernel(rt, &cf, sizeof cf, 0, &kern[1]);
+            s = lp_get_kernel(rt, &cf, &kern[1]);
         }
         v.ma.b = v.x;
         v.ma.kq = k / v.lanes;
@@ -222,12 +210,12 @@ fj_status gemm_vec_f32(fj_runtime *rt, int ta, int tb, int64_t m, int64_t n, int
             v.fn_tail[g] = kern[2 * g + 1] ? rt_kernel_fn(kern[2 * g + 1]) : NULL;
         }
         double bytes = (double)v.len * (double)k * 4.0;
-        int threads = bytes < (double)VEC_MT_BYTES ? 1 : rt_threads(rt);
+        int threads = bytes < (double)GEMM_VEC_MT_BYTES ? 1 : rt_threads(rt);
         v.jobs = v.nblk < threads ? 1 : threads;
         uint64_t t0 = rt_exec_begin();
         if (v.jobs > 1)
             rt_parallel(rt, v.jobs, (int)v.jobs, vec_job, &v,
-                        bytes >= 64.0 * VEC_MT_BYTES ? RT_PAR_WAKE : 0);
+                        rt_par_wake_from(bytes, GEMM_VEC_MT_BYTES));
         else
             vec_job(&v, 0);
         rt_exec_end(t0, "fj_gemm_f32", "m=%lld n=%lld k=%lld", (long long)m, (long long)n,

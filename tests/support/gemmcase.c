@@ -76,10 +76,11 @@ void gcase_fuzz(fj_isa isa, uint64_t salt, const gcase_lists *l,
     fj_runtime *rt1 = fjt_runtime(isa, 1), *rt2 = fjt_runtime(isa, 2);
     if (!rt1) return; /* no AVX-512 here */
     seed(salt);
-    long iters = fjt_iters("FRAMEJIT_FUZZ_ITERS", 1500);
+    long iters = fjt_iters("FRAMEJIT_FUZZ_ITERS", l->iters ? l->iters : 1500);
     for (long it = 0; it < iters; it++) {
         gcase t;
-        gcase_random(&t, l, isa == FJ_ISA_AVX512, it);
+        if (l->draw) l->draw(&t);
+        else gcase_random(&t, l, isa == FJ_ISA_AVX512, it);
         run(rt1, it % 2 ? rt2 : NULL, &t);
     }
     fj_runtime_destroy(rt1);

@@ -25,20 +25,24 @@ typedef struct gcase {
 } gcase;
 
 /* What a suite draws its random cases from: dimensions, and blocking
- * knobs per ISA; f64: alpha and beta any double, else float values. */
+ * knobs per ISA; f64: alpha and beta any double, else float values. Or
+ * draw, the suite's own drawing of a case, instead. iters: the cases a
+ * fuzz run has by default (0: 1500). */
 typedef struct gcase_lists {
     const int64_t *dims;
     size_t ndims;
     const char *const *tunes512, *const *tunes2;
     size_t n512, n2;
     int f64;
+    void (*draw)(gcase *t);
+    long iters;
 } gcase_lists;
 /* The it-th random case of a run (every 50th is larger, up to 300):
  * dimensions mostly from l's, padded strides, alpha and beta mostly 0, 1,
  * -1, 0.5, NaN/Inf specials, and blocking knobs from l's for the AVX-512
  * or the AVX2 kernels. */
 void gcase_random(gcase *t, const gcase_lists *l, int avx512, long it);
-/* FRAMEJIT_FUZZ_ITERS (default 1500) random cases of l on isa, seeded with
+/* FRAMEJIT_FUZZ_ITERS (default l's) random cases of l on isa, seeded with
  * salt, each through run on a one-thread runtime and every other one also
  * on a two-thread runtime (nothing without the ISA). */
 void gcase_fuzz(fj_isa isa, uint64_t salt, const gcase_lists *l,
