@@ -113,6 +113,30 @@ static char isa_suffix[16];
 
 const char *bench_isa(void) { return isa_name; }
 
+void bench_after_pause(const char *section, const char *name, int pause_ms, int reps, int nv,
+                       const char *const *vnames, int (*run)(int v, void *ctx), void *ctx) {
+    enum { MAXR = 64, MAXV = 4 };
+    double t[MAXV][MAXR];
+    if (reps > MAXR) reps = MAXR;
+    if (nv > MAXV) nv = MAXV;
+    for (int v = 0; v < nv; v++) run(v, ctx); /* kernels made, buffers touched */
+    for (int r = 0; r < reps; r++)
+        for (int i = 0; i < nv; i++) {
+            int v = (r + i) % nv;
+            struct timespec ps = {pause_ms / 1000, (long)(pause_ms % 1000) * 1000000L};
+            nanosleep(&ps, NULL);
+            double t0 = bench_now_ns();
+            if (!run(v, ctx)) return;
+            t[v][r] = bench_now_ns() - t0;
+        }
+    double med[MAXV];
+    for (int v = 0; v < nv; v++) med[v] = bench_median(t[v], reps) / 1e3;
+    char label[96];
+    snprintf(label, sizeof label, "%s after %d ms", name, pause_ms);
+    for (int v = 0; v < nv; v++)
+        bench_row(section, label, vnames[v], med[v], "us", nv > 1 ? med[1] / med[v] : 0);
+}
+
 void bench_row(const char *section, const char *name, const char *variant, double value,
                const char *unit, double ratio) {
     char sec[48];

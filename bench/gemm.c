@@ -451,6 +451,35 @@ static void thread_first_call(const bench_ctx *c, fj_runtime *rt, shape s) {
     free(g.c);
 }
 
+/* A two-thread call after the caller slept 3 or 30 ms (a request served
+ * every few ms): how soon the idle workers of each library take part. */
+typedef struct pause_ctx {
+    fj_runtime *rt;
+    const gemm_bufs *g;
+} pause_ctx;
+
+static int pause_run(int v, void *ctx) {
+    const pause_ctx *p = ctx;
+    return run_variant(v == 0 ? V_FJ : V_DNNL, p->rt, p->g);
+}
+
+static void after_pause(const bench_ctx *c, fj_runtime *rt, shape s) {
+    gemm_bufs g = {s, rand_buf((size_t)s.m * s.k), rand_buf((size_t)s.k * s.n),
+                   rand_buf((size_t)s.m * s.n)};
+    static const char *const vn[2] = {"framejit", "onednn"};
+    pause_ctx p = {rt, &g};
+    char name[64];
+    snprintf(name, sizeof name, "%dx%dx%d 2t", s.m, s.n, s.k);
+    bench_omp_threads(2);
+    if (g.a && g.b && g.c)
+        for (int ms = 3; ms <= 30; ms *= 10)
+            bench_after_pause("gemm", name, ms, c->quick ? 5 : 21, variant_present(V_DNNL) ? 2 : 1,
+                              vn, pause_run, &p);
+    free(g.a);
+    free(g.b);
+    free(g.c);
+}
+
 /* ---- frame-pointer tax (measurement builds only) ------------------------
  * With -Dfp_tax_probe=true, a runtime created with FRAMEJIT_FP_TAX_PROBE=1
  * builds its GEMM kernels with rbp as one more GPR and no frame pointer.
@@ -646,6 +675,15 @@ void bench_gemm(const bench_ctx *c) {
                     DA(dnnl_eltwise_gelu_erf));
 #undef DA
     thread_first_call(c, rt[1], (shape){1024, 1024, 1024});
+    if (bench_threads_listed(2)) {
+        printf("# gemm: a call after a pause: wall time of one two-thread call right after "
+               "the caller slept that long, median of %d pauses, the libraries alternated; "
+               "ratio = oneDNN's time / framejit's\n", c->quick ? 5 : 21);
+        static const shape ps[] = {{256, 256, 256}, {1024, 1024, 64}, {1024, 1024, 1024}};
+        for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
+            if (!only || bench_shape_listed(only, ps[i].m, ps[i].n, ps[i].k))
+                after_pause(c, rt[2], ps[i]);
+    }
     fp_tax(c);
 out:
 #ifdef FJ_BENCH_OPENBLAS

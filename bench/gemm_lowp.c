@@ -199,6 +199,42 @@ out:
     free(ref);
 }
 
+/* int8 on two threads after the caller slept 3 or 30 ms (as the gemm
+ * section's rows). */
+typedef struct pause_ctx {
+    fj_runtime *rt;
+    lbufs *g;
+} pause_ctx;
+
+static int pause_run(int v, void *ctx) {
+    pause_ctx *p = ctx;
+    return run_v(v, p->rt, p->g);
+}
+
+static void after_pause(const bench_ctx *c, fj_runtime *rt, lshape s) {
+    lbufs g;
+    memset(&g, 0, sizeof g);
+    g.s = s;
+    g.a = calloc((size_t)s.m * s.k, 1);
+    g.b = calloc((size_t)s.k * s.n, 1);
+    g.c = calloc((size_t)s.m * s.n, 4);
+    static const char *const vn[2] = {"framejit", "onednn"};
+    int nv = 1;
+#ifdef FJ_BENCH_DNNL
+    nv = 2;
+#endif
+    pause_ctx p = {rt, &g};
+    char name[64];
+    snprintf(name, sizeof name, "u8s8s32 %dx%dx%d 2t", s.m, s.n, s.k);
+    bench_omp_threads(2);
+    if (g.a && g.b && g.c)
+        for (int ms = 3; ms <= 30; ms *= 10)
+            bench_after_pause("lowp", name, ms, c->quick ? 5 : 21, nv, vn, pause_run, &p);
+    free(g.a);
+    free(g.b);
+    free(g.c);
+}
+
 void bench_lowp(const bench_ctx *c) {
     const char *only = getenv("FJ_BENCH_LOWP_SHAPES");
     const char *ty = getenv("FJ_BENCH_LOWP_TYPES");
@@ -221,6 +257,12 @@ void bench_lowp(const bench_ctx *c) {
                 if (only && !bench_shape_listed(only, lshapes[i].m, lshapes[i].n, lshapes[i].k)) continue;
                 one(c, rt, t, lshapes[i], bf16);
             }
+        }
+        const lshape big = {1024, 1024, 1024};
+        if (t == 2 && (!ty || strstr(ty, "int8")) &&
+            (!only || bench_shape_listed(only, big.m, big.n, big.k))) {
+            printf("# lowp: a call after a pause, as in the gemm section\n");
+            after_pause(c, rt, big);
         }
         fj_runtime_destroy(rt);
     }
