@@ -1,12 +1,12 @@
-/* test_gemv.c: fj_gemm_f32 with one row or column of C (the matrix x vector kernels, runtime/prims/gemv.c).
+/* test_gemv.c: fj_gemm_f32/f64 with one row or column of C (the matrix x vector kernels, runtime/prims/gemv.c).
  *
  * Random m = 1 and n = 1 calls of every transpose combination against the
- * double-precision reference (odd k and lengths for every tail, padded
- * strides, alpha and beta edge values, NaN and Inf), bitwise the same on
- * two threads, on both ISAs; that these shapes take the new kernels and
- * that every instruction of them unwinds (trap flag); C overlapping an
- * operand is refused. FRAMEJIT_FUZZ_ITERS=N sets the random cases per ISA
- * (default 400). */
+ * double (f64: long double) reference (odd k and lengths for every tail,
+ * padded strides, alpha and beta edge values, NaN and Inf), bitwise the
+ * same on two threads, on both ISAs; that these shapes take the new
+ * kernels and that every instruction of them unwinds (trap flag); C
+ * overlapping an operand is refused. FRAMEJIT_FUZZ_ITERS=N sets the
+ * random cases per ISA and type (default 400). */
 #undef FJ_TEST
 
 #include <check.h>
@@ -25,8 +25,9 @@ static const int64_t lens[] = {1, 2, 7, 8, 9, 15, 16, 17, 31, 33, 63, 64, 65, 12
 static const int64_t ks[] = {1, 3, 7, 8, 9, 15, 16, 17, 24, 31, 33, 64, 100, 129, 255, 256, 301};
 static const double edges[] = {0.0, 1.0, -1.0, 0.5};
 
-/* A random case that takes the matrix x vector path. */
-static void vec_case(gcase *t) {
+/* A random case that takes the matrix x vector path (f64: alpha and beta
+ * any double). */
+static void vec_case(gcase *t, int f64) {
     for (;;) {
         memset(t, 0, sizeof *t);
         int64_t len = lens[rnd_to(sizeof lens / sizeof lens[0])];
@@ -34,7 +35,7 @@ static void vec_case(gcase *t) {
         int row = rnd() & 1;
         t->m = row ? 1 : len;
         t->n = row ? len : 1;
-        if (gemm_vec_shape(KG_DT_F32, t->m, t->n, t->k)) break;
+        if (gemm_vec_shape(f64 ? KG_DT_F64 : KG_DT_F32, t->m, t->n, t->k)) break;
     }
     t->ta = rnd() & 1;
     t->tb = rnd() & 1;
@@ -42,24 +43,30 @@ static void vec_case(gcase *t) {
     t->lda = (t->ta ? t->m : t->k) + pad;
     t->ldb = (t->tb ? t->k : t->n) + (rnd_to(3) == 0 ? 1 + rnd_to(17) : 0);
     t->ldc = t->n + (rnd_to(3) == 0 ? 1 + rnd_to(5) : 0);
-    t->alpha = rnd_to(4) ? edges[rnd_to(4)] : rnd_f();
-    t->beta = rnd_to(4) ? edges[rnd_to(4)] : rnd_f();
+    t->alpha = rnd_to(4) ? edges[rnd_to(4)] : f64 ? rnd_d() : rnd_f();
+    t->beta = rnd_to(4) ? edges[rnd_to(4)] : f64 ? rnd_d() : rnd_f();
     t->special = rnd_to(8) == 0 ? 1 + (int)rnd_to(3) : 0;
     if (t->special == 3) t->beta = 0;
 }
 
-static const gcase_lists lists = {.draw = vec_case, .iters = 400};
+static void vec_case32(gcase *t) { vec_case(t, 0); }
+static void vec_case64(gcase *t) { vec_case(t, 1); }
+static const gcase_lists lists32 = {.draw = vec_case32, .iters = 400};
+static const gcase_lists lists64 = {.draw = vec_case64, .iters = 400, .f64 = 1};
 
-static void fuzz(fj_isa isa, uint64_t salt) { gcase_fuzz(isa, salt, &lists, run_case); }
-
-START_TEST(fuzz_avx512) { fuzz(FJ_ISA_AVX512, 11); }
+/* Loop index: bit 0 AVX2, bit 1 f64. */
+START_TEST(fuzz) {
+    int f64 = _i >> 1 & 1;
+    gcase_fuzz(_i & 1 ? FJ_ISA_AVX2 : FJ_ISA_AVX512, 11 + (uint64_t)_i, f64 ? &lists64 : &lists32,
+               f64 ? run_dcase : run_case);
+}
 END_TEST
-START_TEST(fuzz_avx2) { fuzz(FJ_ISA_AVX2, 12); }
-END_TEST
 
-/* Large enough for both threads to take blocks, every transpose. */
+/* Large enough for both threads to take blocks, every transpose. Loop
+ * index: bit 0 AVX2, bit 1 f64. */
 START_TEST(threads_large) {
-    fj_isa isa = _i ? FJ_ISA_AVX2 : FJ_ISA_AVX512;
+    fj_isa isa = _i & 1 ? FJ_ISA_AVX2 : FJ_ISA_AVX512;
+    int f64 = _i >> 1 & 1;
     fj_runtime *rt1 = fjt_runtime_try(isa, 1), *rt2 = fjt_runtime_try(isa, 2);
     if (!rt1) return;
     seed(13);
@@ -70,7 +77,7 @@ START_TEST(threads_large) {
         t.lda = t.ta ? t.m : t.k;
         t.ldb = t.tb ? t.k : t.n;
         t.ldc = t.n;
-        run_case(rt1, rt2, &t);
+        (f64 ? run_dcase : run_case)(rt1, rt2, &t);
     }
     fj_runtime_destroy(rt1);
     fj_runtime_destroy(rt2);
@@ -78,9 +85,11 @@ START_TEST(threads_large) {
 END_TEST
 
 /* Every instruction of both kernels, with row and column tails, unwinds;
- * the first kernel the call enters is the matrix x vector one. */
+ * the first kernel the call enters is the matrix x vector one. Loop
+ * index: bit 0 AVX2, bit 1 f64. */
 START_TEST(trace_unwind) {
-    fj_isa isa = _i ? FJ_ISA_AVX2 : FJ_ISA_AVX512;
+    fj_isa isa = _i & 1 ? FJ_ISA_AVX2 : FJ_ISA_AVX512;
+    int f64 = _i >> 1 & 1;
     fj_runtime *rt = fjt_runtime_try(isa, 1);
     if (!rt) return;
     seed(17);
@@ -90,27 +99,41 @@ START_TEST(trace_unwind) {
         {0, 0, 139, 1, 37, "_gemv_"},  /* A along k: matrix x vector */
         {0, 1, 1, 133, 33, "_gemv_"},  /* B transposed: the same */
     };
+    const char *type = f64 ? "fj_gemm_f64_" : "fj_gemm_f32_";
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
         gcase t = {.ta = cs[i].ta, .tb = cs[i].tb, .m = cs[i].m, .n = cs[i].n, .k = cs[i].k,
                    .alpha = 1.5, .beta = 0};  /* (the body runs twice: warm-up, trace) */
         t.lda = t.ta ? t.m : t.k;
         t.ldb = t.tb ? t.k : t.n;
         t.ldc = t.n;
-        ck_assert(gemm_vec_shape(KG_DT_F32, t.m, t.n, t.k));
+        ck_assert(gemm_vec_shape(f64 ? KG_DT_F64 : KG_DT_F32, t.m, t.n, t.k));
         gbufs g;
-        bufs_make(&t, &g);
+        dbufs d;
         fjt_trace_result *r = calloc(1, sizeof *r);
         fj_status st;
-        int ok = gcase_trace(rt, &t, &g, NULL, NULL, r, &st);
+        int ok;
+        if (f64) {
+            dbufs_make(&t, &d);
+            ok = gcase_dtrace(rt, &t, &d, r, &st);
+        } else {
+            bufs_make(&t, &g);
+            ok = gcase_trace(rt, &t, &g, NULL, NULL, r, &st);
+        }
         ck_assert_msg(st == FJ_OK, "case %zu: %s", i, fj_last_error());
         ck_assert_msg(ok, "case %zu (%s): %s", i, r->first_name ? r->first_name : "?", r->msg);
         ck_assert_int_gt(r->kernel_steps, 0);
-        ck_assert_msg(r->first_name && strstr(r->first_name, cs[i].kernel),
-                      "case %zu ran %s first, not a %s kernel", i,
-                      r->first_name ? r->first_name : "no kernel", cs[i].kernel);
-        check_result(&t, &g, g.c, NULL, 0, 0, 0, "traced");
+        ck_assert_msg(r->first_name && strstr(r->first_name, cs[i].kernel) &&
+                          !strncmp(r->first_name, type, strlen(type)),
+                      "case %zu ran %s first, not a %s%s kernel", i,
+                      r->first_name ? r->first_name : "no kernel", type, cs[i].kernel);
+        if (f64) {
+            dcheck(&t, &d, d.c, NULL, "traced");
+            dbufs_free(&d);
+        } else {
+            check_result(&t, &g, g.c, NULL, 0, 0, 0, "traced");
+            bufs_free(&g);
+        }
         free(r);
-        bufs_free(&g);
     }
     fj_runtime_destroy(rt);
 }
@@ -139,10 +162,9 @@ static Suite *suite(void) {
     TCase *tc = tcase_create("gemv");
     tcase_set_timeout(tc, 240);
     tcase_add_test(tc, alias);
-    tcase_add_loop_test(tc, trace_unwind, 0, 2);
-    tcase_add_loop_test(tc, threads_large, 0, 2);
-    tcase_add_test(tc, fuzz_avx512);
-    tcase_add_test(tc, fuzz_avx2);
+    tcase_add_loop_test(tc, trace_unwind, 0, 4);
+    tcase_add_loop_test(tc, threads_large, 0, 4);
+    tcase_add_loop_test(tc, fuzz, 0, 4);
     suite_add_tcase(s, tc);
     return s;
 }

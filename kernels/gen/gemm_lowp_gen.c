@@ -32,8 +32,8 @@ void kg_lowp_name(const kg_lowp_cfg *c, char *buf, size_t n) {
     int lanes = c->isa == FJ_ISA_AVX512 ? 16 : 8;
     if (c->gemv) {
         snprintf(buf, n, "fj_gemm_%s_gemv_%dr_%s_%s%s",
-                 c->dt == KG_LP_F32 ? "f32" : c->dt == KG_LP_BF16 ? "bf16bf16f32" : c->gemv_s8 ? "s8s8s32" : "u8s8s32", c->mr,
-                 c->dt == KG_LP_F32 ? "fma" : c->dot ? "dot" : "widen",
+                 c->dt == KG_LP_F32 ? "f32" : c->dt == KG_LP_F64 ? "f64" : c->dt == KG_LP_BF16 ? "bf16bf16f32" : c->gemv_s8 ? "s8s8s32" : "u8s8s32", c->mr,
+                 c->dt == KG_LP_F32 || c->dt == KG_LP_F64 ? "fma" : c->dot ? "dot" : "widen",
                  c->isa == FJ_ISA_AVX512 ? "avx512" : "avx2", c->gemv == 2 ? "_tail" : "");
         return;
     }
@@ -60,9 +60,10 @@ static int loop_regs(const kg_lowp_cfg *c) {
 fj_status kg_lowp_check(const kg_lowp_cfg *c) {
     if (c->isa != FJ_ISA_AVX512 && c->isa != FJ_ISA_AVX2)
         return fj_fail(FJ_ERR_INVALID_ARG, "lowp gemm kernel: isa %d", c->isa);
-    if (c->dt != KG_LP_U8S8 && c->dt != KG_LP_BF16 && (c->dt != KG_LP_F32 || !c->gemv || c->dot))
+    const int fp = c->dt == KG_LP_F32 || c->dt == KG_LP_F64;
+    if (c->dt != KG_LP_U8S8 && c->dt != KG_LP_BF16 && (!fp || !c->gemv || c->dot))
         return fj_fail(FJ_ERR_INVALID_ARG, "lowp gemm kernel: type %d%s", c->dt,
-                       c->dt == KG_LP_F32 ? " (f32: matrix x vector kernels without dot)" : "");
+                       fp ? " (f32, f64: matrix x vector kernels without dot)" : "");
     if (c->scale && (c->dt != KG_LP_BF16 || c->post || c->gemv))
         return fj_fail(FJ_ERR_INVALID_ARG, "lowp gemm kernel: alpha scales only bf16's plain store");
     if (c->gemv && (c->gemv > 2 || (c->gemv_s8 && c->dt != KG_LP_U8S8) || c->mr < 1 || c->mr > 8 || c->nv != 1 || c->post || c->add ||
@@ -348,6 +349,46 @@ static void gemv_tree(gen *g, fj_reg row[8], const fj_reg idx[8], fj_reg t) {
     }
 }
 
+/* The f64 tree: the same pairing in three levels (8 lanes, then 4 and 2
+ * a row; vpermt2pd, bit 3 picks the second table), row i's sum in qword i
+ * of row[0]. AVX2: horizontal adds pair rows 0-1 and 2-3 within lanes,
+ * the lanes are crossed and added: rows 0-3 in row[0], 4-7 in row[4]. */
+static void gemv_tree_idx64(gen *g, fj_reg idx[6]) {
+    static const uint64_t tab[6][8] = {
+        {0, 1, 2, 3, 8, 9, 10, 11}, {4, 5, 6, 7, 12, 13, 14, 15},
+        {0, 1, 4, 5, 8, 9, 12, 13}, {2, 3, 6, 7, 10, 11, 14, 15},
+        {0, 2, 4, 6, 8, 10, 12, 14}, {1, 3, 5, 7, 9, 11, 13, 15},
+    };
+    for (int i = 0; i < 6; i++) {
+        idx[i] = fj_vreg(g->b);
+        fj_emit(g->b, FJ_VMOVDQU32, fj_zmm(idx[i]), fj_const_data(g->b, tab[i], 64, 64, 512));
+    }
+}
+
+static void gemv_tree64(gen *g, fj_reg row[8], const fj_reg idx[6], fj_reg t) {
+    fj_builder *b = g->b;
+    if (!g->avx512) {
+        for (int h = 0; h < 8; h += 4) {
+            fj_emit(b, FJ_VHADDPD, fj_ymm(row[h]), fj_ymm(row[h]), fj_ymm(row[h + 1]));
+            fj_emit(b, FJ_VHADDPD, fj_ymm(row[h + 2]), fj_ymm(row[h + 2]), fj_ymm(row[h + 3]));
+            fj_emit(b, FJ_VPERM2F128, fj_ymm(t), fj_ymm(row[h]), fj_ymm(row[h + 2]), fj_imm(0x20));
+            fj_emit(b, FJ_VPERM2F128, fj_ymm(row[h]), fj_ymm(row[h]), fj_ymm(row[h + 2]), fj_imm(0x31));
+            fj_emit(b, FJ_VADDPD, fj_ymm(row[h]), fj_ymm(row[h]), fj_ymm(t));
+        }
+        return;
+    }
+    for (int lv = 0; lv < 3; lv++) {
+        int step = 1 << lv;
+        for (int i = 0; i < 8; i += 2 * step) {
+            fj_reg x = row[i], y = row[i + step];
+            fj_emit(b, FJ_VMOVAPS, fj_zmm(t), fj_zmm(x));
+            fj_emit(b, FJ_VPERMT2PD, fj_zmm(t), fj_zmm(idx[2 * lv]), fj_zmm(y));
+            fj_emit(b, FJ_VPERMT2PD, fj_zmm(x), fj_zmm(idx[2 * lv + 1]), fj_zmm(y));
+            fj_emit(b, FJ_VADDPD, fj_zmm(x), fj_zmm(x), fj_zmm(t));
+        }
+    }
+}
+
 static void gemv(fj_builder *b, const kg_lowp_cfg *c) {
     gen g0 = {0}, *g = &g0;
     g->b = b;
@@ -361,7 +402,7 @@ static void gemv(fj_builder *b, const kg_lowp_cfg *c) {
     for (int i = 0; i < c->mr; i++) g->acc[i][0] = fj_vreg(b);
     g->bv[0] = fj_vreg(b);
     g->x = fj_vreg(b);
-    int bf16 = c->dt == KG_LP_BF16, f32 = c->dt == KG_LP_F32;
+    int bf16 = c->dt == KG_LP_BF16, f64 = c->dt == KG_LP_F64, fp = c->dt == KG_LP_F32 || f64;
     if (!c->dot && c->dt == KG_LP_U8S8) { g->t = fj_vreg(b); g->ones = fj_vreg(b); }
     if (!c->dot && bf16) { g->bo[0] = fj_vreg(b); g->xo = fj_vreg(b); g->hi = fj_vreg(b); }
     fj_reg km = {0}, ym = {0}, flip = {0};
@@ -379,7 +420,8 @@ static void gemv(fj_builder *b, const kg_lowp_cfg *c) {
     }
     loop_consts(g, c);
     fj_reg idx[8] = {{0}}, row[8], z = {0};
-    if (g->avx512) gemv_tree_idx(g, idx);
+    if (g->avx512 && f64) gemv_tree_idx64(g, idx);
+    else if (g->avx512) gemv_tree_idx(g, idx);
     if (c->mr < 8) {
         z = fj_vreg(b);
         fj_emit(b, FJ_VXORPS, V(g, z), V(g, z), V(g, z));
@@ -423,8 +465,8 @@ static void gemv(fj_builder *b, const kg_lowp_cfg *c) {
             else fj_emit(b, FJ_VMASKMOVPS, V(g, g->x), V(g, ym), am);
             if (flip.id) fj_emit(b, FJ_VXORPS, V(g, g->x), V(g, g->x), V(g, flip)); /* s8 + 128 */
             fj_opnd acc = V(g, g->acc[i][0]);
-            if (f32) {
-                fj_emit(b, FJ_VFMADD231PS, acc, V(g, g->x), V(g, g->bv[0]));
+            if (fp) {
+                fj_emit(b, f64 ? FJ_VFMADD231PD : FJ_VFMADD231PS, acc, V(g, g->x), V(g, g->bv[0]));
             } else if (c->dot) {
                 fj_emit(b, bf16 ? FJ_VDPBF16PS : FJ_VPDPBUSD, acc, V(g, g->x), V(g, g->bv[0]));
             } else if (bf16) {
@@ -446,9 +488,19 @@ static void gemv(fj_builder *b, const kg_lowp_cfg *c) {
         fj_emit(b, FJ_JNE, fj_lbl(kloop));
         if (!tail) fj_label_bind(b, kdone);
     }
-    gemv_tree(g, row, idx, g->x);  /* x is free after the k loop */
-    fj_emit(b, g->avx512 ? FJ_VMOVDQU32 : FJ_VMOVDQU, fj_mem(256, cp, 0), fj_ymm(row[0]));
-    fj_emit(b, FJ_ADD, fj_r64(cp), fj_imm(32));
+    /* x is free after the k loop; 8 sums a tile */
+    if (f64 && g->avx512) {
+        gemv_tree64(g, row, idx, g->x);
+        fj_emit(b, FJ_VMOVUPD, fj_mem(512, cp, 0), fj_zmm(row[0]));
+    } else if (f64) {
+        gemv_tree64(g, row, idx, g->x);
+        fj_emit(b, FJ_VMOVUPD, fj_mem(256, cp, 0), fj_ymm(row[0]));
+        fj_emit(b, FJ_VMOVUPD, fj_mem(256, cp, 32), fj_ymm(row[4]));
+    } else {
+        gemv_tree(g, row, idx, g->x);
+        fj_emit(b, g->avx512 ? FJ_VMOVDQU32 : FJ_VMOVDQU, fj_mem(256, cp, 0), fj_ymm(row[0]));
+    }
+    fj_emit(b, FJ_ADD, fj_r64(cp), fj_imm(f64 ? 64 : 32));
     fj_emit(b, FJ_ADD, fj_r64(ap), fj_mem(64, p, OFF(a_tile)));
     fj_emit(b, FJ_DEC, fj_r64(nt));
     fj_emit(b, FJ_JNE, fj_lbl(tile));

@@ -10,6 +10,7 @@ enum {
     KG_LP_U8S8 = 1,  /* A u8, B s8, int32 accumulators (s8 A arrives shifted by +128) */
     KG_LP_BF16,      /* A and B bf16, f32 accumulators */
     KG_LP_F32,       /* A and the vector f32 (matrix x vector only, dot = 0: FMAs) */
+    KG_LP_F64,       /* the same in f64 (8 sums a tile stored as doubles) */
 };
 
 /* Everything that changes the generated code; also the kernel cache key
@@ -88,15 +89,15 @@ typedef struct kg_lowp_args {
     int64_t ldb;             /* b_rows: bytes between rows of B */
 } kg_lowp_args;
 
-/* The matrix x vector kernel (cfg.gemv, mr rows a block, A (u8 or bf16)
- * in place, a = row 0 of the first block, rows lda bytes apart): for each
- * of ntiles blocks and each row i, the vector of lane sums (int32 or f32)
- *   s_i[l] = sum over chunks q of dot(A(i, chunk q), b chunk q)[l]
+/* The matrix x vector kernel (cfg.gemv, mr rows a block, A (u8, s8,
+ * bf16, f32 or f64) in place, a = row 0 of the first block, rows lda bytes
+ * apart): for each of ntiles blocks and each row i
+ *   s_i = sum over chunks q of dot(A(i, chunk q), b chunk q)
  * where a chunk is a vector of A's row (64 or 32 bytes): kq whole chunks,
  * then with gemv == 2 one more whose A dword lanes are kmask / ymask[0]
- * (b zero-padded to whole chunks). AVX2 stores s_i at
- * c + (block*mr + i)*32; AVX-512 sums its lanes (mod 2^32, or in f32) and
- * stores 8 dwords a block at c + block*32, row i's sum in dword i (dwords
+ * (both dwords of a double; b zero-padded to whole chunks). The lanes are
+ * summed in registers (mod 2^32, or in f32/f64) and 8 sums a block are
+ * stored at c + block*32 (f64: block*64), row i's in element i (elements
  * past mr zero). a_tile: bytes between blocks (mr*lda). */
 typedef void (*kg_lowp_fn)(const kg_lowp_args *args);
 enum { KG_LOWP_NARGS = 1 };

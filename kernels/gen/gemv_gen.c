@@ -1,4 +1,4 @@
-/* gemv_gen.c: the f32 vector x matrix kernel: y = x^T M for M row-major along y (1 x k times k x n).
+/* gemv_gen.c: the f32/f64 vector x matrix kernel: y = x^T M for M row-major along y (1 x k times k x n).
  *
  * One call adds up to 8 rows of M, weighted by their x values (broadcast
  * once a call), to y: for each block of nv vectors of y it loads the
@@ -22,39 +22,48 @@ fj_status kg_vxm_check(const kg_vxm_cfg *c) {
     if (c->isa != FJ_ISA_AVX512 && c->isa != FJ_ISA_AVX2)
         return fj_fail(FJ_ERR_INVALID_ARG, "vector x matrix kernel: isa %d", c->isa);
     int nv_max = c->isa == FJ_ISA_AVX512 ? 8 : 4;
-    if (c->rows < 1 || c->rows > 8 || c->nv < 1 || c->nv > nv_max || (c->tail != 0 && c->tail != 1))
+    if (c->rows < 1 || c->rows > 8 || c->nv < 1 || c->nv > nv_max || (c->tail != 0 && c->tail != 1) ||
+        (c->f64 != 0 && c->f64 != 1))
         return fj_fail(FJ_ERR_INVALID_ARG, "vector x matrix kernel: %d rows, %d vectors (1-%d), "
-                       "tail %d", c->rows, c->nv, nv_max, c->tail);
+                       "tail %d, f64 %d", c->rows, c->nv, nv_max, c->tail, c->f64);
     return FJ_OK;
 }
 
 void kg_vxm_name(const kg_vxm_cfg *c, char *buf, size_t n) {
     const int avx512 = c->isa == FJ_ISA_AVX512;
-    snprintf(buf, n, "fj_gemm_f32_vxm_%dx%d_%s%s", c->rows, c->nv * (avx512 ? 16 : 8),
-             avx512 ? "avx512" : "avx2", c->tail ? "_tail" : "");
+    snprintf(buf, n, "fj_gemm_%s_vxm_%dx%d_%s%s", c->f64 ? "f64" : "f32", c->rows,
+             c->nv * (avx512 ? 16 : 8) >> c->f64, avx512 ? "avx512" : "avx2", c->tail ? "_tail" : "");
 }
+
+/* The element type's instructions. */
+typedef struct vxm_ops {
+    fj_op mov, maskmov, bcast, fma;
+} vxm_ops;
+static const vxm_ops ops_f32 = {FJ_VMOVUPS, FJ_VMASKMOVPS, FJ_VBROADCASTSS, FJ_VFMADD231PS};
+static const vxm_ops ops_f64 = {FJ_VMOVUPD, FJ_VMASKMOVPD, FJ_VBROADCASTSD, FJ_VFMADD231PD};
 
 /* y's vector v to or from acc; with tail the last vector only the lanes
  * of km (AVX-512: loaded lanes past them zero) or ym (AVX2). */
-static void y_move(fj_builder *b, const kg_vxm_cfg *c, int load, fj_opnd y, fj_reg acc, int v,
-                   fj_reg km, fj_reg ym) {
+static void y_move(fj_builder *b, const kg_vxm_cfg *c, const vxm_ops *o, int load, fj_opnd y,
+                   fj_reg acc, int v, fj_reg km, fj_reg ym) {
     int masked = c->tail && v == c->nv - 1;
     if (masked && c->isa == FJ_ISA_AVX512) {
-        if (load) fj_emit(b, FJ_VMOVUPS, fj_masked(fj_zmm(acc), km, 1), y);
-        else fj_emit(b, FJ_VMOVUPS, fj_masked(y, km, 0), fj_zmm(acc));
+        if (load) fj_emit(b, o->mov, fj_masked(fj_zmm(acc), km, 1), y);
+        else fj_emit(b, o->mov, fj_masked(y, km, 0), fj_zmm(acc));
     } else if (masked) {
-        if (load) fj_emit(b, FJ_VMASKMOVPS, fj_ymm(acc), fj_ymm(ym), y);
-        else fj_emit(b, FJ_VMASKMOVPS, y, fj_ymm(ym), fj_ymm(acc));
+        if (load) fj_emit(b, o->maskmov, fj_ymm(acc), fj_ymm(ym), y);
+        else fj_emit(b, o->maskmov, y, fj_ymm(ym), fj_ymm(acc));
     } else {
-        if (load) fj_emit(b, FJ_VMOVUPS, fj_vec(b, acc), y);
-        else fj_emit(b, FJ_VMOVUPS, y, fj_vec(b, acc));
+        if (load) fj_emit(b, o->mov, fj_vec(b, acc), y);
+        else fj_emit(b, o->mov, y, fj_vec(b, acc));
     }
 }
 
 void kg_vxm(fj_builder *b, const void *ctx) {
     const kg_vxm_cfg *c = ctx;
     const int avx512 = c->isa == FJ_ISA_AVX512, vb = avx512 ? 512 : 256, vbytes = vb / 8;
-    const int nv = c->nv, last = nv - 1, rows = c->rows;
+    const int nv = c->nv, last = nv - 1, rows = c->rows, es = c->f64 ? 8 : 4;
+    const vxm_ops *o = c->f64 ? &ops_f64 : &ops_f32;
     fj_reg p = fj_arg(b, 0);
     fj_reg m = fj_gpr(b), m4 = fj_gpr(b), yp = fj_gpr(b), ldm = fj_gpr(b), ldm3 = fj_gpr(b);
     fj_reg nb = fj_gpr(b), xp = fj_gpr(b);
@@ -72,7 +81,7 @@ void kg_vxm(fj_builder *b, const void *ctx) {
     fj_emit(b, FJ_MOV, fj_r64(xp), fj_mem(64, p, OFF(x)));
     for (int r = 0; r < rows; r++) {
         bc[r] = fj_vreg(b);
-        fj_emit(b, FJ_VBROADCASTSS, fj_vec(b, bc[r]), fj_mem(32, xp, 4 * r));
+        fj_emit(b, o->bcast, fj_vec(b, bc[r]), fj_mem((uint16_t)(8 * es), xp, es * r));
     }
     fj_emit(b, FJ_MOV, fj_r64(m), fj_mem(64, p, OFF(m)));
     fj_emit(b, FJ_MOV, fj_r64(yp), fj_mem(64, p, OFF(y)));
@@ -83,7 +92,7 @@ void kg_vxm(fj_builder *b, const void *ctx) {
     fj_label blk = fj_label_new(b);
     fj_label_bind(b, blk);
     for (int v = 0; v < nv; v++)
-        y_move(b, c, 1, fj_mem((uint16_t)vb, yp, v * vbytes), acc[v], v, km, ym);
+        y_move(b, c, o, 1, fj_mem((uint16_t)vb, yp, v * vbytes), acc[v], v, km, ym);
     for (int r = 0; r < rows; r++) {
         /* rows 0-3 from m, 4-7 from m + 4*ldm: [base + {0, ldm, 2*ldm, ldm3}] */
         fj_reg base = r < 4 ? m : m4;
@@ -95,17 +104,17 @@ void kg_vxm(fj_builder *b, const void *ctx) {
                                    : fj_memx((uint16_t)vb, base, ldm, (uint8_t)q, d);
             if (c->tail && v == last && avx512) {
                 /* masked-off lanes are not read (no fault past M's end) and stay zero */
-                fj_emit(b, FJ_VFMADD231PS, fj_masked(fj_zmm(acc[v]), km, 0), fj_zmm(bc[r]), src);
+                fj_emit(b, o->fma, fj_masked(fj_zmm(acc[v]), km, 0), fj_zmm(bc[r]), src);
             } else if (c->tail && v == last) {
-                fj_emit(b, FJ_VMASKMOVPS, fj_ymm(t), fj_ymm(ym), src);
-                fj_emit(b, FJ_VFMADD231PS, fj_ymm(acc[v]), fj_ymm(bc[r]), fj_ymm(t));
+                fj_emit(b, o->maskmov, fj_ymm(t), fj_ymm(ym), src);
+                fj_emit(b, o->fma, fj_ymm(acc[v]), fj_ymm(bc[r]), fj_ymm(t));
             } else {
-                fj_emit(b, FJ_VFMADD231PS, fj_vec(b, acc[v]), fj_vec(b, bc[r]), src);
+                fj_emit(b, o->fma, fj_vec(b, acc[v]), fj_vec(b, bc[r]), src);
             }
         }
     }
     for (int v = 0; v < nv; v++)
-        y_move(b, c, 0, fj_mem((uint16_t)vb, yp, v * vbytes), acc[v], v, km, ym);
+        y_move(b, c, o, 0, fj_mem((uint16_t)vb, yp, v * vbytes), acc[v], v, km, ym);
     fj_emit(b, FJ_ADD, fj_r64(m), fj_imm(nv * vbytes));
     fj_emit(b, FJ_ADD, fj_r64(m4), fj_imm(nv * vbytes));
     fj_emit(b, FJ_ADD, fj_r64(yp), fj_imm(nv * vbytes));

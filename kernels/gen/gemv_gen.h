@@ -1,4 +1,4 @@
-/* gemv_gen.h: generator of the f32 vector x matrix kernel (y = x^T M, M row-major along y). */
+/* gemv_gen.h: generator of the f32/f64 vector x matrix kernel (y = x^T M, M row-major along y). */
 #ifndef FJ_KG_GEMV_H
 #define FJ_KG_GEMV_H
 
@@ -15,27 +15,28 @@ typedef struct kg_vxm_cfg {
     int32_t rows; /* rows of M a call adds (1-8) */
     int32_t nv;   /* vectors of y a block (AVX-512 1-8, AVX2 1-4) */
     int32_t tail; /* 1: the block's last vector has only the lanes of kmask / ymask */
+    int32_t f64;  /* 1: M, x and y are doubles (lanes of 64 bits) */
 } kg_vxm_cfg;
 
-#define KG_VXM_TAG 0x56584d32 /* "VXM2" */
+#define KG_VXM_TAG 0x56584d33 /* "VXM3" */
 
 /* For each of nblk blocks of nv vectors of y (nv*lanes consecutive
- * elements; with tail, the last vector's masked lanes are neither read
- * nor written):
+ * elements, es = 4 or 8 bytes each; with tail, the last vector's masked
+ * lanes are neither read nor written):
  *   y[j] += x[0]*M(0, j) + x[1]*M(1, j) + ... + x[rows-1]*M(rows-1, j)
- * (f32, added in that order), M(r, j) at m + r*ldm bytes + j*4, the first
- * block's j = 0; blocks nv*lanes*4 bytes apart in M and y. A call reads
- * rows rows of M side by side, left to right (streams the prefetchers
- * follow), y staying in L1 between calls. Offsets are read by the
- * generated code (offsetof). */
+ * (in the element type, added in that order), M(r, j) at m + r*ldm bytes
+ * + j*es, the first block's j = 0; blocks nv*lanes*es bytes apart in M and
+ * y. A call reads rows rows of M side by side, left to right (streams the
+ * prefetchers follow), y staying in L1 between calls. Offsets are read by
+ * the generated code (offsetof). */
 typedef struct kg_vxm_args {
-    const float *m;
+    const void *m;
     int64_t ldm;          /* bytes between rows of M */
-    const float *x;       /* rows values */
-    float *y;
+    const void *x;        /* rows values */
+    void *y;
     int64_t nblk;         /* >= 1 */
     uint32_t kmask;       /* tail, AVX-512: lanes of the last vector */
-    int32_t ymask[8];     /* tail, AVX2: the same as -1/0 lanes */
+    int32_t ymask[8];     /* tail, AVX2: the same as -1/0 dwords (both of a double's) */
 } kg_vxm_args;
 
 typedef void (*kg_vxm_fn)(const kg_vxm_args *args);

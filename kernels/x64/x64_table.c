@@ -228,6 +228,7 @@ const x64_row x64_rows[] = {
     ROW(VEXTRACTF128, VEX, P3A, 0x19, 0, -1, VY, NONE, 0, AVX, E(XM128), G(Y), A(U8)),
     ROW(VINSERTF128, VEX, P3A, 0x18, 0, -1, VY, NONE, 0, AVX, G(Y), H(Y), E(XM128), A(U8)),
     ROW(VHADDPS, VEX, D0F, 0x7C, 0, -1, VXY, NONE, 0, AVX, G(V), H(V), E(VM)),
+    ROW(VHADDPD, VEX, P0F, 0x7C, 0, -1, VXY, NONE, 0, AVX, G(V), H(V), E(VM)),
     ROW(VZEROUPPER, VEX, N0F, 0x77, 0, -1, VX, NONE, 0, AVX, 0),
 
     /* ---- AVX-512 only ---- */
@@ -331,6 +332,7 @@ const x64_row x64_rows[] = {
     /* Word permute of two tables (the destination's and r/m's) by the
      * indexes in vvvv: interleaves two rows of bf16 into k pairs. */
     ROW(VPERMT2W, EVEX, P38, 0x7D, 1, -1, VXYZ, FVM, 0, BW, G(V), H(V), E(VM)),
+    ROW(VPERMT2PD, EVEX, P38, 0x7F, 1, -1, VXYZ, FVM, 0, F, G(V), H(V), E(VM)),
 };
 
 const int x64_nrows = (int)(sizeof x64_rows / sizeof x64_rows[0]);

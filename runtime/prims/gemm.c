@@ -589,8 +589,7 @@ gemm_call(const char *fn, int dt, fj_runtime *rt, char transa, char transb, int6
     if (s != FJ_OK || m == 0 || n == 0) return s;
     /* One row or column of C: matrix x vector kernels (gemv.c). */
     if (!p && gemm_vec_shape(dt, m, n, k))
-        return gemm_vec_f32(rt, ta, tb, m, n, k, (float)alpha, a, lda, b, ldb, (float)beta, c,
-                            ldc);
+        return gemm_vec(rt, dt, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     if (!p) {
         const gemm_desc d = {.dt = dt, .ta = ta, .tb = tb, .m = m, .n = n, .k = k, .lda = lda,
                              .ldb = ldb, .ldc = ldc, .alpha = alpha, .beta = beta};

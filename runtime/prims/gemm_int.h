@@ -151,13 +151,13 @@ FJ_INTERNAL float *gemm_scratch(size_t floats);
  * it): threads from about a microsecond of that, the tile path's rule in
  * time, this many bytes of the matrix. */
 enum { GEMM_VEC_MT_BYTES = 128 << 10 };
-/* gemv.c: whether an fj_gemm_f32 call of this shape (m = 1 or n = 1, a
- * matrix large enough) takes the matrix x vector kernels, and the call
- * (after the entry point's checks; m, n, k > 0). */
+/* gemv.c: whether an fj_gemm_f32/f64 call of this shape (m = 1 or n = 1,
+ * a matrix large enough) takes the matrix x vector kernels, and the call
+ * (after the entry point's checks; m, n, k > 0; dt KG_DT_F32 or F64, the
+ * pointers and alpha/beta of that type). */
 FJ_INTERNAL int gemm_vec_shape(int dt, int64_t m, int64_t n, int64_t k);
-FJ_INTERNAL fj_status gemm_vec_f32(fj_runtime *rt, int ta, int tb, int64_t m, int64_t n,
-                                   int64_t k, float alpha, const float *a, int64_t lda,
-                                   const float *b, int64_t ldb, float beta, float *c,
-                                   int64_t ldc);
+FJ_INTERNAL fj_status gemm_vec(fj_runtime *rt, int dt, int ta, int tb, int64_t m, int64_t n,
+                               int64_t k, double alpha, const void *a, int64_t lda,
+                               const void *b, int64_t ldb, double beta, void *c, int64_t ldc);
 
 #endif

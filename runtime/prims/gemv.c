@@ -1,4 +1,4 @@
-/* gemv.c: fj_gemm_f32 calls with one row or one column of C (m = 1 or n = 1), matrix x vector kernels.
+/* gemv.c: fj_gemm_f32/f64 calls with one row or one column of C (m = 1 or n = 1), matrix x vector kernels.
  *
  * A product with m = 1 or n = 1 reads its matrix operand once and does
  * one multiply-add per element of it: packing that matrix (the tile
@@ -10,8 +10,8 @@
  *   transposed): the vector x matrix kernel (gemv_gen.c), blocks of C's
  *   elements down all rows;
  *   the matrix runs along k (n = 1 with A not transposed, m = 1 with B
- *   transposed): the matrix x vector kernel (gemm_lowp_gen.c, f32 FMAs),
- *   8 rows at a time along k, each row's lanes summed in registers.
+ *   transposed): the matrix x vector kernel (gemm_lowp_gen.c, f32 or f64
+ *   FMAs), 8 rows at a time along k, each row's lanes summed in registers.
  *
  * The vector operand is copied when it is strided (and padded for the
  * second kind); C = alpha*y + beta*C follows (beta = 0: C is not read).
@@ -33,21 +33,22 @@
  * a few hundred nanoseconds on the tile path's memo either way). */
 enum { VEC_MIN_ELEMS = 4096 };
 int gemm_vec_shape(int dt, int64_t m, int64_t n, int64_t k) {
-    return dt == KG_DT_F32 && (m == 1 || n == 1) && k > 0 &&
+    return (dt == KG_DT_F32 || dt == KG_DT_F64) && (m == 1 || n == 1) && k > 0 &&
            (double)(m > n ? m : n) * (double)k >= VEC_MIN_ELEMS;
 }
 
 typedef struct vec_run {
     /* y = x^T M (vxm) or M x (mxv): M's rows, the vector, the output */
-    int vxm;
-    const float *mat;
+    int vxm, f64;
+    size_t es;            /* bytes an element: 4 or 8 */
+    const char *mat;
     int64_t ldm;          /* elements */
-    const float *x;
+    const char *x;
     int64_t len, k;       /* elements of y; the products' length */
-    float *y;             /* scratch, len (+ padding) */
-    float *c;
+    char *y;              /* scratch, len (+ padding) */
+    char *c;
     int64_t ldc;          /* elements between C's outputs */
-    float alpha, beta;
+    double alpha, beta;   /* (f32 calls: float values) */
     int lanes, mr, nv;
     int64_t nblk, jobs;   /* whole blocks (vxm: nv vectors; mxv: mr rows) */
     /* kernels of whole blocks and of the last partial one; vxm: [0] of 8
@@ -66,13 +67,24 @@ static fj_status vxm_kernel(fj_runtime *rt, const kg_vxm_cfg *c, fj_kernel **out
     return rt_kernel_acquire(rt, &d, out);
 }
 
-/* C(i0 .. i1) from y. */
+/* C(i0 .. i1) from y, in the element type (alpha 1 and beta 0 neither
+ * multiply nor read C: NaN in C stays out, y passes bit for bit). */
 static void vec_finish(const vec_run *v, int64_t i0, int64_t i1) {
-    float *c = v->c;
     const int64_t ldc = v->ldc;
+    if (v->f64) {
+        const double *y = (const double *)v->y, al = v->alpha, be = v->beta;
+        double *c = (double *)v->c;
+        for (int64_t i = i0; i < i1; i++) {
+            double r = al == 1.0 ? y[i] : al * y[i];
+            c[i * ldc] = be == 0.0 ? r : r + be * c[i * ldc];
+        }
+        return;
+    }
+    const float *y = (const float *)v->y, al = (float)v->alpha, be = (float)v->beta;
+    float *c = (float *)v->c;
     for (int64_t i = i0; i < i1; i++) {
-        float r = v->alpha == 1.0f ? v->y[i] : v->alpha * v->y[i];
-        c[i * ldc] = v->beta == 0.0f ? r : r + v->beta * c[i * ldc];
+        float r = al == 1.0f ? y[i] : al * y[i];
+        c[i * ldc] = be == 0.0f ? r : r + be * c[i * ldc];
     }
 }
 
@@ -85,7 +97,7 @@ static void vec_job(void *ctx, int64_t j) {
     int64_t y0 = b0 * per, y1 = last ? v->len : b1 * per;
     if (v->vxm) {
         /* y = 0, then 8 rows of M at a time added to the job's columns */
-        memset(v->y + y0, 0, (size_t)(y1 - y0) * sizeof(float));
+        memset(v->y + y0 * v->es, 0, (size_t)(y1 - y0) * v->es);
         for (int64_t r = 0; r < v->k; r += 8) {
             int g = v->k - r < 8;
             for (int part = 0; part < 2; part++) {
@@ -93,9 +105,9 @@ static void vec_job(void *ctx, int64_t j) {
                 int64_t nb = part ? (last && e0 < v->len) : b1 - b0;
                 if (nb <= 0) continue;
                 kg_vxm_args a = v->va;
-                a.m = v->mat + r * v->ldm + e0;
-                a.x = v->x + r;
-                a.y = v->y + e0;
+                a.m = v->mat + (r * v->ldm + e0) * (int64_t)v->es;
+                a.x = v->x + r * (int64_t)v->es;
+                a.y = v->y + e0 * (int64_t)v->es;
                 a.nblk = nb;
                 ((kg_vxm_fn)(part ? v->fn_tail[g] : v->fn[g]))(&a);
             }
@@ -106,8 +118,8 @@ static void vec_job(void *ctx, int64_t j) {
             int64_t nb = part ? (last && e0 < v->len) : b1 - b0;
             if (nb <= 0) continue;
             kg_lowp_args a = v->ma;
-            a.a = v->mat + e0 * v->ldm;
-            a.c = v->y + e0;
+            a.a = v->mat + e0 * v->ldm * (int64_t)v->es;
+            a.c = v->y + e0 * (int64_t)v->es;
             a.ntiles = nb;
             ((kg_lowp_fn)(part ? v->fn_tail[0] : v->fn[0]))(&a);
         }
@@ -115,26 +127,33 @@ static void vec_job(void *ctx, int64_t j) {
     vec_finish(v, y0, y1);
 }
 
-fj_status gemm_vec_f32(fj_runtime *rt, int ta, int tb, int64_t m, int64_t n, int64_t k,
-                       float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
-                       float beta, float *c, int64_t ldc) {
-    /* C may share no memory with A or B (as on the tile path). */
-    const rt_mat cm = {(uintptr_t)c, m, n, ldc};
-    const rt_mat am = {(uintptr_t)a, ta ? k : m, ta ? m : k, lda};
-    const rt_mat bm = {(uintptr_t)b, tb ? n : k, tb ? k : n, ldb};
+fj_status gemm_vec(fj_runtime *rt, int dt, int ta, int tb, int64_t m, int64_t n, int64_t k,
+                   double alpha, const void *a, int64_t lda, const void *b, int64_t ldb,
+                   double beta, void *c, int64_t ldc) {
+    const int f64 = dt == KG_DT_F64;
+    const size_t es = f64 ? 8 : 4;
+    const char *fname = f64 ? "fj_gemm_f64" : "fj_gemm_f32";
+    /* C may share no memory with A or B (as on the tile path); rt_mat
+     * counts floats: a double is two of them. */
+    const int64_t w = f64 ? 2 : 1;
+    const rt_mat cm = {(uintptr_t)c, m, n * w, ldc * w};
+    const rt_mat am = {(uintptr_t)a, ta ? k : m, (ta ? m : k) * w, lda * w};
+    const rt_mat bm = {(uintptr_t)b, tb ? n : k, (tb ? k : n) * w, ldb * w};
     const char *what = rt_mat_overlap(&cm, &am) ? "a" : rt_mat_overlap(&cm, &bm) ? "b" : NULL;
     if (what)
-        return fj_fail(FJ_ERR_INVALID_ARG, "fj_gemm_f32: c overlaps %s (C may share no memory "
-                       "with A, B or the bias)", what);
+        return fj_fail(FJ_ERR_INVALID_ARG, "%s: c overlaps %s (C may share no memory "
+                       "with A, B or the bias)", fname, what);
     vec_run v;
     memset(&v, 0, sizeof v);
+    v.f64 = f64;
+    v.es = es;
     v.alpha = alpha;
     v.beta = beta;
     v.k = k;
     const int avx512 = rt->isa == FJ_ISA_AVX512;
-    v.lanes = avx512 ? 16 : 8;
+    v.lanes = (avx512 ? 16 : 8) >> f64;
     /* The vector operand (k elements, vs apart) and the matrix. */
-    const float *vec;
+    const char *vec;
     int64_t vs;
     if (m == 1) {
         vec = a, vs = ta ? lda : 1;
@@ -149,16 +168,24 @@ fj_status gemm_vec_f32(fj_runtime *rt, int ta, int tb, int64_t m, int64_t n, int
      * vector (zero-padded to whole vectors for mxv). */
     const int64_t ylen = (v.len + 8) & ~(int64_t)7, xlen = (k + v.lanes) & ~(int64_t)(v.lanes - 1);
     const int copy = !v.vxm || vs != 1;
-    float *scr = gemm_scratch((size_t)(ylen + (copy ? xlen : 0)) + 16);
+    const size_t floats = (size_t)(ylen + (copy ? xlen : 0)) * (es / 4) + 16;
+    char *scr = (char *)gemm_scratch(floats);
     if (!scr)
-        return fj_fail(FJ_ERR_NO_MEMORY, "fj_gemm_f32: out of memory (%lld floats of scratch)",
-                       (long long)(ylen + xlen));
+        return fj_fail(FJ_ERR_NO_MEMORY, "%s: out of memory (%zu bytes of scratch)", fname,
+                       floats * 4);
     v.y = scr;
-    float *xc = scr + ylen;
-    xc = (float *)(((uintptr_t)xc + 63) & ~(uintptr_t)63);
+    char *xc = scr + ylen * (int64_t)es;
+    xc = (char *)(((uintptr_t)xc + 63) & ~(uintptr_t)63);
     if (copy) {
-        for (int64_t i = 0; i < k; i++) xc[i] = vec[i * vs];
-        for (int64_t i = k; i < xlen; i++) xc[i] = 0.0f;
+        if (f64) {
+            double *xd = (double *)xc;
+            for (int64_t i = 0; i < k; i++) xd[i] = ((const double *)vec)[i * vs];
+            for (int64_t i = k; i < xlen; i++) xd[i] = 0.0;
+        } else {
+            float *xf = (float *)xc;
+            for (int64_t i = 0; i < k; i++) xf[i] = ((const float *)vec)[i * vs];
+            for (int64_t i = k; i < xlen; i++) xf[i] = 0.0f;
+        }
         v.x = xc;
     } else {
         v.x = vec;
@@ -173,13 +200,13 @@ fj_status gemm_vec_f32(fj_runtime *rt, int ta, int tb, int64_t m, int64_t n, int
         tail = v.len % per;
         int rl = (int)(tail % v.lanes);
         v.va.kmask = rl ? (1u << rl) - 1u : 0;
-        for (int l = 0; l < 8; l++) v.va.ymask[l] = l < rl ? -1 : 0;
-        v.va.ldm = v.ldm * 4;
+        for (int l = 0; l < 8; l++) v.va.ymask[l] = l >> f64 < rl ? -1 : 0;
+        v.va.ldm = v.ldm * (int64_t)es;
         /* [g]: 8 rows, then the last k % 8 */
         for (int g = 0; g < 2 && s == FJ_OK; g++) {
             int rows = g ? (int)(k % 8) : 8;
             if (!rows || (!g && k < 8)) continue;
-            kg_vxm_cfg cf = {.tag = KG_VXM_TAG, .isa = rt->isa, .rows = rows, .nv = v.nv};
+            kg_vxm_cfg cf = {.tag = KG_VXM_TAG, .isa = rt->isa, .rows = rows, .nv = v.nv, .f64 = f64};
             if (v.nblk) s = vxm_kernel(rt, &cf, &kern[2 * g]);
             cf.nv = (int)((tail + v.lanes - 1) / v.lanes);
             cf.tail = rl != 0;
@@ -190,7 +217,7 @@ fj_status gemm_vec_f32(fj_runtime *rt, int ta, int tb, int64_t m, int64_t n, int
         v.nblk = v.len / v.mr;
         tail = v.len % v.mr;
         int rem = (int)(k % v.lanes);
-        kg_lowp_cfg cf = {.tag = KG_LOWP_TAG, .isa = rt->isa, .dt = KG_LP_F32, .mr = v.mr,
+        kg_lowp_cfg cf = {.tag = KG_LOWP_TAG, .isa = rt->isa, .dt = f64 ? KG_LP_F64 : KG_LP_F32, .mr = v.mr,
                           .nv = 1, .gemv = rem ? 2 : 1};
         if (v.nblk) s = lp_get_kernel(rt, &cf, &kern[0]);
         if (s == FJ_OK && tail) {
@@ -199,17 +226,18 @@ fj_status gemm_vec_f32(fj_runtime *rt, int ta, int tb, int64_t m, int64_t n, int
         }
         v.ma.b = v.x;
         v.ma.kq = k / v.lanes;
-        v.ma.lda = v.ldm * 4;
-        v.ma.a_tile = v.mr * v.ldm * 4;
-        v.ma.kmask[0] = (1u << rem) - 1u;
-        for (int l = 0; l < 8; l++) v.ma.ymask[0][l] = l < rem ? -1 : 0;
+        v.ma.lda = v.ldm * (int64_t)es;
+        v.ma.a_tile = v.mr * v.ma.lda;
+        /* dword lanes: both of a double's */
+        v.ma.kmask[0] = (1u << (rem << f64)) - 1u;
+        for (int l = 0; l < 8; l++) v.ma.ymask[0][l] = l >> f64 < rem ? -1 : 0;
     }
     if (s == FJ_OK) {
         for (int g = 0; g < 2; g++) {
             v.fn[g] = kern[2 * g] ? rt_kernel_fn(kern[2 * g]) : NULL;
             v.fn_tail[g] = kern[2 * g + 1] ? rt_kernel_fn(kern[2 * g + 1]) : NULL;
         }
-        double bytes = (double)v.len * (double)k * 4.0;
+        double bytes = (double)v.len * (double)k * (double)es;
         int threads = bytes < (double)GEMM_VEC_MT_BYTES ? 1 : rt_threads(rt);
         v.jobs = v.nblk < threads ? 1 : threads;
         uint64_t t0 = rt_exec_begin();
@@ -218,7 +246,7 @@ fj_status gemm_vec_f32(fj_runtime *rt, int ta, int tb, int64_t m, int64_t n, int
                         rt_par_wake_from(bytes, GEMM_VEC_MT_BYTES));
         else
             vec_job(&v, 0);
-        rt_exec_end(t0, "fj_gemm_f32", "m=%lld n=%lld k=%lld", (long long)m, (long long)n,
+        rt_exec_end(t0, fname, "m=%lld n=%lld k=%lld", (long long)m, (long long)n,
                     (long long)k);
     }
     for (int i = 0; i < 4; i++)

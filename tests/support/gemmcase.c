@@ -292,12 +292,16 @@ typedef struct trace_arg {
     fj_gemm *h;
     const float *bias;
     fj_status s;
+    dbufs *d;             /* f64: fj_gemm_f64 on these */
 } trace_arg;
 
 static void trace_body(void *p) {
     trace_arg *x = p;
     const gcase *t = x->t;
-    if (x->h)
+    if (x->d)
+        x->s = fj_gemm_f64(x->rt, t->ta ? 'T' : 'N', t->tb ? 'T' : 'N', t->m, t->n, t->k,
+                           t->alpha, x->d->a, t->lda, x->d->b, t->ldb, t->beta, x->d->c, t->ldc);
+    else if (x->h)
         x->s = fj_gemm_execute(x->h, x->g->a, x->g->b, x->bias, x->g->c);
     else
         x->s = fj_gemm_f32(x->rt, t->ta ? 'T' : 'N', t->tb ? 'T' : 'N', t->m, t->n, t->k,
@@ -308,9 +312,127 @@ static void trace_body(void *p) {
 
 int gcase_trace(fj_runtime *rt, const gcase *t, gbufs *g, fj_gemm *h, const float *bias,
                 fjt_trace_result *r, fj_status *s) {
-    trace_arg x = {rt, t, g, h, bias, FJ_OK};
+    trace_arg x = {rt, t, g, h, bias, FJ_OK, NULL};
     fjt_trace_opts o = {0};
     int ok = fjt_trace_kernel(trace_body, &x, &o, r);
     *s = x.s;
     return ok;
+}
+
+int gcase_dtrace(fj_runtime *rt, const gcase *t, dbufs *d, fjt_trace_result *r, fj_status *s) {
+    trace_arg x = {rt, t, NULL, NULL, NULL, FJ_OK, d};
+    fjt_trace_opts o = {0};
+    int ok = fjt_trace_kernel(trace_body, &x, &o, r);
+    *s = x.s;
+    return ok;
+}
+
+/* ---- f64 ---------------------------------------------------------------- */
+
+void dbufs_make(const gcase *t, dbufs *g) {
+    g->na = (size_t)((t->ta ? t->k : t->m) * t->lda) + 1;
+    g->nb = (size_t)((t->tb ? t->n : t->k) * t->ldb) + 1;
+    g->nc = (size_t)(t->m * t->ldc) + 1;
+    g->a = malloc(g->na * sizeof(double));
+    g->b = malloc(g->nb * sizeof(double));
+    g->c0 = malloc(g->nc * sizeof(double));
+    g->c = malloc(g->nc * sizeof(double));
+    g->bias = malloc((size_t)(t->n + 1) * sizeof(double));
+    ck_assert(g->a && g->b && g->c0 && g->c && g->bias);
+    gcase_fill(t, 8, g->a, g->na, g->b, g->nb, g->c0, g->nc);
+    for (int64_t j = 0; j <= t->n; j++) g->bias[j] = rnd_d();
+    memcpy(g->c, g->c0, g->nc * sizeof(double));
+}
+
+void dbufs_free(dbufs *g) {
+    free(g->a);
+    free(g->b);
+    free(g->c0);
+    free(g->c);
+    free(g->bias);
+}
+
+void dcase_str(const gcase *t, char *buf, size_t n) {
+    snprintf(buf, n, "f64 ");
+    case_str(t, buf + 4, n - 4);
+}
+
+long double ddot_ref(const gcase *t, const dbufs *g, int64_t i, int64_t j, long double *abs_s) {
+    long double s = 0, as = 0;
+    for (int64_t p = 0; p < t->k; p++) {
+        long double x = t->ta ? g->a[p * t->lda + i] : g->a[i * t->lda + p];
+        long double y = t->tb ? g->b[j * t->ldb + p] : g->b[p * t->ldb + j];
+        s += x * y;
+        as += fabsl(x * y);
+    }
+    *abs_s = as;
+    return s;
+}
+
+/* got against alpha*op(A)op(B) + beta*C0 (+ bias) summed in long double;
+ * the tolerance scales with the sum of |terms| and k (double rounding). */
+void dcheck(const gcase *t, const dbufs *g, const double *got, const double *bias,
+                   const char *what) {
+    for (int64_t i = 0; i < t->m; i++) {
+        for (int64_t j = 0; j < t->ldc; j++) {
+            double v = got[i * t->ldc + j];
+            if (j >= t->n) {
+                ck_assert_msg(v == GEMMCASE_PAD, "%s: C(%lld,%lld) outside n was written", what,
+                              (long long)i, (long long)j);
+                continue;
+            }
+            long double abs_s, s = ddot_ref(t, g, i, j, &abs_s);
+            long double ref = (long double)t->alpha * s, tol = fabsl((long double)t->alpha) * abs_s;
+            if (t->k == 0) ref = tol = 0;
+            if (t->beta != 0) {
+                long double cb = (long double)t->beta * g->c0[i * t->ldc + j];
+                ref += cb;
+                tol += fabsl(cb);
+            }
+            if (bias) {
+                ref += bias[j];
+                tol += fabsl((long double)bias[j]);
+            }
+            tol = tol * (long double)(t->k + 4) * 2.5L * DBL_EPSILON + 1e-300L;
+            if (isnan((double)ref))
+                ck_assert_msg(isnan(v), "%s: C(%lld,%lld) = %g, reference NaN", what,
+                              (long long)i, (long long)j, v);
+            else if (isinf((double)ref))
+                ck_assert_msg(v == (double)ref, "%s: C(%lld,%lld) = %g, reference %Lg", what,
+                              (long long)i, (long long)j, v, ref);
+            else
+                ck_assert_msg(fabsl((long double)v - ref) <= tol,
+                              "%s: C(%lld,%lld) = %.17g, reference %.17Lg (tolerance %.3Lg)",
+                              what, (long long)i, (long long)j, v, ref, tol);
+        }
+    }
+    ck_assert_msg(got[g->nc - 1] == GEMMCASE_PAD, "%s: wrote past C", what);
+}
+
+/* t on rt1, checked; on rt2 (if any) bitwise the same. */
+void run_dcase(fj_runtime *rt1, fj_runtime *rt2, const gcase *t) {
+    char what[256];
+    dcase_str(t, what, sizeof what);
+    gemm_test_tune(t->tune);
+    dbufs g;
+    dbufs_make(t, &g);
+    static const char tr[2][2] = {{'N', 'n'}, {'T', 't'}};
+    char ca = tr[t->ta][rnd() & 1], cb = tr[t->tb][rnd() & 1];
+    fj_status s = fj_gemm_f64(rt1, ca, cb, t->m, t->n, t->k, t->alpha, g.a, t->lda, g.b, t->ldb,
+                              t->beta, g.c, t->ldc);
+    ck_assert_msg(s == FJ_OK, "%s: %s: %s", what, fj_status_str(s), fj_last_error());
+    dcheck(t, &g, g.c, NULL, what);
+    if (rt2) {
+        double *c2 = malloc(g.nc * sizeof(double));
+        ck_assert_ptr_nonnull(c2);
+        memcpy(c2, g.c0, g.nc * sizeof(double));
+        s = fj_gemm_f64(rt2, ca, cb, t->m, t->n, t->k, t->alpha, g.a, t->lda, g.b, t->ldb,
+                        t->beta, c2, t->ldc);
+        ck_assert_msg(s == FJ_OK, "%s (2 threads): %s", what, fj_last_error());
+        ck_assert_msg(!memcmp(c2, g.c, g.nc * sizeof(double)),
+                      "%s: 1 and 2 threads differ bitwise", what);
+        free(c2);
+    }
+    dbufs_free(&g);
+    gemm_test_tune(NULL);
 }

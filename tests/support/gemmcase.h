@@ -84,4 +84,24 @@ struct fjt_trace_result;
 int gcase_trace(fj_runtime *rt, const gcase *t, gbufs *g, fj_gemm *h, const float *bias,
                 struct fjt_trace_result *r, fj_status *s);
 
+/* The f64 forms: buffers of doubles (bias: n + 1 random values), the
+ * long-double reference (tolerance from the sum of |terms| and k), and
+ * one fj_gemm_f64 call checked (on rt2 bitwise the same). */
+typedef struct dbufs {
+    double *a, *b, *c0, *c, *bias;
+    size_t na, nb, nc;
+} dbufs;
+void dbufs_make(const gcase *t, dbufs *g);
+void dbufs_free(dbufs *g);
+void dcase_str(const gcase *t, char *buf, size_t n);
+void dcheck(const gcase *t, const dbufs *g, const double *got, const double *bias,
+            const char *what);
+/* sum over p of op(A)(i, p) op(B)(p, j) in long double; *abs_s: of the
+ * terms' magnitudes. */
+long double ddot_ref(const gcase *t, const dbufs *g, int64_t i, int64_t j, long double *abs_s);
+void run_dcase(fj_runtime *rt1, fj_runtime *rt2, const gcase *t);
+/* gcase_trace's fj_gemm_f64 call on d. */
+int gcase_dtrace(fj_runtime *rt, const gcase *t, dbufs *d, struct fjt_trace_result *r,
+                 fj_status *s);
+
 #endif

@@ -311,6 +311,11 @@ const golden x64_golden_cases[] = {
     { "vpermt2w zmm0, zmm1, zmm2", "62 f2 f5 48 7d c2", X(VPERMT2W), 3, { ZMM(0), ZMM(1), ZMM(2) } },
     { "vpermt2w zmm3, zmm4, zmmword ptr [rax+0x40]", "62 f2 dd 48 7d 58 01", X(VPERMT2W), 3, { ZMM(3), ZMM(4), M(512, RAX, 0x40) } },
     { "vpermt2w zmm17, zmm30, zmmword ptr [r9+r10*2+0x80]", "62 82 8d 40 7d 4c 51 02", X(VPERMT2W), 3, { ZMM(17), ZMM(30), MX(512, R9, R10, 2, 0x80) } },
+    { "vpermt2pd zmm0, zmm1, zmm2", "62 f2 f5 48 7f c2", X(VPERMT2PD), 3, { ZMM(0), ZMM(1), ZMM(2) } },
+    { "vpermt2pd zmm3, zmm4, zmmword ptr [rax+0x40]", "62 f2 dd 48 7f 58 01", X(VPERMT2PD), 3, { ZMM(3), ZMM(4), M(512, RAX, 0x40) } },
+    { "vpermt2pd zmm17, zmm30, zmmword ptr [r9+r10*2+0x80]", "62 82 8d 40 7f 4c 51 02", X(VPERMT2PD), 3, { ZMM(17), ZMM(30), MX(512, R9, R10, 2, 0x80) } },
+    { "vhaddpd ymm1, ymm2, ymm3", "c5 ed 7c cb", X(VHADDPD), 3, { YMM(1), YMM(2), YMM(3) } },
+    { "vhaddpd ymm9, ymm12, ymmword ptr [rax+0x20]", "c5 1d 7c 48 20", X(VHADDPD), 3, { YMM(9), YMM(12), M(256, RAX, 0x20) } },
 };
 
 const size_t x64_golden_ncases = sizeof x64_golden_cases / sizeof x64_golden_cases[0];
