@@ -27,7 +27,7 @@ typedef struct lshape {
 
 static const lshape lshapes[] = {
     {64, 64, 64}, {256, 256, 256}, {1024, 1024, 1024}, {64, 64, 1024}, {1024, 1024, 64},
-    {1024, 1, 1024},
+    {1024, 1, 1024}, {1, 1024, 1024},
 };
 
 typedef struct lbufs {

@@ -13,28 +13,32 @@ typedef struct kg_vxm_cfg {
     int32_t tag;  /* KG_VXM_TAG */
     int32_t isa;  /* fj_isa */
     int32_t rows; /* rows of M a call adds (1-8) */
-    int32_t nv;   /* vectors of y a block (AVX-512 1-8, AVX2 1-4) */
+    int32_t nv;   /* vectors of y a block (AVX-512 1-16, AVX2 1-4) */
     int32_t tail; /* 1: the block's last vector has only the lanes of kmask / ymask */
     int32_t f64;  /* 1: M, x and y are doubles (lanes of 64 bits) */
 } kg_vxm_cfg;
 
 #define KG_VXM_TAG 0x56584d33 /* "VXM3" */
 
-/* For each of nblk blocks of nv vectors of y (nv*lanes consecutive
- * elements, es = 4 or 8 bytes each; with tail, the last vector's masked
- * lanes are neither read nor written):
+/* For each of ngrp groups of rows rows of M, in order (a group's first
+ * row grp_m bytes after the previous group's, its x values rows elements
+ * after the previous group's), and each of nblk blocks of nv vectors of y
+ * (nv*lanes consecutive elements, es = 4 or 8 bytes each; with tail, the
+ * last vector's masked lanes are neither read nor written):
  *   y[j] += x[0]*M(0, j) + x[1]*M(1, j) + ... + x[rows-1]*M(rows-1, j)
  * (in the element type, added in that order), M(r, j) at m + r*ldm bytes
  * + j*es, the first block's j = 0; blocks nv*lanes*es bytes apart in M and
- * y. A call reads rows rows of M side by side, left to right (streams the
- * prefetchers follow), y staying in L1 between calls. Offsets are read by
- * the generated code (offsetof). */
+ * y. A group reads its rows side by side, left to right (streams the
+ * prefetchers follow), y staying in L1 between groups. Offsets are read
+ * by the generated code (offsetof). */
 typedef struct kg_vxm_args {
     const void *m;
     int64_t ldm;          /* bytes between rows of M */
     const void *x;        /* rows values */
     void *y;
     int64_t nblk;         /* >= 1 */
+    int64_t ngrp;         /* groups of rows rows, >= 1 */
+    int64_t grp_m;        /* bytes from a group's first row of M to the next's */
     uint32_t kmask;       /* tail, AVX-512: lanes of the last vector */
     int32_t ymask[8];     /* tail, AVX2: the same as -1/0 dwords (both of a double's) */
 } kg_vxm_args;

@@ -49,10 +49,10 @@ typedef struct vec_run {
     char *c;
     int64_t ldc;          /* elements between C's outputs */
     double alpha, beta;   /* (f32 calls: float values) */
-    int lanes, mr, nv;
+    int lanes, mr, nv, rows;  /* vxm: rows a group */
     int64_t nblk, jobs;   /* whole blocks (vxm: nv vectors; mxv: mr rows) */
-    /* kernels of whole blocks and of the last partial one; vxm: [0] of 8
-     * rows, [1] of the last k % 8 */
+    /* kernels of whole blocks and of the last partial one; vxm: [0] of
+     * rows rows, [1] of the last k % rows */
     void *fn[2], *fn_tail[2];
     kg_vxm_args va;
     kg_lowp_args ma;
@@ -96,10 +96,15 @@ static void vec_job(void *ctx, int64_t j) {
     int last = j + 1 == v->jobs;
     int64_t y0 = b0 * per, y1 = last ? v->len : b1 * per;
     if (v->vxm) {
-        /* y = 0, then 8 rows of M at a time added to the job's columns */
+        /* y = 0, then the groups of 8 rows of M added to the job's
+         * columns (one call over all of them), then the last k % 8 rows;
+         * the whole blocks, then the partial one: each element adds the
+         * rows in order. */
         memset(v->y + y0 * v->es, 0, (size_t)(y1 - y0) * v->es);
-        for (int64_t r = 0; r < v->k; r += 8) {
-            int g = v->k - r < 8;
+        const int64_t kg = v->k / v->rows;
+        for (int g = 0; g < 2; g++) {
+            int64_t r = g ? kg * v->rows : 0, ngrp = g ? (v->k % v->rows != 0) : kg;
+            if (!ngrp) continue;
             for (int part = 0; part < 2; part++) {
                 int64_t e0 = part ? v->nblk * per : y0;
                 int64_t nb = part ? (last && e0 < v->len) : b1 - b0;
@@ -109,6 +114,8 @@ static void vec_job(void *ctx, int64_t j) {
                 a.x = v->x + r * (int64_t)v->es;
                 a.y = v->y + e0 * (int64_t)v->es;
                 a.nblk = nb;
+                a.ngrp = ngrp;
+                a.grp_m = v->rows * v->ldm * (int64_t)v->es;
                 ((kg_vxm_fn)(part ? v->fn_tail[g] : v->fn[g]))(&a);
             }
         }
@@ -193,8 +200,16 @@ fj_status gemm_vec(fj_runtime *rt, int dt, int ta, int tb, int64_t m, int64_t n,
     fj_kernel *kern[4] = {NULL, NULL, NULL, NULL};
     fj_status s = FJ_OK;
     int64_t tail;
+    const double bytes = (double)v.len * (double)k * (double)es;
+    const int threads = bytes < (double)GEMM_VEC_MT_BYTES ? 1 : rt_threads(rt);
     if (v.vxm) {
-        v.nv = avx512 ? 8 : 4;
+        /* 8 rows a group; blocks of 16 zmm (1 KiB of a row, as oneDNN's
+         * kernel) or 4 ymm (the registers AVX2 has left), narrower where
+         * that leaves a thread without a block (an element's sum is the
+         * same whatever the block) */
+        v.rows = 8;
+        v.nv = avx512 ? 16 : 4;
+        while (v.nv > 1 && v.len / ((int64_t)v.nv * v.lanes) < threads) v.nv /= 2;
         int64_t per = (int64_t)v.nv * v.lanes;
         v.nblk = v.len / per;
         tail = v.len % per;
@@ -204,8 +219,8 @@ fj_status gemm_vec(fj_runtime *rt, int dt, int ta, int tb, int64_t m, int64_t n,
         v.va.ldm = v.ldm * (int64_t)es;
         /* [g]: 8 rows, then the last k % 8 */
         for (int g = 0; g < 2 && s == FJ_OK; g++) {
-            int rows = g ? (int)(k % 8) : 8;
-            if (!rows || (!g && k < 8)) continue;
+            int rows = g ? (int)(k % v.rows) : v.rows;
+            if (!rows || (!g && k < v.rows)) continue;
             kg_vxm_cfg cf = {.tag = KG_VXM_TAG, .isa = rt->isa, .rows = rows, .nv = v.nv, .f64 = f64};
             if (v.nblk) s = vxm_kernel(rt, &cf, &kern[2 * g]);
             cf.nv = (int)((tail + v.lanes - 1) / v.lanes);
@@ -237,8 +252,6 @@ fj_status gemm_vec(fj_runtime *rt, int dt, int ta, int tb, int64_t m, int64_t n,
             v.fn[g] = kern[2 * g] ? rt_kernel_fn(kern[2 * g]) : NULL;
             v.fn_tail[g] = kern[2 * g + 1] ? rt_kernel_fn(kern[2 * g + 1]) : NULL;
         }
-        double bytes = (double)v.len * (double)k * (double)es;
-        int threads = bytes < (double)GEMM_VEC_MT_BYTES ? 1 : rt_threads(rt);
         v.jobs = v.nblk < threads ? 1 : threads;
         uint64_t t0 = rt_exec_begin();
         if (v.jobs > 1)
