@@ -212,29 +212,55 @@ START_TEST(int8_random) {
 }
 END_TEST
 
+/* FJT_LOWP_ITERS / 5 + 1 random cases of path i shaped by shape (it ==
+ * iters: the last, large one), seeded with seed; the path's runtime has
+ * two threads on odd paths. */
+static void shaped_runs(int i, uint64_t seed, void (*shape)(icase *t, int last)) {
+    int sat, bfd;
+    fj_runtime *rt = path_rt(i, 1 + i % 2, &sat, &bfd);
+    if (!rt) return;
+    long iters = fjt_iters("FJT_LOWP_ITERS", 1000) / 5 + 1, bad = 0;
+    rs = seed;
+    for (long it = 0; it <= iters; it++) {
+        icase t;
+        rand_icase(&t);
+        shape(&t, it == iters);
+        bad += run_icase(rt, &t, sat && t.full, paths[i].name) != 0;
+    }
+    fj_runtime_destroy(rt);
+    ck_assert_msg(bad == 0, "%s: %ld of %ld cases differ", paths[i].name, bad, iters + 1);
+}
+
 /* Matrix x vector (u8 or s8 A, one column of B, bo 0: the unpacked path):
  * whole and partial vectors of k, partial row blocks, strided and
  * transposed b, offsets, alpha/beta; the last case is large enough for
  * two threads to split it. */
-START_TEST(int8_gemv) {
-    int sat, bfd;
-    fj_runtime *rt = path_rt(_i, 1 + _i % 2, &sat, &bfd);
-    if (!rt) return;
-    long iters = fjt_iters("FJT_LOWP_ITERS", 1000) / 5 + 1, bad = 0;
-    rs = 0x7654321ull + (uint64_t)_i * 131;
-    for (long it = 0; it <= iters; it++) {
-        icase t;
-        rand_icase(&t);
-        t.ta = 0;
-        t.bo = 0;
-        int64_t m = rn(4) ? dims[rn(NDIMS)] : 100 + rn(300), k = 4 * (1 + rn(rn(2) ? 20 : 200));
-        if (it == iters) m = 2100, k = 1028;
-        set_dims(&t, m, 1, k);
-        bad += run_icase(rt, &t, sat && t.full, paths[_i].name) != 0;
-    }
-    fj_runtime_destroy(rt);
-    ck_assert_msg(bad == 0, "%s: %ld of %ld cases differ", paths[_i].name, bad, iters + 1);
+static void gemv_shape(icase *t, int last) {
+    t->ta = 0;
+    t->bo = 0;
+    int64_t m = rn(4) ? dims[rn(NDIMS)] : 100 + rn(300), k = 4 * (1 + rn(rn(2) ? 20 : 200));
+    if (last) m = 2100, k = 1028;
+    set_dims(t, m, 1, k);
 }
+
+START_TEST(int8_gemv) { shaped_runs(_i, 0x7654321ull + (uint64_t)_i * 131, gemv_shape); }
+END_TEST
+
+/* Vector x matrix (one row of C, B along it, u8 A without an offset, k a
+ * multiple of 4: B read in place): whole and partial 64/32-column blocks,
+ * 8- and 4-row groups, strided and transposed A, B's offset, C's offsets,
+ * alpha/beta; s8 A, A's offset or k not a multiple of 4 take the tile path
+ * and are checked the same. The last case splits over two threads. */
+static void vxm_shape(icase *t, int last) {
+    t->tb = 0;
+    if (rn(4)) t->ao = 0, t->s8a = 0;
+    int64_t n = rn(4) ? dims[rn(NDIMS)] + 64 * rn(8) : 100 + rn(900);
+    int64_t k = rn(8) ? 4 * (1 + rn(rn(2) ? 20 : 300)) : 1 + rn(200);
+    if (last) n = 3000, k = 1028, t->ao = 0, t->s8a = 0;
+    set_dims(t, 1, n, k);
+}
+
+START_TEST(int8_vxm) { shaped_runs(_i, 0x5151515ull + (uint64_t)_i * 337, vxm_shape); }
 END_TEST
 
 /* The saturation is real on the fallback paths (the model is not vacuous):
@@ -692,6 +718,7 @@ static Suite *suite(void) {
     tcase_add_loop_test(t, int8_random, 0, NPATHS);
     tcase_add_loop_test(t, int8_saturation_documented, 0, NPATHS);
     tcase_add_loop_test(t, int8_gemv, 0, NPATHS);
+    tcase_add_loop_test(t, int8_vxm, 0, NPATHS);
     tcase_add_test(t, int8_bad_args);
     tcase_add_loop_test(t, bf16_random, 0, NPATHS);
     tcase_add_loop_test(t, bf16_gemv, 0, NPATHS);

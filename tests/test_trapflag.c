@@ -533,6 +533,49 @@ START_TEST(lowp_gemv_every_instruction) {
 }
 END_TEST
 
+/* Vector x matrix (u8 A 1 x VK, B VK x VN in place): 8-row groups, a
+ * 4-row group, whole blocks and a tail panel (VN % 64 or % 32 columns). */
+enum { VK = 36, VN = 139 }; /* n*k past the path's 4096 */
+
+static void vxm_body(void *p) {
+    lowp_arg *g = p;
+    static const int32_t co[1];
+    g->s = fj_gemm_u8s8s32(g->rt, 'N', 'N', 'F', 1, VN, VK, 1.0f, g->a, VK, 0, g->b, VN, 0, 0.0f,
+                           g->c, VN, co);
+    __asm__ volatile("" ::: "memory");
+}
+
+/* Loop index: bit 0 ISA, bit 1 without the dot-product instruction. */
+START_TEST(lowp_vxm_every_instruction) {
+    fj_options o;
+    fj_runtime *rt = lowp_rt(_i, "lowp vxm", &o);
+    if (!rt) return;
+    static uint8_t a[VK];
+    static int8_t b[VK * VN];
+    static int32_t c[VN];
+    for (int i = 0; i < VK; i++) a[i] = (uint8_t)(i % 7 + 1);
+    for (int i = 0; i < VK * VN; i++) b[i] = (int8_t)(i % 11 - 5);
+    lowp_arg g = {rt, 0, NULL, a, b, c, VK, VN, FJ_ERR_INVALID_ARG};
+    fjt_trace_opts to = {.root = (const void *)main};
+    fjt_trace_result *r = malloc(sizeof *r);
+    ck_assert_ptr_nonnull(r);
+    char what[64];
+    snprintf(what, sizeof what, "lowp vxm isa=%d disable=%u", (int)o.isa, o.cpu_disable);
+    int ok = fjt_trace_kernel(vxm_body, &g, &to, r);
+    ck_assert_msg(g.s == FJ_OK, "%s: %s", what, fj_last_error());
+    assert_trace(what, ok, r);
+    ck_assert_msg(r->first_name && strstr(r->first_name, "fj_gemm_u8s8s32_vxm_"), "%s: traced %s",
+                  what, r->first_name ? r->first_name : "?");
+    for (int j = 0; j < VN; j++) {
+        int32_t want = 0;
+        for (int p = 0; p < VK; p++) want += (p % 7 + 1) * ((p * VN + j) % 11 - 5);
+        ck_assert_msg(c[j] == want, "%s: C(%d) = %d, want %d", what, j, c[j], want);
+    }
+    free(r);
+    fj_runtime_destroy(rt);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("trapflag");
     TCase *t = tcase_create("every_instruction");
@@ -542,6 +585,7 @@ static Suite *suite(void) {
     tcase_add_loop_test(t, gemm_every_instruction, 0, 24);
     tcase_add_loop_test(t, lowp_every_instruction, 0, 128);
     tcase_add_loop_test(t, lowp_gemv_every_instruction, 0, 16);
+    tcase_add_loop_test(t, lowp_vxm_every_instruction, 0, 4);
     tcase_add_loop_test(t, loop_kernel_every_instruction, 0, 2);
     tcase_add_test(t, chain_check_rejects);
     suite_add_tcase(s, t);

@@ -22,8 +22,11 @@ fj_status kg_vxm_check(const kg_vxm_cfg *c) {
     if (c->isa != FJ_ISA_AVX512 && c->isa != FJ_ISA_AVX2)
         return fj_fail(FJ_ERR_INVALID_ARG, "vector x matrix kernel: isa %d", c->isa);
     int nv_max = c->isa == FJ_ISA_AVX512 ? 16 : 4; /* with 8 broadcasts: 24 / 14 registers */
+    if (c->i8 && (c->rows % 4 || c->nv != 1 || c->tail || c->f64 || (c->dot != 0 && c->dot != 1)))
+        return fj_fail(FJ_ERR_INVALID_ARG, "int8 vector x matrix kernel: %d rows (4 or 8), %d "
+                       "vectors (1), tail %d", c->rows, c->nv, c->tail);
     if (c->rows < 1 || c->rows > 8 || c->nv < 1 || c->nv > nv_max || (c->tail != 0 && c->tail != 1) ||
-        (c->f64 != 0 && c->f64 != 1))
+        (c->f64 != 0 && c->f64 != 1) || (c->i8 != 0 && c->i8 != 1))
         return fj_fail(FJ_ERR_INVALID_ARG, "vector x matrix kernel: %d rows, %d vectors (1-%d), "
                        "tail %d, f64 %d", c->rows, c->nv, nv_max, c->tail, c->f64);
     return FJ_OK;
@@ -31,6 +34,11 @@ fj_status kg_vxm_check(const kg_vxm_cfg *c) {
 
 void kg_vxm_name(const kg_vxm_cfg *c, char *buf, size_t n) {
     const int avx512 = c->isa == FJ_ISA_AVX512;
+    if (c->i8) {
+        snprintf(buf, n, "fj_gemm_u8s8s32_vxm_%dx%d_%s_%s", c->rows, avx512 ? 64 : 32,
+                 c->dot ? "dot" : "widen", avx512 ? "avx512" : "avx2");
+        return;
+    }
     snprintf(buf, n, "fj_gemm_%s_vxm_%dx%d_%s%s", c->f64 ? "f64" : "f32", c->rows,
              c->nv * (avx512 ? 16 : 8) >> c->f64, avx512 ? "avx512" : "avx2", c->tail ? "_tail" : "");
 }
@@ -59,8 +67,83 @@ static void y_move(fj_builder *b, const kg_vxm_cfg *c, const vxm_ops *o, int loa
     }
 }
 
+/* The int8 kernel: each quad of rows' vectors interleaved into dwords of
+ * four k (byte then word unpacks, within 128-bit lanes, as the packers
+ * do), then one dot product of x's quad per vector of y. */
+static void vxm8(fj_builder *b, const kg_vxm_cfg *c) {
+    const int avx512 = c->isa == FJ_ISA_AVX512, vb = avx512 ? 512 : 256, vbytes = vb / 8;
+    const int quads = c->rows / 4;
+    fj_reg p = fj_arg(b, 0);
+    fj_reg g = fj_gpr(b), m = fj_gpr(b), m4 = fj_gpr(b), yp = fj_gpr(b), ldm = fj_gpr(b);
+    fj_reg ldm3 = fj_gpr(b), nb = fj_gpr(b), xp = fj_gpr(b), ng = fj_gpr(b);
+    fj_reg acc[4], bq[4], t[4], xq[2], ones = {0};
+    for (int i = 0; i < 4; i++) acc[i] = fj_vreg(b), bq[i] = fj_vreg(b), t[i] = fj_vreg(b);
+    for (int i = 0; i < quads; i++) xq[i] = fj_vreg(b);
+    const fj_op mov = avx512 ? FJ_VMOVDQU32 : FJ_VMOVDQU;
+#define W(r) fj_vec(b, (r))
+    if (!c->dot) {
+        static const uint32_t one16 = 0x00010001u;
+        ones = fj_vreg(b);
+        fj_emit(b, FJ_VPBROADCASTD, W(ones), fj_const_data(b, &one16, 4, 4, 32));
+    }
+    fj_emit(b, FJ_MOV, fj_r64(g), fj_mem(64, p, OFF(m)));
+    fj_emit(b, FJ_MOV, fj_r64(xp), fj_mem(64, p, OFF(x)));
+    fj_emit(b, FJ_MOV, fj_r64(ldm), fj_mem(64, p, OFF(ldm)));
+    fj_emit(b, FJ_MOV, fj_r64(ng), fj_mem(64, p, OFF(ngrp)));
+    fj_emit(b, FJ_LEA, fj_r64(ldm3), fj_memx(64, ldm, ldm, 2, 0));
+    fj_label grp = fj_label_new(b), blk = fj_label_new(b);
+    fj_label_bind(b, grp);
+    for (int i = 0; i < quads; i++) fj_emit(b, FJ_VPBROADCASTD, W(xq[i]), fj_mem(32, xp, 4 * i));
+    fj_emit(b, FJ_MOV, fj_r64(m), fj_r64(g));
+    fj_emit(b, FJ_LEA, fj_r64(m4), fj_memx(64, g, ldm, 4, 0));
+    fj_emit(b, FJ_MOV, fj_r64(yp), fj_mem(64, p, OFF(y)));
+    fj_emit(b, FJ_MOV, fj_r64(nb), fj_mem(64, p, OFF(nblk)));
+    fj_label_bind(b, blk);
+    for (int v = 0; v < 4; v++) fj_emit(b, mov, W(acc[v]), fj_mem((uint16_t)vb, yp, v * vbytes));
+    for (int qd = 0; qd < quads; qd++) {
+        fj_reg base = qd ? m4 : m;
+        fj_emit(b, mov, W(bq[0]), fj_mem((uint16_t)vb, base, 0));
+        fj_emit(b, mov, W(bq[1]), fj_memx((uint16_t)vb, base, ldm, 1, 0));
+        fj_emit(b, mov, W(bq[2]), fj_memx((uint16_t)vb, base, ldm, 2, 0));
+        fj_emit(b, mov, W(bq[3]), fj_memx((uint16_t)vb, base, ldm3, 1, 0));
+        fj_emit(b, FJ_VPUNPCKLBW, W(t[0]), W(bq[0]), W(bq[1]));
+        fj_emit(b, FJ_VPUNPCKHBW, W(t[1]), W(bq[0]), W(bq[1]));
+        fj_emit(b, FJ_VPUNPCKLBW, W(t[2]), W(bq[2]), W(bq[3]));
+        fj_emit(b, FJ_VPUNPCKHBW, W(t[3]), W(bq[2]), W(bq[3]));
+        fj_emit(b, FJ_VPUNPCKLWD, W(bq[0]), W(t[0]), W(t[2]));
+        fj_emit(b, FJ_VPUNPCKHWD, W(bq[1]), W(t[0]), W(t[2]));
+        fj_emit(b, FJ_VPUNPCKLWD, W(bq[2]), W(t[1]), W(t[3]));
+        fj_emit(b, FJ_VPUNPCKHWD, W(bq[3]), W(t[1]), W(t[3]));
+        for (int v = 0; v < 4; v++) {
+            if (c->dot) {
+                fj_emit(b, FJ_VPDPBUSD, W(acc[v]), W(xq[qd]), W(bq[v]));
+            } else {
+                fj_emit(b, FJ_VPMADDUBSW, W(t[v]), W(xq[qd]), W(bq[v]));
+                fj_emit(b, FJ_VPMADDWD, W(t[v]), W(t[v]), W(ones));
+                fj_emit(b, FJ_VPADDD, W(acc[v]), W(acc[v]), W(t[v]));
+            }
+        }
+    }
+    for (int v = 0; v < 4; v++) fj_emit(b, mov, fj_mem((uint16_t)vb, yp, v * vbytes), W(acc[v]));
+#undef W
+    fj_emit(b, FJ_ADD, fj_r64(m), fj_imm(vbytes));
+    fj_emit(b, FJ_ADD, fj_r64(m4), fj_imm(vbytes));
+    fj_emit(b, FJ_ADD, fj_r64(yp), fj_imm(4 * vbytes));
+    fj_emit(b, FJ_DEC, fj_r64(nb));
+    fj_emit(b, FJ_JNE, fj_lbl(blk));
+    fj_emit(b, FJ_ADD, fj_r64(g), fj_mem(64, p, OFF(grp_m)));
+    fj_emit(b, FJ_ADD, fj_r64(xp), fj_imm(c->rows));
+    fj_emit(b, FJ_DEC, fj_r64(ng));
+    fj_emit(b, FJ_JNE, fj_lbl(grp));
+    fj_return(b, fj_none());
+}
+
 void kg_vxm(fj_builder *b, const void *ctx) {
     const kg_vxm_cfg *c = ctx;
+    if (c->i8) {
+        vxm8(b, c);
+        return;
+    }
     const int avx512 = c->isa == FJ_ISA_AVX512, vb = avx512 ? 512 : 256, vbytes = vb / 8;
     const int nv = c->nv, last = nv - 1, rows = c->rows, es = c->f64 ? 8 : 4;
     const vxm_ops *o = c->f64 ? &ops_f64 : &ops_f32;

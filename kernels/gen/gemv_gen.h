@@ -16,6 +16,8 @@ typedef struct kg_vxm_cfg {
     int32_t nv;   /* vectors of y a block (AVX-512 1-16, AVX2 1-4) */
     int32_t tail; /* 1: the block's last vector has only the lanes of kmask / ymask */
     int32_t f64;  /* 1: M, x and y are doubles (lanes of 64 bits) */
+    int32_t i8;   /* 1: M s8, x u8, y int32 (kg_vxm8 below); rows 4 or 8, nv 1, no tail */
+    int32_t dot;  /* i8: vpdpbusd; 0: vpmaddubsw + vpmaddwd (pairs of k saturate in int16) */
 } kg_vxm_cfg;
 
 #define KG_VXM_TAG 0x56584d33 /* "VXM3" */
@@ -42,6 +44,18 @@ typedef struct kg_vxm_args {
     uint32_t kmask;       /* tail, AVX-512: lanes of the last vector */
     int32_t ymask[8];     /* tail, AVX2: the same as -1/0 dwords (both of a double's) */
 } kg_vxm_args;
+
+/* i8: the same over quads of rows: for each block of one vector of bytes
+ * of each row (W = 64 or 32 columns) and each quad q of rows r..r+3 (x's
+ * bytes u8, M's s8), y[j] += x[r]*M(r, j) + ... + x[r+3]*M(r+3, j) in
+ * int32 (mod 2^32; without dot each pair (r, r+1), (r+2, r+3) summed in
+ * int16 with saturation first). y holds a block's W sums as 4 vectors in
+ * the unpacks' order: column 16L + 4v + i at dword (W/4)*v + 4L + i of
+ * the block (kg_vxm8_pos). */
+static inline int64_t kg_vxm8_pos(int64_t j, int w) {
+    int64_t blk = j / w, c = j % w;
+    return blk * w + (c % 16) / 4 * (w / 4) + c / 16 * 4 + c % 4;
+}
 
 typedef void (*kg_vxm_fn)(const kg_vxm_args *args);
 enum { KG_VXM_NARGS = 1 };

@@ -301,6 +301,14 @@ const x64_row x64_rows[] = {
     ROW(VPMADDWD, VEX, P0F, 0xF5, 0, -1, VXY, NONE, XF_I2, AVX, G(V), H(V), E(VM)),
     ROW(VPMADDWD, EVEX, P0F, 0xF5, 0, -1, VXYZ, FVM, 0, BW, G(V), H(V), E(VM)),
     ROW(VDPBF16PS, EVEX, (XP_F3 | XM_0F38), 0x52, 0, -1, VXYZ, FV, 0, F | X64_F_AVX512BF16, G(V), H(V), E(VMB)),
+    ROW(VPUNPCKLBW, VEX, P0F, 0x60, 0, -1, VXY, NONE, XF_I2, AVX, G(V), H(V), E(VM)),
+    ROW(VPUNPCKLBW, EVEX, P0F, 0x60, 0, -1, VXYZ, FVM, 0, BW, G(V), H(V), E(VM)),
+    ROW(VPUNPCKHBW, VEX, P0F, 0x68, 0, -1, VXY, NONE, XF_I2, AVX, G(V), H(V), E(VM)),
+    ROW(VPUNPCKHBW, EVEX, P0F, 0x68, 0, -1, VXYZ, FVM, 0, BW, G(V), H(V), E(VM)),
+    ROW(VPUNPCKLWD, VEX, P0F, 0x61, 0, -1, VXY, NONE, XF_I2, AVX, G(V), H(V), E(VM)),
+    ROW(VPUNPCKLWD, EVEX, P0F, 0x61, 0, -1, VXYZ, FVM, 0, BW, G(V), H(V), E(VM)),
+    ROW(VPUNPCKHWD, VEX, P0F, 0x69, 0, -1, VXY, NONE, XF_I2, AVX, G(V), H(V), E(VM)),
+    ROW(VPUNPCKHWD, EVEX, P0F, 0x69, 0, -1, VXYZ, FVM, 0, BW, G(V), H(V), E(VM)),
     /* Truncating narrows of zmm dwords to bytes / words (the quantized
      * epilogue's stores, values already in range). */
     ROW(VPMOVDB, EVEX, (XP_F3 | XM_0F38), 0x31, 0, -1, VZ, T4, 0, F, E(XM128), G(V)),

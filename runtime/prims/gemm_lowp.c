@@ -68,9 +68,9 @@ static int32_t sat_round(double v) {
  * in the same order (a product, then a sum: no FMA, which would round
  * once), the clamp first (max/min give the bound for NaN, as the scalar
  * conversion does), then the truncation and the half-away adjustment. */
-__attribute__((target("avx2"))) static void finish_general(const int32_t *s, int32_t *c, int64_t n,
-                                                          double alpha, double beta,
-                                                          const int32_t *co, int32_t co0) {
+__attribute__((target("avx2"))) void lp_finish_general(const int32_t *s, int32_t *c, int64_t n,
+                                                     double alpha, double beta, const int32_t *co,
+                                                     int32_t co0) {
     const __m256d va = _mm256_set1_pd(alpha), vb = _mm256_set1_pd(beta);
     const __m256d lo = _mm256_set1_pd(-2147483648.0), hi = _mm256_set1_pd(2147483647.0);
     const __m256d half = _mm256_set1_pd(0.5), mhalf = _mm256_set1_pd(-0.5), one = _mm256_set1_pd(1.0);
@@ -132,7 +132,7 @@ static void finish_part(const lp_run *r, int64_t i0, int64_t i1, int64_t j0, int
         if (r->general) {
             char o = x->offsetc;
             int per_col = o == 'R' || o == 'r';
-            finish_general(s + j0, (int32_t *)x->c + i * x->ldc + j0, j1 - j0, (double)x->alpha,
+            lp_finish_general(s + j0, (int32_t *)x->c + i * x->ldc + j0, j1 - j0, (double)x->alpha,
                            (double)x->beta, per_col ? x->co + j0 : NULL, per_col ? 0 : co_of(x, i, 0));
         } else {
             int es = po->out == KG_LP_OUT_BF16 ? 2 : 1;
@@ -569,6 +569,7 @@ static fj_status lp_run_call(fj_runtime *rt, const lp_call *x, const lp_post *po
     if (x->m == 0 || x->n == 0) return FJ_OK;
     int bf16 = x->kind == LP_BF16;
     if (x->k == 0 && !po) { no_product(x); return FJ_OK; }
+    if (!po && lp_vxm_fits(x)) return lp_vxm_call(rt, x);
     if (!po && gemv_fits(x)) return lp_gemv_call(rt, x);
     lp_run r;
     memset(&r, 0, sizeof r);

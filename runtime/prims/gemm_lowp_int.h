@@ -35,6 +35,15 @@ typedef struct lp_post {
 /* The runtime's kernel for c (checked, generated on first use); the
  * caller holds a reference. */
 FJ_INTERNAL fj_status lp_get_kernel(fj_runtime *rt, const kg_lowp_cfg *c, fj_kernel **out);
+/* c[j] = sat(rnd(alpha*s[j] + beta*c[j])) + co[j] (co NULL: co0), j < n
+ * (gemm_lowp.c: the general alpha/beta finish of an int8 row of C). */
+FJ_INTERNAL void lp_finish_general(const int32_t *s, int32_t *c, int64_t n, double alpha,
+                                   double beta, const int32_t *co, int32_t co0);
+/* gemv.c: int8 calls with one row of C and B along it (m = 1, B not
+ * transposed, u8 A without an offset, k a multiple of 4) read B in place
+ * with the int8 vector x matrix kernel. */
+FJ_INTERNAL int lp_vxm_fits(const lp_call *x);
+FJ_INTERNAL fj_status lp_vxm_call(fj_runtime *rt, const lp_call *x);
 
 typedef struct lp_run {
     const lp_call *x;

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "kernels/gen/gemv_gen.h"
+#include "kernels/x64/x64.h"
 #include "runtime/kcache.h"
 #include "runtime/pool.h"
 #include "runtime/prims/gemm_int.h"
@@ -264,5 +265,137 @@ fj_status gemm_vec(fj_runtime *rt, int dt, int ta, int tb, int64_t m, int64_t n,
     }
     for (int i = 0; i < 4; i++)
         if (kern[i]) rt_kernel_unref(kern[i]);
+    return s;
+}
+
+/* ---- int8: one row of C, B along it ------------------------------------ */
+
+/* acc[j] = sum_k a_k (B_kj - bo) = (sum_k a_k B_kj) - bo * sum_k a_k (mod
+ * 2^32): A's offset or s8 A would need B's column sums, a second pass over
+ * B; those calls keep the tile path. */
+int lp_vxm_fits(const lp_call *x) {
+    return x->m == 1 && !x->tb && x->kind == LP_INT8 && x->ao == 0 && x->k > 0 && x->k % 4 == 0 &&
+           (double)x->n * (double)x->k >= VEC_MIN_ELEMS;
+}
+
+typedef struct vxm8_run {
+    const lp_call *x;
+    kg_vxm_fn fn[2];      /* groups of 8 rows; the last 4 rows (k % 8 == 4) */
+    kg_vxm_args a;        /* of the first block */
+    const uint8_t *x8;    /* A's k bytes */
+    const int8_t *tailp;  /* the last n % w columns, w bytes a row, zero-padded */
+    int32_t *y, *s;       /* sums in the kernel's order; C's order */
+    int64_t nblk, jobs;
+    int w;
+    uint32_t aterm;       /* bo * sum of A */
+} vxm8_run;
+
+/* Job j: its blocks of w columns (the last job also the tail panel), then
+ * C's columns of them. */
+static void vxm8_job(void *ctx, int64_t j) {
+    const vxm8_run *v = ctx;
+    const lp_call *x = v->x;
+    int64_t b0 = j * v->nblk / v->jobs, b1 = (j + 1) * v->nblk / v->jobs;
+    int last = j + 1 == v->jobs, w = v->w;
+    int64_t c0 = b0 * w, c1 = last ? x->n : b1 * w;
+    int64_t yend = last && x->n % w ? (v->nblk + 1) * w : b1 * w;
+    memset(v->y + c0, 0, (size_t)(yend - c0) * 4);
+    for (int part = 0; part < 2; part++) {
+        int64_t nb = part ? (last && x->n % w) : b1 - b0;
+        if (nb <= 0) continue;
+        kg_vxm_args a = v->a;
+        const int8_t *m = part ? v->tailp : (const int8_t *)x->b + c0;
+        if (part) a.ldm = w, a.grp_m = 8 * (int64_t)w;
+        a.y = v->y + (part ? v->nblk * w : c0);
+        a.nblk = nb;
+        for (int g = 0; g < 2; g++) {
+            int64_t r = g ? x->k / 8 * 8 : 0, ngrp = g ? x->k % 8 != 0 : x->k / 8;
+            if (!ngrp) continue;
+            a.m = m + r * a.ldm;
+            a.x = v->x8 + r;
+            a.ngrp = ngrp;
+            v->fn[g](&a);
+        }
+    }
+    int32_t *c = (int32_t *)x->c;
+    for (int64_t jj = c0; jj < c1; jj++) v->s[jj] = (int32_t)((uint32_t)v->y[kg_vxm8_pos(jj, w)] - v->aterm);
+    char o = x->offsetc;
+    const int32_t *co = o == 'R' || o == 'r' ? x->co : NULL;
+    uint32_t co0 = co ? 0 : (uint32_t)x->co[0];
+    if (x->alpha == 1.0f && x->beta == 0.0f) {
+        for (int64_t jj = c0; jj < c1; jj++) c[jj] = (int32_t)((uint32_t)v->s[jj] + (co ? (uint32_t)co[jj] : co0));
+    } else if (x->alpha == 1.0f && x->beta == 1.0f) {
+        for (int64_t jj = c0; jj < c1; jj++)
+            c[jj] = (int32_t)((uint32_t)v->s[jj] + (uint32_t)c[jj] + (co ? (uint32_t)co[jj] : co0));
+    } else {
+        lp_finish_general(v->s + c0, c + c0, c1 - c0, (double)x->alpha, (double)x->beta,
+                          co ? co + c0 : NULL, (int32_t)co0);
+    }
+}
+
+fj_status lp_vxm_call(fj_runtime *rt, const lp_call *x) {
+    vxm8_run v;
+    memset(&v, 0, sizeof v);
+    v.x = x;
+    const int avx512 = rt->isa == FJ_ISA_AVX512;
+    v.w = avx512 ? 64 : 32;
+    const int w = v.w;
+    v.nblk = x->n / w;
+    const int64_t tail = x->n % w, ny = (v.nblk + 1) * w;
+    const int dot = (rt->features & (avx512 ? X64_F_AVX512VNNI : X64_F_AVXVNNI)) != 0;
+    fj_kernel *kern[2] = {NULL, NULL};
+    fj_status s = FJ_OK;
+    for (int g = 0; g < 2 && s == FJ_OK; g++) {
+        int rows = g ? (int)(x->k % 8) : 8;
+        if (!rows || (!g && x->k < 8)) continue;
+        kg_vxm_cfg cf = {.tag = KG_VXM_TAG, .isa = rt->isa, .rows = rows, .nv = 1, .i8 = 1, .dot = dot};
+        s = vxm_kernel(rt, &cf, &kern[g]);
+        if (s == FJ_OK) v.fn[g] = (kg_vxm_fn)rt_kernel_fn(kern[g]);
+    }
+    /* Scratch: sums in the kernel's order and in C's, A's bytes when
+     * strided, the tail panel. */
+    const int copy = x->ta && x->lda != 1;
+    const size_t ybytes = (size_t)ny * 4, pbytes = tail ? (size_t)(x->k * w) : 0;
+    const size_t bytes = 2 * ybytes + (copy ? (size_t)x->k : 0) + pbytes + 3 * 64;
+    uint8_t *mem = s == FJ_OK ? (uint8_t *)gemm_scratch((bytes + 3) / 4) : NULL;
+    if (s == FJ_OK && !mem)
+        s = fj_fail(FJ_ERR_NO_MEMORY, "gemm: out of memory (%zu bytes of scratch)", bytes);
+    if (s == FJ_OK) {
+        uint8_t *cur = (uint8_t *)(((uintptr_t)mem + 63) & ~(uintptr_t)63);
+        v.y = (int32_t *)(void *)cur;
+        v.s = v.y + ny;
+        cur += 2 * ybytes;
+        const uint8_t *a8 = x->a;
+        if (copy) {
+            for (int64_t kk = 0; kk < x->k; kk++) cur[kk] = a8[kk * x->lda];
+            a8 = cur;
+            cur += (x->k + 63) & ~(int64_t)63;
+        }
+        v.x8 = a8;
+        uint32_t suma = 0;
+        for (int64_t kk = 0; kk < x->k; kk++) suma += a8[kk];
+        v.aterm = (uint32_t)x->bo * suma;
+        if (tail) {
+            int8_t *pan = (int8_t *)cur;
+            const int8_t *src = (const int8_t *)x->b + v.nblk * w;
+            for (int64_t kk = 0; kk < x->k; kk++) {
+                memcpy(pan + kk * w, src + kk * x->ldb, (size_t)tail);
+                memset(pan + kk * w + tail, 0, (size_t)(w - tail));
+            }
+            v.tailp = pan;
+        }
+        v.a.ldm = x->ldb;
+        v.a.grp_m = 8 * x->ldb;
+        double mbytes = (double)x->n * (double)x->k;
+        int threads = mbytes < (double)GEMM_VEC_MT_BYTES ? 1 : rt_threads(rt);
+        v.jobs = v.nblk < threads ? 1 : threads;
+        if (v.jobs > 1)
+            rt_parallel(rt, v.jobs, (int)v.jobs, vxm8_job, &v,
+                        rt_par_wake_from(mbytes, GEMM_VEC_MT_BYTES));
+        else
+            vxm8_job(&v, 0);
+    }
+    for (int g = 0; g < 2; g++)
+        if (kern[g]) rt_kernel_unref(kern[g]);
     return s;
 }

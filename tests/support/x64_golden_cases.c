@@ -316,6 +316,14 @@ const golden x64_golden_cases[] = {
     { "vpermt2pd zmm17, zmm30, zmmword ptr [r9+r10*2+0x80]", "62 82 8d 40 7f 4c 51 02", X(VPERMT2PD), 3, { ZMM(17), ZMM(30), MX(512, R9, R10, 2, 0x80) } },
     { "vhaddpd ymm1, ymm2, ymm3", "c5 ed 7c cb", X(VHADDPD), 3, { YMM(1), YMM(2), YMM(3) } },
     { "vhaddpd ymm9, ymm12, ymmword ptr [rax+0x20]", "c5 1d 7c 48 20", X(VHADDPD), 3, { YMM(9), YMM(12), M(256, RAX, 0x20) } },
+    { "vpunpcklbw ymm1, ymm2, ymm3", "c5 ed 60 cb", X(VPUNPCKLBW), 3, { YMM(1), YMM(2), YMM(3) } },
+    { "vpunpckhbw ymm9, ymm12, ymmword ptr [rax+0x20]", "c5 1d 68 48 20", X(VPUNPCKHBW), 3, { YMM(9), YMM(12), M(256, RAX, 0x20) } },
+    { "vpunpcklwd ymm1, ymm2, ymm3", "c5 ed 61 cb", X(VPUNPCKLWD), 3, { YMM(1), YMM(2), YMM(3) } },
+    { "vpunpckhwd ymm4, ymm5, ymm6", "c5 d5 69 e6", X(VPUNPCKHWD), 3, { YMM(4), YMM(5), YMM(6) } },
+    { "vpunpcklbw zmm0, zmm1, zmm2", "62 f1 75 48 60 c2", X(VPUNPCKLBW), 3, { ZMM(0), ZMM(1), ZMM(2) } },
+    { "vpunpckhbw zmm17, zmm30, zmmword ptr [r9+r10*2+0x80]", "62 81 0d 40 68 4c 51 02", X(VPUNPCKHBW), 3, { ZMM(17), ZMM(30), MX(512, R9, R10, 2, 0x80) } },
+    { "vpunpcklwd zmm3, zmm4, zmm5", "62 f1 5d 48 61 dd", X(VPUNPCKLWD), 3, { ZMM(3), ZMM(4), ZMM(5) } },
+    { "vpunpckhwd zmm20, zmm21, zmm22", "62 a1 55 40 69 e6", X(VPUNPCKHWD), 3, { ZMM(20), ZMM(21), ZMM(22) } },
 };
 
 const size_t x64_golden_ncases = sizeof x64_golden_cases / sizeof x64_golden_cases[0];
