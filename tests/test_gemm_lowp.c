@@ -393,22 +393,48 @@ START_TEST(bf16_random) {
 }
 END_TEST
 
-/* bf16 matrix x vector (n = 1, row-major A with even k: the unpacked
- * path; transposed A takes the tile path), the last case on two threads. */
-START_TEST(bf16_gemv) {
+/* FJT_LOWP_ITERS / 5 + 1 random bf16 cases of path i with the shape
+ * shape draws (last: the large one), seeded with seed. */
+static void bf16_shaped_runs(int i, uint64_t seed, void (*shape)(int64_t *m, int64_t *n, int64_t *k, int last)) {
     int sat, bfd;
-    fj_runtime *rt = path_rt(_i, 1 + _i % 2, &sat, &bfd);
+    fj_runtime *rt = path_rt(i, 1 + i % 2, &sat, &bfd);
     if (!rt) return;
     long iters = fjt_iters("FJT_LOWP_ITERS", 1000) / 5 + 1, bad = 0;
-    rs = 0x2468aceull + (uint64_t)_i * 71;
+    rs = seed;
     for (long it = 0; it <= iters; it++) {
-        int64_t m = rn(4) ? dims[rn(NDIMS)] : 100 + rn(300), k = 2 * (1 + rn(rn(2) ? 40 : 400));
-        if (it == iters) m = 2100, k = 1026;
-        bad += run_bcase(rt, paths[_i].name, m, 1, k);
+        int64_t m, n, k;
+        shape(&m, &n, &k, it == iters);
+        bad += run_bcase(rt, paths[i].name, m, n, k);
     }
     fj_runtime_destroy(rt);
-    ck_assert_msg(bad == 0, "%s: %ld elements out of bound", paths[_i].name, bad);
+    ck_assert_msg(bad == 0, "%s: %ld elements out of bound", paths[i].name, bad);
 }
+
+/* bf16 matrix x vector (n = 1, row-major A with even k: the unpacked
+ * path; transposed A takes the tile path), the last case on two threads. */
+static void bf16_gemv_shape(int64_t *m, int64_t *n, int64_t *k, int last) {
+    *m = rn(4) ? dims[rn(NDIMS)] : 100 + rn(300);
+    *n = 1;
+    *k = 2 * (1 + rn(rn(2) ? 40 : 400));
+    if (last) *m = 2100, *k = 1026;
+}
+
+START_TEST(bf16_gemv) { bf16_shaped_runs(_i, 0x2468aceull + (uint64_t)_i * 71, bf16_gemv_shape); }
+END_TEST
+
+/* bf16 vector x matrix (m = 1, B not transposed: B read in place, any k):
+ * blocks of 4 (AVX2 2) chunks, whole chunks after them and a tail panel,
+ * 8-row groups and the last k % 8 rows; transposed B takes the tile path.
+ * The last case splits over two threads. */
+static void bf16_vxm_shape(int64_t *m, int64_t *n, int64_t *k, int last) {
+    *m = 1;
+    *n = rn(4) ? dims[rn(NDIMS)] + 32 * rn(9) : 100 + rn(900);
+    *k = 1 + rn(rn(2) ? 60 : 400);
+    if (*n * *k < 4096) *k = 4096 / *n + 1 + rn(50);
+    if (last) *n = 3000, *k = 1027;
+}
+
+START_TEST(bf16_vxm) { bf16_shaped_runs(_i, 0x13579bdull + (uint64_t)_i * 53, bf16_vxm_shape); }
 END_TEST
 
 /* Sizes that run on two threads (2mnk of at least 4M operations): every
@@ -722,6 +748,7 @@ static Suite *suite(void) {
     tcase_add_test(t, int8_bad_args);
     tcase_add_loop_test(t, bf16_random, 0, NPATHS);
     tcase_add_loop_test(t, bf16_gemv, 0, NPATHS);
+    tcase_add_loop_test(t, bf16_vxm, 0, NPATHS);
     tcase_add_loop_test(t, random_threads, 0, NPATHS);
     tcase_add_test(t, threads_same);
     tcase_add_loop_test(t, int8_handle_random, 0, NPATHS);

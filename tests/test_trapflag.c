@@ -576,6 +576,47 @@ START_TEST(lowp_vxm_every_instruction) {
 }
 END_TEST
 
+/* bf16 vector x matrix (A 1 x BK, B BK x BN in place): 8-row groups and
+ * the last 5 rows; blocks, a whole chunk after them and a tail panel on
+ * either ISA (187 = 128 + 32 + 27 = 160 + 16 + 11). */
+enum { BK = 37, BN = 187 };
+
+static void vxm16_body(void *p) {
+    lowp_arg *g = p;
+    g->s = fj_gemm_bf16bf16f32(g->rt, 'N', 'N', 1, BN, BK, 1.0f, g->a, BK, g->b, BN, 0.0f, g->c, BN);
+    __asm__ volatile("" ::: "memory");
+}
+
+/* Loop index: bit 0 ISA. */
+START_TEST(lowp_vxm16_every_instruction) {
+    fj_options o;
+    fj_runtime *rt = lowp_rt(_i, "lowp bf16 vxm", &o);
+    if (!rt) return;
+    static uint16_t a[BK], b[BK * BN];
+    static float c[BN];
+    for (int i = 0; i < BK; i++) a[i] = 0x3f80 + (uint16_t)(i % 3 << 7); /* 1, 2, 4 */
+    for (int i = 0; i < BK * BN; i++) b[i] = i % 2 ? 0x4000 : 0x3f80; /* 2, 1 */
+    lowp_arg g = {rt, 1, NULL, a, b, c, BK, BN, FJ_ERR_INVALID_ARG};
+    fjt_trace_opts to = {.root = (const void *)main};
+    fjt_trace_result *r = malloc(sizeof *r);
+    ck_assert_ptr_nonnull(r);
+    char what[64];
+    snprintf(what, sizeof what, "lowp bf16 vxm isa=%d", (int)o.isa);
+    int ok = fjt_trace_kernel(vxm16_body, &g, &to, r);
+    ck_assert_msg(g.s == FJ_OK, "%s: %s", what, fj_last_error());
+    assert_trace(what, ok, r);
+    ck_assert_msg(r->first_name && strstr(r->first_name, "fj_gemm_bf16bf16f32_vxm_"), "%s: traced %s",
+                  what, r->first_name ? r->first_name : "?");
+    for (int j = 0; j < BN; j++) {
+        float want = 0;
+        for (int p = 0; p < BK; p++) want += (float)(1 << p % 3) * (float)(1 + (p * BN + j) % 2);
+        ck_assert_msg(c[j] == want, "%s: C(%d) = %g, want %g", what, j, c[j], want);
+    }
+    free(r);
+    fj_runtime_destroy(rt);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("trapflag");
     TCase *t = tcase_create("every_instruction");
@@ -586,6 +627,7 @@ static Suite *suite(void) {
     tcase_add_loop_test(t, lowp_every_instruction, 0, 128);
     tcase_add_loop_test(t, lowp_gemv_every_instruction, 0, 16);
     tcase_add_loop_test(t, lowp_vxm_every_instruction, 0, 4);
+    tcase_add_loop_test(t, lowp_vxm16_every_instruction, 0, 2);
     tcase_add_loop_test(t, loop_kernel_every_instruction, 0, 2);
     tcase_add_test(t, chain_check_rejects);
     suite_add_tcase(s, t);

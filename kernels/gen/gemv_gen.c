@@ -25,8 +25,11 @@ fj_status kg_vxm_check(const kg_vxm_cfg *c) {
     if (c->i8 && (c->rows % 4 || c->nv != 1 || c->tail || c->f64 || (c->dot != 0 && c->dot != 1)))
         return fj_fail(FJ_ERR_INVALID_ARG, "int8 vector x matrix kernel: %d rows (4 or 8), %d "
                        "vectors (1), tail %d", c->rows, c->nv, c->tail);
+    if (c->bf16 && (c->i8 || c->f64 || c->tail || c->nv > (c->isa == FJ_ISA_AVX512 ? 4 : 2)))
+        return fj_fail(FJ_ERR_INVALID_ARG, "bf16 vector x matrix kernel: %d vectors (AVX-512 1-4, "
+                       "AVX2 1-2), tail %d", c->nv, c->tail);
     if (c->rows < 1 || c->rows > 8 || c->nv < 1 || c->nv > nv_max || (c->tail != 0 && c->tail != 1) ||
-        (c->f64 != 0 && c->f64 != 1) || (c->i8 != 0 && c->i8 != 1))
+        (c->f64 != 0 && c->f64 != 1) || (c->i8 != 0 && c->i8 != 1) || (c->bf16 != 0 && c->bf16 != 1))
         return fj_fail(FJ_ERR_INVALID_ARG, "vector x matrix kernel: %d rows, %d vectors (1-%d), "
                        "tail %d, f64 %d", c->rows, c->nv, nv_max, c->tail, c->f64);
     return FJ_OK;
@@ -37,6 +40,11 @@ void kg_vxm_name(const kg_vxm_cfg *c, char *buf, size_t n) {
     if (c->i8) {
         snprintf(buf, n, "fj_gemm_u8s8s32_vxm_%dx%d_%s_%s", c->rows, avx512 ? 64 : 32,
                  c->dot ? "dot" : "widen", avx512 ? "avx512" : "avx2");
+        return;
+    }
+    if (c->bf16) {
+        snprintf(buf, n, "fj_gemm_bf16bf16f32_vxm_%dx%d_widen_%s", c->rows, c->nv * (avx512 ? 32 : 16),
+                 avx512 ? "avx512" : "avx2");
         return;
     }
     snprintf(buf, n, "fj_gemm_%s_vxm_%dx%d_%s%s", c->f64 ? "f64" : "f32", c->rows,
@@ -67,45 +75,90 @@ static void y_move(fj_builder *b, const kg_vxm_cfg *c, const vxm_ops *o, int loa
     }
 }
 
+/* The loops every kernel shares: groups of rows (x's values broadcast,
+ * the group's rows from g), blocks of y within each (M's rows from m and
+ * m4 = m + 4*ldm, y from yp). */
+typedef struct vxm_loop {
+    fj_reg p, g, m, m4, yp, ldm, ldm3, nb, xp, ng;
+    fj_label grp, blk;
+} vxm_loop;
+
+/* Registers and arguments (loop_groups then starts the group loop). */
+static void loop_begin(fj_builder *b, vxm_loop *l) {
+    l->p = fj_arg(b, 0);
+    l->g = fj_gpr(b), l->m = fj_gpr(b), l->m4 = fj_gpr(b), l->yp = fj_gpr(b), l->ldm = fj_gpr(b);
+    l->ldm3 = fj_gpr(b), l->nb = fj_gpr(b), l->xp = fj_gpr(b), l->ng = fj_gpr(b);
+    fj_emit(b, FJ_MOV, fj_r64(l->g), fj_mem(64, l->p, OFF(m)));
+    fj_emit(b, FJ_MOV, fj_r64(l->xp), fj_mem(64, l->p, OFF(x)));
+    fj_emit(b, FJ_MOV, fj_r64(l->ldm), fj_mem(64, l->p, OFF(ldm)));
+    fj_emit(b, FJ_MOV, fj_r64(l->ng), fj_mem(64, l->p, OFF(ngrp)));
+    fj_emit(b, FJ_LEA, fj_r64(l->ldm3), fj_memx(64, l->ldm, l->ldm, 2, 0));
+    l->grp = fj_label_new(b);
+    l->blk = fj_label_new(b);
+}
+
+/* The group loop's head (the caller's broadcasts follow). */
+static void loop_groups(fj_builder *b, vxm_loop *l) { fj_label_bind(b, l->grp); }
+
+/* The block loop's head: the group's rows and y from their starts. */
+static void loop_blocks(fj_builder *b, vxm_loop *l) {
+    fj_emit(b, FJ_MOV, fj_r64(l->m), fj_r64(l->g));
+    fj_emit(b, FJ_LEA, fj_r64(l->m4), fj_memx(64, l->g, l->ldm, 4, 0));
+    fj_emit(b, FJ_MOV, fj_r64(l->yp), fj_mem(64, l->p, OFF(y)));
+    fj_emit(b, FJ_MOV, fj_r64(l->nb), fj_mem(64, l->p, OFF(nblk)));
+    fj_label_bind(b, l->blk);
+}
+
+/* Row r of the group (r < 8), d bytes into the block: rows 0-3 from m,
+ * 4-7 from m4, [base + {0, ldm, 2*ldm, ldm3}]. */
+static fj_opnd row_src(const vxm_loop *l, int r, int vb, int32_t d) {
+    fj_reg base = r < 4 ? l->m : l->m4;
+    int q = r & 3;
+    return q == 0 ? fj_mem((uint16_t)vb, base, d)
+           : q == 3 ? fj_memx((uint16_t)vb, base, l->ldm3, 1, d)
+                    : fj_memx((uint16_t)vb, base, l->ldm, (uint8_t)q, d);
+}
+
+/* Both loops' tails: M mstep bytes on and y ystep a block; the next group
+ * grp_m bytes on, x xstep bytes. */
+static void loop_end(fj_builder *b, const vxm_loop *l, int mstep, int ystep, int xstep) {
+    fj_emit(b, FJ_ADD, fj_r64(l->m), fj_imm(mstep));
+    fj_emit(b, FJ_ADD, fj_r64(l->m4), fj_imm(mstep));
+    fj_emit(b, FJ_ADD, fj_r64(l->yp), fj_imm(ystep));
+    fj_emit(b, FJ_DEC, fj_r64(l->nb));
+    fj_emit(b, FJ_JNE, fj_lbl(l->blk));
+    fj_emit(b, FJ_ADD, fj_r64(l->g), fj_mem(64, l->p, OFF(grp_m)));
+    fj_emit(b, FJ_ADD, fj_r64(l->xp), fj_imm(xstep));
+    fj_emit(b, FJ_DEC, fj_r64(l->ng));
+    fj_emit(b, FJ_JNE, fj_lbl(l->grp));
+    fj_return(b, fj_none());
+}
+
+#define W(r) fj_vec(b, (r))
+
 /* The int8 kernel: each quad of rows' vectors interleaved into dwords of
  * four k (byte then word unpacks, within 128-bit lanes, as the packers
  * do), then one dot product of x's quad per vector of y. */
 static void vxm8(fj_builder *b, const kg_vxm_cfg *c) {
     const int avx512 = c->isa == FJ_ISA_AVX512, vb = avx512 ? 512 : 256, vbytes = vb / 8;
     const int quads = c->rows / 4;
-    fj_reg p = fj_arg(b, 0);
-    fj_reg g = fj_gpr(b), m = fj_gpr(b), m4 = fj_gpr(b), yp = fj_gpr(b), ldm = fj_gpr(b);
-    fj_reg ldm3 = fj_gpr(b), nb = fj_gpr(b), xp = fj_gpr(b), ng = fj_gpr(b);
     fj_reg acc[4], bq[4], t[4], xq[2], ones = {0};
     for (int i = 0; i < 4; i++) acc[i] = fj_vreg(b), bq[i] = fj_vreg(b), t[i] = fj_vreg(b);
     for (int i = 0; i < quads; i++) xq[i] = fj_vreg(b);
     const fj_op mov = avx512 ? FJ_VMOVDQU32 : FJ_VMOVDQU;
-#define W(r) fj_vec(b, (r))
     if (!c->dot) {
         static const uint32_t one16 = 0x00010001u;
         ones = fj_vreg(b);
         fj_emit(b, FJ_VPBROADCASTD, W(ones), fj_const_data(b, &one16, 4, 4, 32));
     }
-    fj_emit(b, FJ_MOV, fj_r64(g), fj_mem(64, p, OFF(m)));
-    fj_emit(b, FJ_MOV, fj_r64(xp), fj_mem(64, p, OFF(x)));
-    fj_emit(b, FJ_MOV, fj_r64(ldm), fj_mem(64, p, OFF(ldm)));
-    fj_emit(b, FJ_MOV, fj_r64(ng), fj_mem(64, p, OFF(ngrp)));
-    fj_emit(b, FJ_LEA, fj_r64(ldm3), fj_memx(64, ldm, ldm, 2, 0));
-    fj_label grp = fj_label_new(b), blk = fj_label_new(b);
-    fj_label_bind(b, grp);
-    for (int i = 0; i < quads; i++) fj_emit(b, FJ_VPBROADCASTD, W(xq[i]), fj_mem(32, xp, 4 * i));
-    fj_emit(b, FJ_MOV, fj_r64(m), fj_r64(g));
-    fj_emit(b, FJ_LEA, fj_r64(m4), fj_memx(64, g, ldm, 4, 0));
-    fj_emit(b, FJ_MOV, fj_r64(yp), fj_mem(64, p, OFF(y)));
-    fj_emit(b, FJ_MOV, fj_r64(nb), fj_mem(64, p, OFF(nblk)));
-    fj_label_bind(b, blk);
-    for (int v = 0; v < 4; v++) fj_emit(b, mov, W(acc[v]), fj_mem((uint16_t)vb, yp, v * vbytes));
+    vxm_loop l;
+    loop_begin(b, &l);
+    loop_groups(b, &l);
+    for (int i = 0; i < quads; i++) fj_emit(b, FJ_VPBROADCASTD, W(xq[i]), fj_mem(32, l.xp, 4 * i));
+    loop_blocks(b, &l);
+    for (int v = 0; v < 4; v++) fj_emit(b, mov, W(acc[v]), fj_mem((uint16_t)vb, l.yp, v * vbytes));
     for (int qd = 0; qd < quads; qd++) {
-        fj_reg base = qd ? m4 : m;
-        fj_emit(b, mov, W(bq[0]), fj_mem((uint16_t)vb, base, 0));
-        fj_emit(b, mov, W(bq[1]), fj_memx((uint16_t)vb, base, ldm, 1, 0));
-        fj_emit(b, mov, W(bq[2]), fj_memx((uint16_t)vb, base, ldm, 2, 0));
-        fj_emit(b, mov, W(bq[3]), fj_memx((uint16_t)vb, base, ldm3, 1, 0));
+        for (int i = 0; i < 4; i++) fj_emit(b, mov, W(bq[i]), row_src(&l, 4 * qd + i, vb, 0));
         fj_emit(b, FJ_VPUNPCKLBW, W(t[0]), W(bq[0]), W(bq[1]));
         fj_emit(b, FJ_VPUNPCKHBW, W(t[1]), W(bq[0]), W(bq[1]));
         fj_emit(b, FJ_VPUNPCKLBW, W(t[2]), W(bq[2]), W(bq[3]));
@@ -124,19 +177,43 @@ static void vxm8(fj_builder *b, const kg_vxm_cfg *c) {
             }
         }
     }
-    for (int v = 0; v < 4; v++) fj_emit(b, mov, fj_mem((uint16_t)vb, yp, v * vbytes), W(acc[v]));
-#undef W
-    fj_emit(b, FJ_ADD, fj_r64(m), fj_imm(vbytes));
-    fj_emit(b, FJ_ADD, fj_r64(m4), fj_imm(vbytes));
-    fj_emit(b, FJ_ADD, fj_r64(yp), fj_imm(4 * vbytes));
-    fj_emit(b, FJ_DEC, fj_r64(nb));
-    fj_emit(b, FJ_JNE, fj_lbl(blk));
-    fj_emit(b, FJ_ADD, fj_r64(g), fj_mem(64, p, OFF(grp_m)));
-    fj_emit(b, FJ_ADD, fj_r64(xp), fj_imm(c->rows));
-    fj_emit(b, FJ_DEC, fj_r64(ng));
-    fj_emit(b, FJ_JNE, fj_lbl(grp));
-    fj_return(b, fj_none());
+    for (int v = 0; v < 4; v++) fj_emit(b, mov, fj_mem((uint16_t)vb, l.yp, v * vbytes), W(acc[v]));
+    loop_end(b, &l, vbytes, 4 * vbytes, c->rows);
 }
+
+/* The bf16 kernel: each row's vectors of bf16 widened to f32 (word
+ * unpacks with a zero vector put each bf16 in a dword's high half), then
+ * FMAs with the row's x value, as the f32 kernel. */
+static void vxm16(fj_builder *b, const kg_vxm_cfg *c) {
+    const int avx512 = c->isa == FJ_ISA_AVX512, vb = avx512 ? 512 : 256, vbytes = vb / 8;
+    const int nv = c->nv, rows = c->rows;
+    fj_reg acc[8], bc[8], ld = fj_vreg(b), t0 = fj_vreg(b), t1 = fj_vreg(b), zero = fj_vreg(b);
+    for (int v = 0; v < 2 * nv; v++) acc[v] = fj_vreg(b);
+    fj_emit(b, FJ_VXORPS, W(zero), W(zero), W(zero));
+    vxm_loop l;
+    loop_begin(b, &l);
+    loop_groups(b, &l);
+    for (int r = 0; r < rows; r++) {
+        bc[r] = fj_vreg(b);
+        fj_emit(b, FJ_VBROADCASTSS, W(bc[r]), fj_mem(32, l.xp, 4 * r));
+    }
+    loop_blocks(b, &l);
+    for (int v = 0; v < 2 * nv; v++)
+        fj_emit(b, FJ_VMOVUPS, W(acc[v]), fj_mem((uint16_t)vb, l.yp, v * vbytes));
+    for (int r = 0; r < rows; r++)
+        for (int v = 0; v < nv; v++) {
+            fj_emit(b, avx512 ? FJ_VMOVDQU32 : FJ_VMOVDQU, W(ld), row_src(&l, r, vb, v * vbytes));
+            fj_emit(b, FJ_VPUNPCKLWD, W(t0), W(zero), W(ld));
+            fj_emit(b, FJ_VPUNPCKHWD, W(t1), W(zero), W(ld));
+            fj_emit(b, FJ_VFMADD231PS, W(acc[2 * v]), W(bc[r]), W(t0));
+            fj_emit(b, FJ_VFMADD231PS, W(acc[2 * v + 1]), W(bc[r]), W(t1));
+        }
+    for (int v = 0; v < 2 * nv; v++)
+        fj_emit(b, FJ_VMOVUPS, fj_mem((uint16_t)vb, l.yp, v * vbytes), W(acc[v]));
+    loop_end(b, &l, nv * vbytes, 2 * nv * vbytes, 4 * rows);
+}
+
+#undef W
 
 void kg_vxm(fj_builder *b, const void *ctx) {
     const kg_vxm_cfg *c = ctx;
@@ -144,54 +221,40 @@ void kg_vxm(fj_builder *b, const void *ctx) {
         vxm8(b, c);
         return;
     }
+    if (c->bf16) {
+        vxm16(b, c);
+        return;
+    }
     const int avx512 = c->isa == FJ_ISA_AVX512, vb = avx512 ? 512 : 256, vbytes = vb / 8;
     const int nv = c->nv, last = nv - 1, rows = c->rows, es = c->f64 ? 8 : 4;
     const vxm_ops *o = c->f64 ? &ops_f64 : &ops_f32;
-    fj_reg p = fj_arg(b, 0);
-    fj_reg g = fj_gpr(b), m = fj_gpr(b), m4 = fj_gpr(b), yp = fj_gpr(b), ldm = fj_gpr(b);
-    fj_reg ldm3 = fj_gpr(b), nb = fj_gpr(b), xp = fj_gpr(b), ng = fj_gpr(b);
     fj_reg acc[16], bc[8], t = {0}, ym = {0}, km = {0};
     for (int v = 0; v < nv; v++) acc[v] = fj_vreg(b);
     /* AVX2: M's vectors loaded into t, then FMAs of registers (the FMA
      * with a memory operand ran the 1x1024x1024 stream ~15% slower). */
     if (!avx512) t = fj_vreg(b);
+    vxm_loop l;
+    loop_begin(b, &l);
     if (c->tail && avx512) {
         km = fj_kreg(b);
-        fj_emit(b, FJ_KMOVW, fj_k(km), fj_mem(16, p, OFF(kmask)));
+        fj_emit(b, FJ_KMOVW, fj_k(km), fj_mem(16, l.p, OFF(kmask)));
     } else if (c->tail) {
         ym = fj_vreg(b);
-        fj_emit(b, FJ_VMOVDQU, fj_ymm(ym), fj_mem(256, p, OFF(ymask)));
+        fj_emit(b, FJ_VMOVDQU, fj_ymm(ym), fj_mem(256, l.p, OFF(ymask)));
     }
-    fj_emit(b, FJ_MOV, fj_r64(g), fj_mem(64, p, OFF(m)));
-    fj_emit(b, FJ_MOV, fj_r64(xp), fj_mem(64, p, OFF(x)));
-    fj_emit(b, FJ_MOV, fj_r64(ldm), fj_mem(64, p, OFF(ldm)));
-    fj_emit(b, FJ_MOV, fj_r64(ng), fj_mem(64, p, OFF(ngrp)));
-    fj_emit(b, FJ_LEA, fj_r64(ldm3), fj_memx(64, ldm, ldm, 2, 0));
     /* Each group: its rows' x values broadcast, then the blocks from y's
      * start; the next group's rows follow grp_m bytes on. */
-    fj_label grp = fj_label_new(b);
-    fj_label_bind(b, grp);
+    loop_groups(b, &l);
     for (int r = 0; r < rows; r++) {
         bc[r] = fj_vreg(b);
-        fj_emit(b, o->bcast, fj_vec(b, bc[r]), fj_mem((uint16_t)(8 * es), xp, es * r));
+        fj_emit(b, o->bcast, fj_vec(b, bc[r]), fj_mem((uint16_t)(8 * es), l.xp, es * r));
     }
-    fj_emit(b, FJ_MOV, fj_r64(m), fj_r64(g));
-    fj_emit(b, FJ_LEA, fj_r64(m4), fj_memx(64, g, ldm, 4, 0));
-    fj_emit(b, FJ_MOV, fj_r64(yp), fj_mem(64, p, OFF(y)));
-    fj_emit(b, FJ_MOV, fj_r64(nb), fj_mem(64, p, OFF(nblk)));
-    fj_label blk = fj_label_new(b);
-    fj_label_bind(b, blk);
+    loop_blocks(b, &l);
     for (int v = 0; v < nv; v++)
-        y_move(b, c, o, 1, fj_mem((uint16_t)vb, yp, v * vbytes), acc[v], v, km, ym);
-    for (int r = 0; r < rows; r++) {
-        /* rows 0-3 from m, 4-7 from m + 4*ldm: [base + {0, ldm, 2*ldm, ldm3}] */
-        fj_reg base = r < 4 ? m : m4;
-        int q = r & 3;
+        y_move(b, c, o, 1, fj_mem((uint16_t)vb, l.yp, v * vbytes), acc[v], v, km, ym);
+    for (int r = 0; r < rows; r++)
         for (int v = 0; v < nv; v++) {
-            int32_t d = v * vbytes;
-            fj_opnd src = q == 0 ? fj_mem((uint16_t)vb, base, d)
-                          : q == 3 ? fj_memx((uint16_t)vb, base, ldm3, 1, d)
-                                   : fj_memx((uint16_t)vb, base, ldm, (uint8_t)q, d);
+            fj_opnd src = row_src(&l, r, vb, v * vbytes);
             if (c->tail && v == last && avx512) {
                 /* masked-off lanes are not read (no fault past M's end) and stay zero */
                 fj_emit(b, o->fma, fj_masked(fj_zmm(acc[v]), km, 0), fj_zmm(bc[r]), src);
@@ -205,17 +268,7 @@ void kg_vxm(fj_builder *b, const void *ctx) {
                 fj_emit(b, o->fma, fj_zmm(acc[v]), fj_zmm(bc[r]), src);
             }
         }
-    }
     for (int v = 0; v < nv; v++)
-        y_move(b, c, o, 0, fj_mem((uint16_t)vb, yp, v * vbytes), acc[v], v, km, ym);
-    fj_emit(b, FJ_ADD, fj_r64(m), fj_imm(nv * vbytes));
-    fj_emit(b, FJ_ADD, fj_r64(m4), fj_imm(nv * vbytes));
-    fj_emit(b, FJ_ADD, fj_r64(yp), fj_imm(nv * vbytes));
-    fj_emit(b, FJ_DEC, fj_r64(nb));
-    fj_emit(b, FJ_JNE, fj_lbl(blk));
-    fj_emit(b, FJ_ADD, fj_r64(g), fj_mem(64, p, OFF(grp_m)));
-    fj_emit(b, FJ_ADD, fj_r64(xp), fj_imm(rows * es));
-    fj_emit(b, FJ_DEC, fj_r64(ng));
-    fj_emit(b, FJ_JNE, fj_lbl(grp));
-    fj_return(b, fj_none());
+        y_move(b, c, o, 0, fj_mem((uint16_t)vb, l.yp, v * vbytes), acc[v], v, km, ym);
+    loop_end(b, &l, nv * vbytes, nv * vbytes, rows * es);
 }

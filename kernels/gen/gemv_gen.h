@@ -18,6 +18,7 @@ typedef struct kg_vxm_cfg {
     int32_t f64;  /* 1: M, x and y are doubles (lanes of 64 bits) */
     int32_t i8;   /* 1: M s8, x u8, y int32 (kg_vxm8 below); rows 4 or 8, nv 1, no tail */
     int32_t dot;  /* i8: vpdpbusd; 0: vpmaddubsw + vpmaddwd (pairs of k saturate in int16) */
+    int32_t bf16; /* 1: M bf16 widened to f32 (kg_vxm16_pos below), x and y f32; no tail */
 } kg_vxm_cfg;
 
 #define KG_VXM_TAG 0x56584d33 /* "VXM3" */
@@ -55,6 +56,15 @@ typedef struct kg_vxm_args {
 static inline int64_t kg_vxm8_pos(int64_t j, int w) {
     int64_t blk = j / w, c = j % w;
     return blk * w + (c % 16) / 4 * (w / 4) + c / 16 * 4 + c % 4;
+}
+
+/* bf16: as f32, each vector of bf16 loaded from a row (w = 32 or 16
+ * columns) widened by word unpacks with zero into two f32 vectors; y
+ * holds column 8L + 4v + i of a w-column chunk at float (w/2)*v + 4L + i
+ * of the chunk; blocks of nv such chunks. */
+static inline int64_t kg_vxm16_pos(int64_t j, int w) {
+    int64_t blk = j / w, c = j % w;
+    return blk * w + (c % 8) / 4 * (w / 2) + c / 8 * 4 + c % 4;
 }
 
 typedef void (*kg_vxm_fn)(const kg_vxm_args *args);

@@ -1,4 +1,4 @@
-/* gemv.c: fj_gemm_f32/f64 calls with one row or one column of C (m = 1 or n = 1), matrix x vector kernels.
+/* gemv.c: GEMM calls with one row or column of C (f32/f64 m = 1 or n = 1; int8/bf16 m = 1), vector kernels.
  *
  * A product with m = 1 or n = 1 reads its matrix operand once and does
  * one multiply-add per element of it: packing that matrix (the tile
@@ -16,7 +16,11 @@
  * The vector operand is copied when it is strided (and padded for the
  * second kind); C = alpha*y + beta*C follows (beta = 0: C is not read).
  * Threads take whole blocks, every element is computed by the same
- * instructions whatever the thread count. */
+ * instructions whatever the thread count. int8 and bf16 calls with m = 1
+ * (int8/bf16 n = 1 is gemm_lowp.c's) use the vector x matrix kernel's
+ * int8 and bf16 forms, the columns past the last whole vector through a
+ * zero-padded copy. */
+#include <immintrin.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -268,15 +272,158 @@ fj_status gemm_vec(fj_runtime *rt, int dt, int ta, int tb, int64_t m, int64_t n,
     return s;
 }
 
-/* ---- int8: one row of C, B along it ------------------------------------ */
+/* ---- int8 and bf16: one row of C, B along it ---------------------------- */
 
-/* acc[j] = sum_k a_k (B_kj - bo) = (sum_k a_k B_kj) - bo * sum_k a_k (mod
- * 2^32): A's offset or s8 A would need B's column sums, a second pass over
- * B; those calls keep the tile path. */
-int lp_vxm_fits(const lp_call *x) {
-    return x->m == 1 && !x->tb && x->kind == LP_INT8 && x->ao == 0 && x->k > 0 && x->k % 4 == 0 &&
-           (double)x->n * (double)x->k >= VEC_MIN_ELEMS;
+/* Jobs over a matrix of bytes bytes in nblk blocks: threads from
+ * GEMM_VEC_MT_BYTES, one job where the blocks are fewer than the threads. */
+static int64_t vxm_jobs(fj_runtime *rt, double bytes, int64_t nblk) {
+    int threads = bytes < (double)GEMM_VEC_MT_BYTES ? 1 : rt_threads(rt);
+    return nblk < threads ? 1 : threads;
 }
+
+static void vxm_run(fj_runtime *rt, double bytes, int64_t jobs, void (*job)(void *, int64_t),
+                    void *ctx) {
+    if (jobs > 1) rt_parallel(rt, jobs, (int)jobs, job, ctx, rt_par_wake_from(bytes, GEMM_VEC_MT_BYTES));
+    else job(ctx, 0);
+}
+
+/* The last columns of k rows (tail bytes each, rows ld bytes apart) into
+ * a panel w bytes a row, zero-padded. */
+static void vxm_tail_panel(uint8_t *pan, const uint8_t *src, int64_t ld, int64_t k, size_t tail,
+                           size_t w) {
+    for (int64_t kk = 0; kk < k; kk++) {
+        memcpy(pan + kk * (int64_t)w, src + kk * ld, tail);
+        memset(pan + kk * (int64_t)w + tail, 0, w - tail);
+    }
+}
+
+/* int8: acc[j] = sum_k a_k (B_kj - bo) = (sum_k a_k B_kj) - bo * sum_k a_k
+ * (mod 2^32); A's offset or s8 A would need B's column sums, a second pass
+ * over B: those calls keep the tile path. bf16: any k. */
+int lp_vxm_fits(const lp_call *x) {
+    if (x->m != 1 || x->tb || x->k <= 0 || (double)x->n * (double)x->k < VEC_MIN_ELEMS) return 0;
+    return x->kind == LP_BF16 || (x->kind == LP_INT8 && x->ao == 0 && x->k % 4 == 0);
+}
+
+/* ---- bf16 ---------------------------------------------------------------- */
+
+typedef struct vxm16_run {
+    const lp_call *x;
+    kg_vxm_fn fn[2][2];   /* [groups of 8 rows, the last k % 8][blocks of nv chunks, one chunk] */
+    kg_vxm_args a;
+    const float *xf;      /* A's k values as f32 */
+    const uint16_t *tailp; /* the last n % w columns, w a row, zero-padded */
+    float *y;
+    int64_t nblk, nsingle, jobs;  /* blocks of nv chunks; whole chunks after them */
+    int w, nv;            /* columns a chunk (one vector of bf16); chunks a block */
+} vxm16_run;
+
+/* C = alpha*y (+ beta*C, fused as the tile kernel's store does). */
+__attribute__((target("avx2,fma"))) static void vxm16_finish(const vxm16_run *v, int64_t c0,
+                                                             int64_t c1) {
+    const lp_call *x = v->x;
+    float *c = (float *)x->c;
+    const __m128 be = _mm_set_ss(x->beta);
+    for (int64_t j = c0; j < c1; j++) {
+        __m128 r = _mm_set_ss(x->alpha * v->y[kg_vxm16_pos(j, v->w)]);
+        if (x->beta != 0.0f) r = _mm_fmadd_ss(_mm_set_ss(c[j]), be, r);
+        c[j] = _mm_cvtss_f32(r);
+    }
+}
+
+/* Job j: its blocks (the last job also the whole chunks after them and the
+ * tail panel), then C's columns of them. */
+static void vxm16_job(void *ctx, int64_t j) {
+    const vxm16_run *v = ctx;
+    const lp_call *x = v->x;
+    const int w = v->w, bw = v->nv * w;
+    int64_t b0 = j * v->nblk / v->jobs, b1 = (j + 1) * v->nblk / v->jobs;
+    int last = j + 1 == v->jobs;
+    int64_t c0 = b0 * bw, c1 = last ? x->n : b1 * bw;
+    int64_t yend = last ? (x->n + w - 1) / w * w : c1;
+    memset(v->y + c0, 0, (size_t)(yend - c0) * 4);
+    for (int part = 0; part < 3; part++) {
+        int64_t e0 = part == 0 ? c0 : v->nblk * bw + (part == 2 ? v->nsingle * w : 0);
+        int64_t nb = part == 0 ? b1 - b0 : !last ? 0 : part == 1 ? v->nsingle : x->n % w != 0;
+        if (nb <= 0) continue;
+        kg_vxm_args a = v->a;
+        const uint16_t *mat = part == 2 ? v->tailp : (const uint16_t *)x->b + e0;
+        if (part == 2) a.ldm = 2 * (int64_t)w, a.grp_m = 16 * (int64_t)w;
+        a.y = v->y + e0;
+        a.nblk = nb;
+        for (int g = 0; g < 2; g++) {
+            int64_t r = g ? x->k / 8 * 8 : 0, ngrp = g ? x->k % 8 != 0 : x->k / 8;
+            if (!ngrp) continue;
+            a.m = (const char *)mat + r * a.ldm;
+            a.x = v->xf + r;
+            a.ngrp = ngrp;
+            v->fn[g][part != 0](&a);
+        }
+    }
+    vxm16_finish(v, c0, c1);
+}
+
+static fj_status lp_vxm16_call(fj_runtime *rt, const lp_call *x) {
+    vxm16_run v;
+    memset(&v, 0, sizeof v);
+    v.x = x;
+    const int avx512 = rt->isa == FJ_ISA_AVX512;
+    v.w = avx512 ? 32 : 16;
+    v.nv = avx512 ? 4 : 2;
+    const int w = v.w;
+    v.nblk = x->n / (v.nv * w);
+    v.nsingle = (x->n - v.nblk * v.nv * w) / w;
+    const int64_t tail = x->n % w;
+    fj_kernel *kern[4] = {NULL, NULL, NULL, NULL};
+    fj_status s = FJ_OK;
+    for (int g = 0; g < 2 && s == FJ_OK; g++) {
+        int rows = g ? (int)(x->k % 8) : 8;
+        if (!rows || (!g && x->k < 8)) continue;
+        for (int one = 0; one < 2 && s == FJ_OK; one++) {
+            if (!one && !v.nblk) continue;
+            kg_vxm_cfg cf = {.tag = KG_VXM_TAG, .isa = rt->isa, .rows = rows, .nv = one ? 1 : v.nv,
+                             .bf16 = 1};
+            s = vxm_kernel(rt, &cf, &kern[2 * g + one]);
+            if (s == FJ_OK) v.fn[g][one] = (kg_vxm_fn)rt_kernel_fn(kern[2 * g + one]);
+        }
+    }
+    /* Scratch: y (whole chunks), A as f32, the tail panel. */
+    const size_t ybytes = (size_t)((x->n + w - 1) / w * w) * 4, xbytes = (size_t)x->k * 4;
+    const size_t pbytes = tail ? (size_t)x->k * 2 * (size_t)w : 0;
+    const size_t bytes = ybytes + xbytes + pbytes + 3 * 64;
+    uint8_t *mem = s == FJ_OK ? (uint8_t *)gemm_scratch((bytes + 3) / 4) : NULL;
+    if (s == FJ_OK && !mem)
+        s = fj_fail(FJ_ERR_NO_MEMORY, "gemm: out of memory (%zu bytes of scratch)", bytes);
+    if (s == FJ_OK) {
+        uint8_t *cur = (uint8_t *)(((uintptr_t)mem + 63) & ~(uintptr_t)63);
+        v.y = (float *)(void *)cur;
+        cur += (ybytes + 63) & ~(size_t)63;
+        float *xf = (float *)(void *)cur;
+        const uint16_t *a16 = x->a;
+        const int64_t as = x->ta ? x->lda : 1;
+        for (int64_t kk = 0; kk < x->k; kk++) {
+            uint32_t u = (uint32_t)a16[kk * as] << 16;
+            memcpy(&xf[kk], &u, 4);
+        }
+        v.xf = xf;
+        cur += (xbytes + 63) & ~(size_t)63;
+        if (tail) {
+            vxm_tail_panel(cur, (const uint8_t *)x->b + (x->n - tail) * 2, x->ldb * 2, x->k,
+                           (size_t)tail * 2, (size_t)w * 2);
+            v.tailp = (const uint16_t *)(const void *)cur;
+        }
+        v.a.ldm = x->ldb * 2;
+        v.a.grp_m = 8 * v.a.ldm;
+        double mbytes = (double)x->n * (double)x->k * 2.0;
+        v.jobs = vxm_jobs(rt, mbytes, v.nblk);
+        vxm_run(rt, mbytes, v.jobs, vxm16_job, &v);
+    }
+    for (int i = 0; i < 4; i++)
+        if (kern[i]) rt_kernel_unref(kern[i]);
+    return s;
+}
+
+/* ---- int8 ---------------------------------------------------------------- */
 
 typedef struct vxm8_run {
     const lp_call *x;
@@ -334,6 +481,7 @@ static void vxm8_job(void *ctx, int64_t j) {
 }
 
 fj_status lp_vxm_call(fj_runtime *rt, const lp_call *x) {
+    if (x->kind == LP_BF16) return lp_vxm16_call(rt, x);
     vxm8_run v;
     memset(&v, 0, sizeof v);
     v.x = x;
@@ -376,24 +524,15 @@ fj_status lp_vxm_call(fj_runtime *rt, const lp_call *x) {
         for (int64_t kk = 0; kk < x->k; kk++) suma += a8[kk];
         v.aterm = (uint32_t)x->bo * suma;
         if (tail) {
-            int8_t *pan = (int8_t *)cur;
-            const int8_t *src = (const int8_t *)x->b + v.nblk * w;
-            for (int64_t kk = 0; kk < x->k; kk++) {
-                memcpy(pan + kk * w, src + kk * x->ldb, (size_t)tail);
-                memset(pan + kk * w + tail, 0, (size_t)(w - tail));
-            }
-            v.tailp = pan;
+            vxm_tail_panel(cur, (const uint8_t *)x->b + v.nblk * w, x->ldb, x->k, (size_t)tail,
+                           (size_t)w);
+            v.tailp = (const int8_t *)cur;
         }
         v.a.ldm = x->ldb;
         v.a.grp_m = 8 * x->ldb;
         double mbytes = (double)x->n * (double)x->k;
-        int threads = mbytes < (double)GEMM_VEC_MT_BYTES ? 1 : rt_threads(rt);
-        v.jobs = v.nblk < threads ? 1 : threads;
-        if (v.jobs > 1)
-            rt_parallel(rt, v.jobs, (int)v.jobs, vxm8_job, &v,
-                        rt_par_wake_from(mbytes, GEMM_VEC_MT_BYTES));
-        else
-            vxm8_job(&v, 0);
+        v.jobs = vxm_jobs(rt, mbytes, v.nblk);
+        vxm_run(rt, mbytes, v.jobs, vxm8_job, &v);
     }
     for (int g = 0; g < 2; g++)
         if (kern[g]) rt_kernel_unref(kern[g]);
