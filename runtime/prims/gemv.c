@@ -297,12 +297,14 @@ static void vxm_tail_panel(uint8_t *pan, const uint8_t *src, int64_t ld, int64_t
     }
 }
 
-/* int8: acc[j] = sum_k a_k (B_kj - bo) = (sum_k a_k B_kj) - bo * sum_k a_k
- * (mod 2^32); A's offset or s8 A would need B's column sums, a second pass
- * over B: those calls keep the tile path. bf16: any k. */
+/* int8 (k a multiple of 4): with x = A (s8 A: A + 128) and ao its offset
+ * (s8: + 128), acc[j] = sum_k (x_k - ao)(B_kj - bo) = sum_k x_k B_kj -
+ * ao * colsum_j - bo * sum_k x_k + k * ao * bo (mod 2^32), colsum_j = sum_k
+ * B_kj from a second pass of the kernel with x of ones (ao 0: none). bf16:
+ * any k. */
 int lp_vxm_fits(const lp_call *x) {
     if (x->m != 1 || x->tb || x->k <= 0 || (double)x->n * (double)x->k < VEC_MIN_ELEMS) return 0;
-    return x->kind == LP_BF16 || (x->kind == LP_INT8 && x->ao == 0 && x->k % 4 == 0);
+    return x->kind == LP_BF16 || x->k % 4 == 0;
 }
 
 /* ---- bf16 ---------------------------------------------------------------- */
@@ -429,12 +431,14 @@ typedef struct vxm8_run {
     const lp_call *x;
     kg_vxm_fn fn[2];      /* groups of 8 rows; the last 4 rows (k % 8 == 4) */
     kg_vxm_args a;        /* of the first block */
-    const uint8_t *x8;    /* A's k bytes */
+    const uint8_t *x8;    /* A's k bytes as u8 (s8 A: + 128) */
+    const uint8_t *ones;  /* k bytes of 1 where B's column sums are needed, else NULL */
     const int8_t *tailp;  /* the last n % w columns, w bytes a row, zero-padded */
-    int32_t *y, *s;       /* sums in the kernel's order; C's order */
+    int32_t *y, *cs, *s;  /* sums and B's column sums in the kernel's order; C's order */
     int64_t nblk, jobs;
     int w;
-    uint32_t aterm;       /* bo * sum of A */
+    uint32_t ao;          /* A's offset (s8 A: + 128) */
+    uint32_t aterm;       /* bo * sum of A - k * ao * bo */
 } vxm8_run;
 
 /* Job j: its blocks of w columns (the last job also the tail panel), then
@@ -446,26 +450,36 @@ static void vxm8_job(void *ctx, int64_t j) {
     int last = j + 1 == v->jobs, w = v->w;
     int64_t c0 = b0 * w, c1 = last ? x->n : b1 * w;
     int64_t yend = last && x->n % w ? (v->nblk + 1) * w : b1 * w;
-    memset(v->y + c0, 0, (size_t)(yend - c0) * 4);
-    for (int part = 0; part < 2; part++) {
-        int64_t nb = part ? (last && x->n % w) : b1 - b0;
-        if (nb <= 0) continue;
-        kg_vxm_args a = v->a;
-        const int8_t *m = part ? v->tailp : (const int8_t *)x->b + c0;
-        if (part) a.ldm = w, a.grp_m = 8 * (int64_t)w;
-        a.y = v->y + (part ? v->nblk * w : c0);
-        a.nblk = nb;
-        for (int g = 0; g < 2; g++) {
-            int64_t r = g ? x->k / 8 * 8 : 0, ngrp = g ? x->k % 8 != 0 : x->k / 8;
-            if (!ngrp) continue;
-            a.m = m + r * a.ldm;
-            a.x = v->x8 + r;
-            a.ngrp = ngrp;
-            v->fn[g](&a);
+    /* A's sums, then (with A's offset) B's column sums: the same kernel
+     * with x of ones */
+    for (int pass = 0; pass < 1 + (v->ones != NULL); pass++) {
+        int32_t *y = pass ? v->cs : v->y;
+        memset(y + c0, 0, (size_t)(yend - c0) * 4);
+        for (int part = 0; part < 2; part++) {
+            int64_t nb = part ? (last && x->n % w) : b1 - b0;
+            if (nb <= 0) continue;
+            kg_vxm_args a = v->a;
+            const int8_t *m = part ? v->tailp : (const int8_t *)x->b + c0;
+            if (part) a.ldm = w, a.grp_m = 8 * (int64_t)w;
+            a.y = y + (part ? v->nblk * w : c0);
+            a.nblk = nb;
+            for (int g = 0; g < 2; g++) {
+                int64_t r = g ? x->k / 8 * 8 : 0, ngrp = g ? x->k % 8 != 0 : x->k / 8;
+                if (!ngrp) continue;
+                a.m = m + r * a.ldm;
+                a.x = (pass ? v->ones : v->x8) + r;
+                a.ngrp = ngrp;
+                v->fn[g](&a);
+            }
         }
     }
     int32_t *c = (int32_t *)x->c;
-    for (int64_t jj = c0; jj < c1; jj++) v->s[jj] = (int32_t)((uint32_t)v->y[kg_vxm8_pos(jj, w)] - v->aterm);
+    for (int64_t jj = c0; jj < c1; jj++) {
+        int64_t q = kg_vxm8_pos(jj, w);
+        uint32_t r = (uint32_t)v->y[q] - v->aterm;
+        if (v->ones) r -= v->ao * (uint32_t)v->cs[q];
+        v->s[jj] = (int32_t)r;
+    }
     char o = x->offsetc;
     const int32_t *co = o == 'R' || o == 'r' ? x->co : NULL;
     uint32_t co0 = co ? 0 : (uint32_t)x->co[0];
@@ -500,29 +514,39 @@ fj_status lp_vxm_call(fj_runtime *rt, const lp_call *x) {
         s = vxm_kernel(rt, &cf, &kern[g]);
         if (s == FJ_OK) v.fn[g] = (kg_vxm_fn)rt_kernel_fn(kern[g]);
     }
-    /* Scratch: sums in the kernel's order and in C's, A's bytes when
-     * strided, the tail panel. */
-    const int copy = x->ta && x->lda != 1;
+    /* Scratch: sums in the kernel's order, B's column sums, sums in C's
+     * order, A's bytes (strided or s8), ones, the tail panel. */
+    const int s8 = x->kind == LP_S8S8, copy = (x->ta && x->lda != 1) || s8;
+    const uint32_t ao = (uint32_t)x->ao + (s8 ? 128u : 0u);
     const size_t ybytes = (size_t)ny * 4, pbytes = tail ? (size_t)(x->k * w) : 0;
-    const size_t bytes = 2 * ybytes + (copy ? (size_t)x->k : 0) + pbytes + 3 * 64;
+    const size_t kb = (size_t)(x->k + 63) & ~(size_t)63;
+    const size_t bytes = 3 * ybytes + (copy ? kb : 0) + (ao ? kb : 0) + pbytes + 3 * 64;
     uint8_t *mem = s == FJ_OK ? (uint8_t *)gemm_scratch((bytes + 3) / 4) : NULL;
     if (s == FJ_OK && !mem)
         s = fj_fail(FJ_ERR_NO_MEMORY, "gemm: out of memory (%zu bytes of scratch)", bytes);
     if (s == FJ_OK) {
         uint8_t *cur = (uint8_t *)(((uintptr_t)mem + 63) & ~(uintptr_t)63);
         v.y = (int32_t *)(void *)cur;
-        v.s = v.y + ny;
-        cur += 2 * ybytes;
+        v.cs = v.y + ny;
+        v.s = v.cs + ny;
+        cur += 3 * ybytes;
         const uint8_t *a8 = x->a;
+        const int64_t as = x->ta ? x->lda : 1;
         if (copy) {
-            for (int64_t kk = 0; kk < x->k; kk++) cur[kk] = a8[kk * x->lda];
+            for (int64_t kk = 0; kk < x->k; kk++) cur[kk] = (uint8_t)(a8[kk * as] ^ (s8 ? 0x80 : 0));
             a8 = cur;
-            cur += (x->k + 63) & ~(int64_t)63;
+            cur += kb;
         }
         v.x8 = a8;
+        if (ao) {
+            memset(cur, 1, (size_t)x->k);
+            v.ones = cur;
+            cur += kb;
+        }
         uint32_t suma = 0;
         for (int64_t kk = 0; kk < x->k; kk++) suma += a8[kk];
-        v.aterm = (uint32_t)x->bo * suma;
+        v.ao = ao;
+        v.aterm = (uint32_t)x->bo * suma - (uint32_t)x->k * ao * (uint32_t)x->bo;
         if (tail) {
             vxm_tail_panel(cur, (const uint8_t *)x->b + v.nblk * w, x->ldb, x->k, (size_t)tail,
                            (size_t)w);
