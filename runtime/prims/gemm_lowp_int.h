@@ -40,8 +40,7 @@ FJ_INTERNAL fj_status lp_get_kernel(fj_runtime *rt, const kg_lowp_cfg *c, fj_ker
 FJ_INTERNAL void lp_finish_general(const int32_t *s, int32_t *c, int64_t n, double alpha,
                                    double beta, const int32_t *co, int32_t co0);
 /* gemv.c: int8 and bf16 calls with one row of C and B along it (m = 1,
- * B not transposed; int8: k a multiple of 4) read B in place with the
- * vector x matrix kernels. */
+ * B not transposed) read B in place with the vector x matrix kernels. */
 FJ_INTERNAL int lp_vxm_fits(const lp_call *x);
 FJ_INTERNAL fj_status lp_vxm_call(fj_runtime *rt, const lp_call *x);
 

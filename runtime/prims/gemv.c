@@ -297,14 +297,13 @@ static void vxm_tail_panel(uint8_t *pan, const uint8_t *src, int64_t ld, int64_t
     }
 }
 
-/* int8 (k a multiple of 4): with x = A (s8 A: A + 128) and ao its offset
+/* int8: with x = A (s8 A: A + 128) and ao its offset
  * (s8: + 128), acc[j] = sum_k (x_k - ao)(B_kj - bo) = sum_k x_k B_kj -
  * ao * colsum_j - bo * sum_k x_k + k * ao * bo (mod 2^32), colsum_j = sum_k
- * B_kj from a second pass of the kernel with x of ones (ao 0: none). bf16:
- * any k. */
+ * B_kj from a second pass of the kernel with x of ones (ao 0: none); the
+ * last k % 4 rows of B copied with zero rows into a quad. bf16: any k. */
 int lp_vxm_fits(const lp_call *x) {
-    if (x->m != 1 || x->tb || x->k <= 0 || (double)x->n * (double)x->k < VEC_MIN_ELEMS) return 0;
-    return x->kind == LP_BF16 || x->k % 4 == 0;
+    return x->m == 1 && !x->tb && x->k > 0 && (double)x->n * (double)x->k >= VEC_MIN_ELEMS;
 }
 
 /* ---- bf16 ---------------------------------------------------------------- */
@@ -429,11 +428,13 @@ static fj_status lp_vxm16_call(fj_runtime *rt, const lp_call *x) {
 
 typedef struct vxm8_run {
     const lp_call *x;
-    kg_vxm_fn fn[2];      /* groups of 8 rows; the last 4 rows (k % 8 == 4) */
+    kg_vxm_fn fn[2];      /* groups of 8 rows; of 4 (k4 % 8 == 4, and the last k % 4 rows) */
     kg_vxm_args a;        /* of the first block */
     const uint8_t *x8;    /* A's k bytes as u8 (s8 A: + 128) */
     const uint8_t *ones;  /* k bytes of 1 where B's column sums are needed, else NULL */
     const int8_t *tailp;  /* the last n % w columns, w bytes a row, zero-padded */
+    const int8_t *lastq;  /* k % 4: B's last k % 4 rows and zero rows, pw bytes a row */
+    int64_t k4, pw;       /* rows read in place (k rounded down to 4); lastq's row */
     int32_t *y, *cs, *s;  /* sums and B's column sums in the kernel's order; C's order */
     int64_t nblk, jobs;
     int w;
@@ -464,13 +465,26 @@ static void vxm8_job(void *ctx, int64_t j) {
             a.y = y + (part ? v->nblk * w : c0);
             a.nblk = nb;
             for (int g = 0; g < 2; g++) {
-                int64_t r = g ? x->k / 8 * 8 : 0, ngrp = g ? x->k % 8 != 0 : x->k / 8;
+                int64_t r = g ? v->k4 / 8 * 8 : 0, ngrp = g ? v->k4 % 8 != 0 : v->k4 / 8;
                 if (!ngrp) continue;
                 a.m = m + r * a.ldm;
                 a.x = (pass ? v->ones : v->x8) + r;
                 a.ngrp = ngrp;
                 v->fn[g](&a);
             }
+        }
+        if (v->lastq) {
+            /* the last k % 4 rows, zero-padded to a quad, over all of the
+             * job's columns (the tail panel's too: it follows the blocks) */
+            kg_vxm_args a = v->a;
+            a.m = v->lastq + c0;
+            a.ldm = v->pw;
+            a.grp_m = 4 * v->pw;
+            a.x = (pass ? v->ones : v->x8) + v->k4;
+            a.y = y + c0;
+            a.nblk = b1 - b0 + (last && x->n % w);
+            a.ngrp = 1;
+            if (a.nblk > 0) v->fn[1](&a);
         }
     }
     int32_t *c = (int32_t *)x->c;
@@ -507,20 +521,23 @@ fj_status lp_vxm_call(fj_runtime *rt, const lp_call *x) {
     const int dot = (rt->features & (avx512 ? X64_F_AVX512VNNI : X64_F_AVXVNNI)) != 0;
     fj_kernel *kern[2] = {NULL, NULL};
     fj_status s = FJ_OK;
+    v.k4 = x->k / 4 * 4;
+    const int64_t rem = x->k % 4;
     for (int g = 0; g < 2 && s == FJ_OK; g++) {
-        int rows = g ? (int)(x->k % 8) : 8;
-        if (!rows || (!g && x->k < 8)) continue;
+        int rows = g ? 4 : 8;
+        if (g ? v.k4 % 8 == 0 && !rem : v.k4 < 8) continue;
         kg_vxm_cfg cf = {.tag = KG_VXM_TAG, .isa = rt->isa, .rows = rows, .nv = 1, .i8 = 1, .dot = dot};
         s = vxm_kernel(rt, &cf, &kern[g]);
         if (s == FJ_OK) v.fn[g] = (kg_vxm_fn)rt_kernel_fn(kern[g]);
     }
     /* Scratch: sums in the kernel's order, B's column sums, sums in C's
      * order, A's bytes (strided or s8), ones, the tail panel. */
-    const int s8 = x->kind == LP_S8S8, copy = (x->ta && x->lda != 1) || s8;
+    const int s8 = x->kind == LP_S8S8, copy = (x->ta && x->lda != 1) || s8 || rem;
     const uint32_t ao = (uint32_t)x->ao + (s8 ? 128u : 0u);
-    const size_t ybytes = (size_t)ny * 4, pbytes = tail ? (size_t)(x->k * w) : 0;
-    const size_t kb = (size_t)(x->k + 63) & ~(size_t)63;
-    const size_t bytes = 3 * ybytes + (copy ? kb : 0) + (ao ? kb : 0) + pbytes + 3 * 64;
+    v.pw = ny;
+    const size_t ybytes = (size_t)ny * 4, pbytes = tail ? (size_t)(v.k4 * w) : 0;
+    const size_t kb = (size_t)(x->k + 4 + 63) & ~(size_t)63, qbytes = rem ? (size_t)(4 * v.pw) : 0;
+    const size_t bytes = 3 * ybytes + (copy ? kb : 0) + (ao ? kb : 0) + pbytes + qbytes + 4 * 64;
     uint8_t *mem = s == FJ_OK ? (uint8_t *)gemm_scratch((bytes + 3) / 4) : NULL;
     if (s == FJ_OK && !mem)
         s = fj_fail(FJ_ERR_NO_MEMORY, "gemm: out of memory (%zu bytes of scratch)", bytes);
@@ -533,22 +550,33 @@ fj_status lp_vxm_call(fj_runtime *rt, const lp_call *x) {
         const uint8_t *a8 = x->a;
         const int64_t as = x->ta ? x->lda : 1;
         if (copy) {
+            /* (zero-padded to the last quad) */
             for (int64_t kk = 0; kk < x->k; kk++) cur[kk] = (uint8_t)(a8[kk * as] ^ (s8 ? 0x80 : 0));
+            memset(cur + x->k, 0, 4);
             a8 = cur;
             cur += kb;
         }
         v.x8 = a8;
         if (ao) {
             memset(cur, 1, (size_t)x->k);
+            memset(cur + x->k, 0, 4);
             v.ones = cur;
             cur += kb;
+        }
+        if (rem) {
+            int8_t *q = (int8_t *)cur;
+            memset(q, 0, qbytes);
+            for (int64_t r = 0; r < rem; r++)
+                memcpy(q + r * v.pw, (const int8_t *)x->b + (v.k4 + r) * x->ldb, (size_t)x->n);
+            v.lastq = q;
+            cur += (qbytes + 63) & ~(size_t)63;
         }
         uint32_t suma = 0;
         for (int64_t kk = 0; kk < x->k; kk++) suma += a8[kk];
         v.ao = ao;
         v.aterm = (uint32_t)x->bo * suma - (uint32_t)x->k * ao * (uint32_t)x->bo;
         if (tail) {
-            vxm_tail_panel(cur, (const uint8_t *)x->b + v.nblk * w, x->ldb, x->k, (size_t)tail,
+            vxm_tail_panel(cur, (const uint8_t *)x->b + v.nblk * w, x->ldb, v.k4, (size_t)tail,
                            (size_t)w);
             v.tailp = (const int8_t *)cur;
         }
