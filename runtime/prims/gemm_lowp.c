@@ -68,9 +68,9 @@ static int32_t sat_round(double v) {
  * in the same order (a product, then a sum: no FMA, which would round
  * once), the clamp first (max/min give the bound for NaN, as the scalar
  * conversion does), then the truncation and the half-away adjustment. */
-__attribute__((target("avx2"))) void lp_finish_general(const int32_t *s, int32_t *c, int64_t n,
-                                                     double alpha, double beta, const int32_t *co,
-                                                     int32_t co0) {
+__attribute__((target("avx2"))) static void finish_general(const int32_t *s, int32_t *c, int64_t n,
+                                                          double alpha, double beta,
+                                                          const int32_t *co, int32_t co0) {
     const __m256d va = _mm256_set1_pd(alpha), vb = _mm256_set1_pd(beta);
     const __m256d lo = _mm256_set1_pd(-2147483648.0), hi = _mm256_set1_pd(2147483647.0);
     const __m256d half = _mm256_set1_pd(0.5), mhalf = _mm256_set1_pd(-0.5), one = _mm256_set1_pd(1.0);
@@ -92,6 +92,24 @@ __attribute__((target("avx2"))) void lp_finish_general(const int32_t *s, int32_t
         double v = alpha * (double)s[j];
         if (beta != 0.0) v += beta * (double)c[j];
         c[j] = (int32_t)((uint32_t)sat_round(v) + (uint32_t)(co ? co[j] : co0));
+    }
+}
+
+void lp_finish_line(const lp_call *x, const int32_t *s, int32_t *c, int64_t ldc, int64_t n,
+                    const int32_t *co, int64_t cs) {
+    if (x->alpha == 1.0f && x->beta == 0.0f) {
+        for (int64_t i = 0; i < n; i++) c[i * ldc] = (int32_t)((uint32_t)s[i] + (uint32_t)co[i * cs]);
+    } else if (x->alpha == 1.0f && x->beta == 1.0f) {
+        for (int64_t i = 0; i < n; i++)
+            c[i * ldc] = (int32_t)((uint32_t)s[i] + (uint32_t)c[i * ldc] + (uint32_t)co[i * cs]);
+    } else if (ldc == 1) {
+        finish_general(s, c, n, (double)x->alpha, (double)x->beta, cs ? co : NULL, co[0]);
+    } else {
+        for (int64_t i = 0; i < n; i++) {
+            double d = (double)x->alpha * (double)s[i];
+            if (x->beta != 0.0f) d += (double)x->beta * (double)c[i * ldc];
+            c[i * ldc] = (int32_t)((uint32_t)sat_round(d) + (uint32_t)co[i * cs]);
+        }
     }
 }
 
@@ -132,7 +150,7 @@ static void finish_part(const lp_run *r, int64_t i0, int64_t i1, int64_t j0, int
         if (r->general) {
             char o = x->offsetc;
             int per_col = o == 'R' || o == 'r';
-            lp_finish_general(s + j0, (int32_t *)x->c + i * x->ldc + j0, j1 - j0, (double)x->alpha,
+            finish_general(s + j0, (int32_t *)x->c + i * x->ldc + j0, j1 - j0, (double)x->alpha,
                            (double)x->beta, per_col ? x->co + j0 : NULL, per_col ? 0 : co_of(x, i, 0));
         } else {
             int es = po->out == KG_LP_OUT_BF16 ? 2 : 1;
@@ -395,18 +413,6 @@ static void pack_a_from(void *ctx, int64_t i) {
     lp_pack_a_tile(ctx, ((lp_run *)ctx)->pa_t0 + i);
 }
 
-static void *aligned_part(uint8_t **cur, size_t bytes) {
-    uint8_t *p = (uint8_t *)(((uintptr_t)*cur + 63) & ~(uintptr_t)63);
-    *cur = p + bytes;
-    return p;
-}
-
-/* The calling thread's packing scratch (the f32 GEMM's, kept for the
- * thread's life): memory freed after each call comes back from the
- * allocator unmapped after an idle spell (mimalloc decommits freed pages
- * after 25 ms), and the next call pays a page fault per 4 KiB again. */
-static uint8_t *lp_scratch(size_t bytes) { return (uint8_t *)gemm_scratch((bytes + 3) / 4); }
-
 static int64_t gcd64(int64_t a, int64_t b) {
     while (b) {
         int64_t t = a % b;
@@ -470,7 +476,6 @@ static void gemv_job(void *ctx, int64_t j) {
     int64_t i1 = j + 1 < v->jobs ? b1 * v->mr : x->m;
     /* s8 A entered the dot products as A + 128 (as packed A does) */
     uint32_t aterm = ((uint32_t)x->ao + (x->kind == LP_S8S8 ? 128u : 0u)) * v->sumb;
-    int plain = x->alpha == 1.0f && (x->beta == 0.0f || x->beta == 1.0f);
     int64_t r0 = b0 * v->mr;
     uint32_t *sum = (uint32_t *)v->sums + r0;
     if (x->kind == LP_BF16) {
@@ -480,20 +485,9 @@ static void gemv_job(void *ctx, int64_t j) {
     char o = x->offsetc;
     const int32_t *co = x->co + (o == 'C' || o == 'c' ? r0 : 0);
     int64_t cs = o == 'C' || o == 'c' ? 1 : 0, ldc = x->ldc;
-    int32_t *c = (int32_t *)x->c + r0 * ldc;
     int64_t n = i1 - r0;
-    if (plain && x->beta == 0.0f) {
-        for (int64_t i = 0; i < n; i++) c[i * ldc] = (int32_t)(sum[i] - aterm + (uint32_t)co[i * cs]);
-    } else if (plain) {
-        for (int64_t i = 0; i < n; i++)
-            c[i * ldc] = (int32_t)(sum[i] - aterm + (uint32_t)c[i * ldc] + (uint32_t)co[i * cs]);
-    } else {
-        for (int64_t i = 0; i < n; i++) {
-            double d = (double)x->alpha * (double)(int32_t)(sum[i] - aterm);
-            if (x->beta != 0.0f) d += (double)x->beta * (double)c[i * ldc];
-            c[i * ldc] = (int32_t)((uint32_t)sat_round(d) + (uint32_t)co[i * cs]);
-        }
-    }
+    for (int64_t i = 0; i < n; i++) sum[i] -= aterm;
+    lp_finish_line(x, (const int32_t *)sum, (int32_t *)x->c + r0 * ldc, ldc, n, co, cs);
 }
 
 static fj_status lp_gemv_call(fj_runtime *rt, const lp_call *x) {

@@ -5,6 +5,7 @@
 #include <stdint.h>
 
 #include "kernels/gen/gemm_lowp_gen.h"
+#include "runtime/prims/gemm_int.h"
 
 enum { LP_INT8, LP_S8S8, LP_BF16 };
 
@@ -35,10 +36,26 @@ typedef struct lp_post {
 /* The runtime's kernel for c (checked, generated on first use); the
  * caller holds a reference. */
 FJ_INTERNAL fj_status lp_get_kernel(fj_runtime *rt, const kg_lowp_cfg *c, fj_kernel **out);
-/* c[j] = sat(rnd(alpha*s[j] + beta*c[j])) + co[j] (co NULL: co0), j < n
- * (gemm_lowp.c: the general alpha/beta finish of an int8 row of C). */
-FJ_INTERNAL void lp_finish_general(const int32_t *s, int32_t *c, int64_t n, double alpha,
-                                   double beta, const int32_t *co, int32_t co0);
+/* The next 64-byte aligned part of bytes bytes of a scratch at *cur
+ * (each part needs up to 63 bytes of slack). */
+static inline void *aligned_part(uint8_t **cur, size_t bytes) {
+    uint8_t *p = (uint8_t *)(((uintptr_t)*cur + 63) & ~(uintptr_t)63);
+    *cur = p + bytes;
+    return p;
+}
+
+/* The calling thread's packing scratch (the f32 GEMM's, kept for the
+ * thread's life): memory freed after each call comes back from the
+ * allocator unmapped after an idle spell (mimalloc decommits freed pages
+ * after 25 ms), and the next call pays a page fault per 4 KiB again. */
+static inline uint8_t *lp_scratch(size_t bytes) { return (uint8_t *)gemm_scratch((bytes + 3) / 4); }
+
+/* n elements of an int8 call's C, ldc apart, from their sums s (offsets
+ * of A and B applied): C = s + beta*C + co (mod 2^32) with alpha 1 and
+ * beta 0 or 1, else sat(rnd(alpha*s + beta*C)) + co; co's i-th at co[i*cs]
+ * (cs 0: co[0] for all). */
+FJ_INTERNAL void lp_finish_line(const lp_call *x, const int32_t *s, int32_t *c, int64_t ldc,
+                                int64_t n, const int32_t *co, int64_t cs);
 /* gemv.c: int8 and bf16 calls with one row of C and B along it (m = 1,
  * B not transposed) read B in place with the vector x matrix kernels. */
 FJ_INTERNAL int lp_vxm_fits(const lp_call *x);

@@ -287,6 +287,13 @@ static void vxm_run(fj_runtime *rt, double bytes, int64_t jobs, void (*job)(void
     else job(ctx, 0);
 }
 
+/* The calling thread's scratch of bytes bytes, or NULL with *s the error. */
+static uint8_t *vxm_scratch(size_t bytes, fj_status *s) {
+    uint8_t *mem = lp_scratch(bytes);
+    if (!mem) *s = fj_fail(FJ_ERR_NO_MEMORY, "gemm: out of memory (%zu bytes of scratch)", bytes);
+    return mem;
+}
+
 /* The last columns of k rows (tail bytes each, rows ld bytes apart) into
  * a panel w bytes a row, zero-padded. */
 static void vxm_tail_panel(uint8_t *pan, const uint8_t *src, int64_t ld, int64_t k, size_t tail,
@@ -391,15 +398,10 @@ static fj_status lp_vxm16_call(fj_runtime *rt, const lp_call *x) {
     /* Scratch: y (whole chunks), A as f32, the tail panel. */
     const size_t ybytes = (size_t)((x->n + w - 1) / w * w) * 4, xbytes = (size_t)x->k * 4;
     const size_t pbytes = tail ? (size_t)x->k * 2 * (size_t)w : 0;
-    const size_t bytes = ybytes + xbytes + pbytes + 3 * 64;
-    uint8_t *mem = s == FJ_OK ? (uint8_t *)gemm_scratch((bytes + 3) / 4) : NULL;
-    if (s == FJ_OK && !mem)
-        s = fj_fail(FJ_ERR_NO_MEMORY, "gemm: out of memory (%zu bytes of scratch)", bytes);
+    uint8_t *cur = s == FJ_OK ? vxm_scratch(ybytes + xbytes + pbytes + 3 * 64, &s) : NULL;
     if (s == FJ_OK) {
-        uint8_t *cur = (uint8_t *)(((uintptr_t)mem + 63) & ~(uintptr_t)63);
-        v.y = (float *)(void *)cur;
-        cur += (ybytes + 63) & ~(size_t)63;
-        float *xf = (float *)(void *)cur;
+        v.y = aligned_part(&cur, ybytes);
+        float *xf = aligned_part(&cur, xbytes);
         const uint16_t *a16 = x->a;
         const int64_t as = x->ta ? x->lda : 1;
         for (int64_t kk = 0; kk < x->k; kk++) {
@@ -407,11 +409,11 @@ static fj_status lp_vxm16_call(fj_runtime *rt, const lp_call *x) {
             memcpy(&xf[kk], &u, 4);
         }
         v.xf = xf;
-        cur += (xbytes + 63) & ~(size_t)63;
         if (tail) {
-            vxm_tail_panel(cur, (const uint8_t *)x->b + (x->n - tail) * 2, x->ldb * 2, x->k,
+            uint8_t *pan = aligned_part(&cur, pbytes);
+            vxm_tail_panel(pan, (const uint8_t *)x->b + (x->n - tail) * 2, x->ldb * 2, x->k,
                            (size_t)tail * 2, (size_t)w * 2);
-            v.tailp = (const uint16_t *)(const void *)cur;
+            v.tailp = (const uint16_t *)(const void *)pan;
         }
         v.a.ldm = x->ldb * 2;
         v.a.grp_m = 8 * v.a.ldm;
@@ -487,25 +489,15 @@ static void vxm8_job(void *ctx, int64_t j) {
             if (a.nblk > 0) v->fn[1](&a);
         }
     }
-    int32_t *c = (int32_t *)x->c;
     for (int64_t jj = c0; jj < c1; jj++) {
         int64_t q = kg_vxm8_pos(jj, w);
         uint32_t r = (uint32_t)v->y[q] - v->aterm;
         if (v->ones) r -= v->ao * (uint32_t)v->cs[q];
         v->s[jj] = (int32_t)r;
     }
-    char o = x->offsetc;
-    const int32_t *co = o == 'R' || o == 'r' ? x->co : NULL;
-    uint32_t co0 = co ? 0 : (uint32_t)x->co[0];
-    if (x->alpha == 1.0f && x->beta == 0.0f) {
-        for (int64_t jj = c0; jj < c1; jj++) c[jj] = (int32_t)((uint32_t)v->s[jj] + (co ? (uint32_t)co[jj] : co0));
-    } else if (x->alpha == 1.0f && x->beta == 1.0f) {
-        for (int64_t jj = c0; jj < c1; jj++)
-            c[jj] = (int32_t)((uint32_t)v->s[jj] + (uint32_t)c[jj] + (co ? (uint32_t)co[jj] : co0));
-    } else {
-        lp_finish_general(v->s + c0, c + c0, c1 - c0, (double)x->alpha, (double)x->beta,
-                          co ? co + c0 : NULL, (int32_t)co0);
-    }
+    const int per_col = x->offsetc == 'R' || x->offsetc == 'r';
+    lp_finish_line(x, v->s + c0, (int32_t *)x->c + c0, 1, c1 - c0, x->co + (per_col ? c0 : 0),
+                   per_col);
 }
 
 fj_status lp_vxm_call(fj_runtime *rt, const lp_call *x) {
@@ -531,54 +523,50 @@ fj_status lp_vxm_call(fj_runtime *rt, const lp_call *x) {
         if (s == FJ_OK) v.fn[g] = (kg_vxm_fn)rt_kernel_fn(kern[g]);
     }
     /* Scratch: sums in the kernel's order, B's column sums, sums in C's
-     * order, A's bytes (strided or s8), ones, the tail panel. */
+     * order, A's bytes (strided, s8 or k % 4: zero-padded to the last
+     * quad), ones, the last quad's rows, the tail panel. */
     const int s8 = x->kind == LP_S8S8, copy = (x->ta && x->lda != 1) || s8 || rem;
     const uint32_t ao = (uint32_t)x->ao + (s8 ? 128u : 0u);
     v.pw = ny;
     const size_t ybytes = (size_t)ny * 4, pbytes = tail ? (size_t)(v.k4 * w) : 0;
-    const size_t kb = (size_t)(x->k + 4 + 63) & ~(size_t)63, qbytes = rem ? (size_t)(4 * v.pw) : 0;
-    const size_t bytes = 3 * ybytes + (copy ? kb : 0) + (ao ? kb : 0) + pbytes + qbytes + 4 * 64;
-    uint8_t *mem = s == FJ_OK ? (uint8_t *)gemm_scratch((bytes + 3) / 4) : NULL;
-    if (s == FJ_OK && !mem)
-        s = fj_fail(FJ_ERR_NO_MEMORY, "gemm: out of memory (%zu bytes of scratch)", bytes);
+    const size_t kb = (size_t)x->k + 4, qbytes = rem ? (size_t)(4 * v.pw) : 0;
+    const size_t bytes = 3 * ybytes + (copy ? kb : 0) + (ao ? kb : 0) + pbytes + qbytes + 7 * 64;
+    uint8_t *cur = s == FJ_OK ? vxm_scratch(bytes, &s) : NULL;
     if (s == FJ_OK) {
-        uint8_t *cur = (uint8_t *)(((uintptr_t)mem + 63) & ~(uintptr_t)63);
-        v.y = (int32_t *)(void *)cur;
-        v.cs = v.y + ny;
-        v.s = v.cs + ny;
-        cur += 3 * ybytes;
+        v.y = aligned_part(&cur, ybytes);
+        v.cs = aligned_part(&cur, ybytes);
+        v.s = aligned_part(&cur, ybytes);
         const uint8_t *a8 = x->a;
         const int64_t as = x->ta ? x->lda : 1;
         if (copy) {
-            /* (zero-padded to the last quad) */
-            for (int64_t kk = 0; kk < x->k; kk++) cur[kk] = (uint8_t)(a8[kk * as] ^ (s8 ? 0x80 : 0));
-            memset(cur + x->k, 0, 4);
-            a8 = cur;
-            cur += kb;
+            uint8_t *xc = aligned_part(&cur, kb);
+            for (int64_t kk = 0; kk < x->k; kk++) xc[kk] = (uint8_t)(a8[kk * as] ^ (s8 ? 0x80 : 0));
+            memset(xc + x->k, 0, 4);
+            a8 = xc;
         }
         v.x8 = a8;
         if (ao) {
-            memset(cur, 1, (size_t)x->k);
-            memset(cur + x->k, 0, 4);
-            v.ones = cur;
-            cur += kb;
+            uint8_t *ones = aligned_part(&cur, kb);
+            memset(ones, 1, (size_t)x->k);
+            memset(ones + x->k, 0, 4);
+            v.ones = ones;
         }
         if (rem) {
-            int8_t *q = (int8_t *)cur;
+            int8_t *q = aligned_part(&cur, qbytes);
             memset(q, 0, qbytes);
             for (int64_t r = 0; r < rem; r++)
                 memcpy(q + r * v.pw, (const int8_t *)x->b + (v.k4 + r) * x->ldb, (size_t)x->n);
             v.lastq = q;
-            cur += (qbytes + 63) & ~(size_t)63;
         }
         uint32_t suma = 0;
         for (int64_t kk = 0; kk < x->k; kk++) suma += a8[kk];
         v.ao = ao;
         v.aterm = (uint32_t)x->bo * suma - (uint32_t)x->k * ao * (uint32_t)x->bo;
         if (tail) {
-            vxm_tail_panel(cur, (const uint8_t *)x->b + v.nblk * w, x->ldb, v.k4, (size_t)tail,
+            uint8_t *pan = aligned_part(&cur, pbytes);
+            vxm_tail_panel(pan, (const uint8_t *)x->b + v.nblk * w, x->ldb, v.k4, (size_t)tail,
                            (size_t)w);
-            v.tailp = (const int8_t *)cur;
+            v.tailp = (const int8_t *)pan;
         }
         v.a.ldm = x->ldb;
         v.a.grp_m = 8 * x->ldb;
