@@ -394,6 +394,20 @@ static fj_runtime *lowp_rt(int i, const char *what, fj_options *o) {
     return rt;
 }
 
+/* body(g) under the trap flag, rooted at main: the call succeeded, every
+ * instruction unwound, and the first kernel entered is named prefix... */
+static void trace_lowp(void (*body)(void *), lowp_arg *g, const char *what, const char *prefix) {
+    fjt_trace_opts to = {.root = (const void *)main};
+    fjt_trace_result *r = malloc(sizeof *r);
+    ck_assert_ptr_nonnull(r);
+    int ok = fjt_trace_kernel(body, g, &to, r);
+    ck_assert_msg(g->s == FJ_OK, "%s: %s", what, fj_last_error());
+    assert_trace(what, ok, r);
+    ck_assert_msg(r->first_name && strstr(r->first_name, prefix), "%s: traced %s", what,
+                  r->first_name ? r->first_name : "?");
+    free(r);
+}
+
 /* Loop index: bit 0 ISA, bit 1 without the dot-product instructions, bit 2 bf16,
  * bit 3 a handle with the fused epilogue (relu; int8 to f32, bf16 to bf16),
  * bit 4 k = 8 (whole k groups: the in-place A kernels, full tiles and the
@@ -436,18 +450,10 @@ START_TEST(lowp_every_instruction) {
         ck_assert_msg(fj_gemm_lowp_create(rt, &d, &h) == FJ_OK, "%s", fj_last_error());
     }
     lowp_arg g = {rt, bf16, h, a, b, c, lk, ln, FJ_ERR_INVALID_ARG};
-    fjt_trace_opts to = {.root = (const void *)main};
-    fjt_trace_result *r = malloc(sizeof *r);
-    ck_assert_ptr_nonnull(r);
     char what[96];
     snprintf(what, sizeof what, "lowp %s%s k=%d n=%d isa=%d disable=%u", bf16 ? "bf16" : "u8s8",
              handle ? " handle" : "", lk, ln, (int)o.isa, o.cpu_disable);
-    int ok = fjt_trace_kernel(lowp_body, &g, &to, r);
-    ck_assert_msg(g.s == FJ_OK, "%s: %s", what, fj_last_error());
-    assert_trace(what, ok, r);
-    ck_assert_msg(r->first_name && strstr(r->first_name, bf16 ? "fj_gemm_bf16bf16f32_"
-                                                             : "fj_gemm_u8s8s32_"),
-                  "%s: traced %s", what, r->first_name ? r->first_name : "?");
+    trace_lowp(lowp_body, &g, what, bf16 ? "fj_gemm_bf16bf16f32_" : "fj_gemm_u8s8s32_");
     for (int i = 0; i < LM; i++)
         for (int j = 0; j < ln; j++) {
             double want = 0;
@@ -465,7 +471,6 @@ START_TEST(lowp_every_instruction) {
             }
             ck_assert_msg(got == want, "%s: C(%d,%d) = %g, want %g", what, i, j, got, want);
         }
-    free(r);
     fj_gemm_lowp_destroy(h);
     fj_runtime_destroy(rt);
 }
@@ -508,19 +513,11 @@ START_TEST(lowp_gemv_every_instruction) {
     for (int i = 0; i < GK; i++) b16[i] = 0x4000;                               /* 2 */
     lowp_arg g = {rt, bf16, NULL, bf16 ? (const void *)a16 : a, bf16 ? (const void *)b16 : b, c,
                   s8 ? -1 : GK, 1, FJ_ERR_INVALID_ARG};
-    fjt_trace_opts to = {.root = (const void *)main};
-    fjt_trace_result *r = malloc(sizeof *r);
-    ck_assert_ptr_nonnull(r);
     char what[64];
     snprintf(what, sizeof what, "lowp gemv %s isa=%d disable=%u", bf16 ? "bf16" : s8 ? "s8s8" : "u8s8",
              (int)o.isa, o.cpu_disable);
-    int ok = fjt_trace_kernel(gemv_body, &g, &to, r);
-    ck_assert_msg(g.s == FJ_OK, "%s: %s", what, fj_last_error());
-    assert_trace(what, ok, r);
-    ck_assert_msg(r->first_name && strstr(r->first_name, bf16 ? "fj_gemm_bf16bf16f32_gemv_"
-                                                         : s8 ? "fj_gemm_s8s8s32_gemv_"
-                                                              : "fj_gemm_u8s8s32_gemv_"),
-                  "%s: traced %s", what, r->first_name ? r->first_name : "?");
+    trace_lowp(gemv_body, &g, what, bf16 ? "fj_gemm_bf16bf16f32_gemv_"
+                                    : s8 ? "fj_gemm_s8s8s32_gemv_" : "fj_gemm_u8s8s32_gemv_");
     for (int i = 0; i < GM; i++) {
         int32_t want = 0;
         for (int p = 0; p < GK; p++)
@@ -528,7 +525,6 @@ START_TEST(lowp_gemv_every_instruction) {
         double got = bf16 ? (double)((float *)c)[i] : (double)c[i];
         ck_assert_msg(got == want, "%s: C(%d) = %g, want %d", what, i, got, want);
     }
-    free(r);
     fj_runtime_destroy(rt);
 }
 END_TEST
@@ -557,22 +553,14 @@ START_TEST(lowp_vxm_every_instruction) {
     for (int i = 0; i < VK; i++) a[i] = (uint8_t)(i % 7 + 1);
     for (int i = 0; i < VK * VN; i++) b[i] = (int8_t)(i % 11 - 5);
     lowp_arg g = {rt, 0, NULL, a, b, c, VK, VN, FJ_ERR_INVALID_ARG};
-    fjt_trace_opts to = {.root = (const void *)main};
-    fjt_trace_result *r = malloc(sizeof *r);
-    ck_assert_ptr_nonnull(r);
     char what[64];
     snprintf(what, sizeof what, "lowp vxm isa=%d disable=%u", (int)o.isa, o.cpu_disable);
-    int ok = fjt_trace_kernel(vxm_body, &g, &to, r);
-    ck_assert_msg(g.s == FJ_OK, "%s: %s", what, fj_last_error());
-    assert_trace(what, ok, r);
-    ck_assert_msg(r->first_name && strstr(r->first_name, "fj_gemm_u8s8s32_vxm_"), "%s: traced %s",
-                  what, r->first_name ? r->first_name : "?");
+    trace_lowp(vxm_body, &g, what, "fj_gemm_u8s8s32_vxm_");
     for (int j = 0; j < VN; j++) {
         int32_t want = 0;
         for (int p = 0; p < VK; p++) want += (p % 7 + 1) * ((p * VN + j) % 11 - 5);
         ck_assert_msg(c[j] == want, "%s: C(%d) = %d, want %d", what, j, c[j], want);
     }
-    free(r);
     fj_runtime_destroy(rt);
 }
 END_TEST
@@ -598,22 +586,14 @@ START_TEST(lowp_vxm16_every_instruction) {
     for (int i = 0; i < BK; i++) a[i] = 0x3f80 + (uint16_t)(i % 3 << 7); /* 1, 2, 4 */
     for (int i = 0; i < BK * BN; i++) b[i] = i % 2 ? 0x4000 : 0x3f80; /* 2, 1 */
     lowp_arg g = {rt, 1, NULL, a, b, c, BK, BN, FJ_ERR_INVALID_ARG};
-    fjt_trace_opts to = {.root = (const void *)main};
-    fjt_trace_result *r = malloc(sizeof *r);
-    ck_assert_ptr_nonnull(r);
     char what[64];
     snprintf(what, sizeof what, "lowp bf16 vxm isa=%d", (int)o.isa);
-    int ok = fjt_trace_kernel(vxm16_body, &g, &to, r);
-    ck_assert_msg(g.s == FJ_OK, "%s: %s", what, fj_last_error());
-    assert_trace(what, ok, r);
-    ck_assert_msg(r->first_name && strstr(r->first_name, "fj_gemm_bf16bf16f32_vxm_"), "%s: traced %s",
-                  what, r->first_name ? r->first_name : "?");
+    trace_lowp(vxm16_body, &g, what, "fj_gemm_bf16bf16f32_vxm_");
     for (int j = 0; j < BN; j++) {
         float want = 0;
         for (int p = 0; p < BK; p++) want += (float)(1 << p % 3) * (float)(1 + (p * BN + j) % 2);
         ck_assert_msg(c[j] == want, "%s: C(%d) = %g, want %g", what, j, c[j], want);
     }
-    free(r);
     fj_runtime_destroy(rt);
 }
 END_TEST
