@@ -81,6 +81,7 @@ static void y_move(fj_builder *b, const kg_vxm_cfg *c, const vxm_ops *o, int loa
 typedef struct vxm_loop {
     fj_reg p, g, m, m4, yp, ldm, ldm3, nb, xp, ng;
     fj_label grp, blk;
+    int32_t bias; /* bytes m, m4 and yp point past the block's start */
 } vxm_loop;
 
 /* Registers and arguments (loop_groups then starts the group loop). */
@@ -95,6 +96,7 @@ static void loop_begin(fj_builder *b, vxm_loop *l) {
     fj_emit(b, FJ_LEA, fj_r64(l->ldm3), fj_memx(64, l->ldm, l->ldm, 2, 0));
     l->grp = fj_label_new(b);
     l->blk = fj_label_new(b);
+    l->bias = 0;
 }
 
 /* The group loop's head (the caller's broadcasts follow). */
@@ -102,9 +104,10 @@ static void loop_groups(fj_builder *b, vxm_loop *l) { fj_label_bind(b, l->grp); 
 
 /* The block loop's head: the group's rows and y from their starts. */
 static void loop_blocks(fj_builder *b, vxm_loop *l) {
-    fj_emit(b, FJ_MOV, fj_r64(l->m), fj_r64(l->g));
-    fj_emit(b, FJ_LEA, fj_r64(l->m4), fj_memx(64, l->g, l->ldm, 4, 0));
+    fj_emit(b, FJ_LEA, fj_r64(l->m), fj_mem(64, l->g, l->bias));
+    fj_emit(b, FJ_LEA, fj_r64(l->m4), fj_memx(64, l->g, l->ldm, 4, l->bias));
     fj_emit(b, FJ_MOV, fj_r64(l->yp), fj_mem(64, l->p, OFF(y)));
+    if (l->bias) fj_emit(b, FJ_ADD, fj_r64(l->yp), fj_imm(l->bias));
     fj_emit(b, FJ_MOV, fj_r64(l->nb), fj_mem(64, l->p, OFF(nblk)));
     fj_label_bind(b, l->blk);
 }
@@ -113,10 +116,16 @@ static void loop_blocks(fj_builder *b, vxm_loop *l) {
  * 4-7 from m4, [base + {0, ldm, 2*ldm, ldm3}]. */
 static fj_opnd row_src(const vxm_loop *l, int r, int vb, int32_t d) {
     fj_reg base = r < 4 ? l->m : l->m4;
+    d -= l->bias;
     int q = r & 3;
     return q == 0 ? fj_mem((uint16_t)vb, base, d)
            : q == 3 ? fj_memx((uint16_t)vb, base, l->ldm3, 1, d)
                     : fj_memx((uint16_t)vb, base, l->ldm, (uint8_t)q, d);
+}
+
+/* y's bytes d into the block. */
+static fj_opnd y_at(const vxm_loop *l, int vb, int32_t d) {
+    return fj_mem((uint16_t)vb, l->yp, d - l->bias);
 }
 
 /* Both loops' tails: M mstep bytes on and y ystep a block; the next group
@@ -156,7 +165,7 @@ static void vxm8(fj_builder *b, const kg_vxm_cfg *c) {
     loop_groups(b, &l);
     for (int i = 0; i < quads; i++) fj_emit(b, FJ_VPBROADCASTD, W(xq[i]), fj_mem(32, l.xp, 4 * i));
     loop_blocks(b, &l);
-    for (int v = 0; v < 4; v++) fj_emit(b, mov, W(acc[v]), fj_mem((uint16_t)vb, l.yp, v * vbytes));
+    for (int v = 0; v < 4; v++) fj_emit(b, mov, W(acc[v]), y_at(&l, vb, v * vbytes));
     for (int qd = 0; qd < quads; qd++) {
         for (int i = 0; i < 4; i++) fj_emit(b, mov, W(bq[i]), row_src(&l, 4 * qd + i, vb, 0));
         fj_emit(b, FJ_VPUNPCKLBW, W(t[0]), W(bq[0]), W(bq[1]));
@@ -177,7 +186,7 @@ static void vxm8(fj_builder *b, const kg_vxm_cfg *c) {
             }
         }
     }
-    for (int v = 0; v < 4; v++) fj_emit(b, mov, fj_mem((uint16_t)vb, l.yp, v * vbytes), W(acc[v]));
+    for (int v = 0; v < 4; v++) fj_emit(b, mov, y_at(&l, vb, v * vbytes), W(acc[v]));
     loop_end(b, &l, vbytes, 4 * vbytes, c->rows);
 }
 
@@ -199,7 +208,7 @@ static void vxm16(fj_builder *b, const kg_vxm_cfg *c) {
     }
     loop_blocks(b, &l);
     for (int v = 0; v < 2 * nv; v++)
-        fj_emit(b, FJ_VMOVUPS, W(acc[v]), fj_mem((uint16_t)vb, l.yp, v * vbytes));
+        fj_emit(b, FJ_VMOVUPS, W(acc[v]), y_at(&l, vb, v * vbytes));
     for (int r = 0; r < rows; r++)
         for (int v = 0; v < nv; v++) {
             fj_emit(b, avx512 ? FJ_VMOVDQU32 : FJ_VMOVDQU, W(ld), row_src(&l, r, vb, v * vbytes));
@@ -209,7 +218,7 @@ static void vxm16(fj_builder *b, const kg_vxm_cfg *c) {
             fj_emit(b, FJ_VFMADD231PS, W(acc[2 * v + 1]), W(bc[r]), W(t1));
         }
     for (int v = 0; v < 2 * nv; v++)
-        fj_emit(b, FJ_VMOVUPS, fj_mem((uint16_t)vb, l.yp, v * vbytes), W(acc[v]));
+        fj_emit(b, FJ_VMOVUPS, y_at(&l, vb, v * vbytes), W(acc[v]));
     loop_end(b, &l, nv * vbytes, 2 * nv * vbytes, 4 * rows);
 }
 
@@ -249,26 +258,30 @@ void kg_vxm(fj_builder *b, const void *ctx) {
         bc[r] = fj_vreg(b);
         fj_emit(b, o->bcast, fj_vec(b, bc[r]), fj_mem((uint16_t)(8 * es), l.xp, es * r));
     }
+    /* The layout of oneDNN's kernel for these calls: M's and y's pointers
+     * 128 bytes into the block (every displacement of a 256-byte block a
+     * signed byte) and each vector of y loaded beside row 0's. With the
+     * pointers at the block's start and y loaded first, the AVX2 loop ran
+     * 8-10% slower on Zen 5 (docs/performance.md). */
+    l.bias = 128;
     loop_blocks(b, &l);
-    for (int v = 0; v < nv; v++)
-        y_move(b, c, o, 1, fj_mem((uint16_t)vb, l.yp, v * vbytes), acc[v], v, km, ym);
     for (int r = 0; r < rows; r++)
         for (int v = 0; v < nv; v++) {
             fj_opnd src = row_src(&l, r, vb, v * vbytes);
-            if (c->tail && v == last && avx512) {
+            const int masked = c->tail && v == last;
+            if (avx512 && r == 0) y_move(b, c, o, 1, y_at(&l, vb, v * vbytes), acc[v], v, km, ym);
+            if (avx512) {
                 /* masked-off lanes are not read (no fault past M's end) and stay zero */
-                fj_emit(b, o->fma, fj_masked(fj_zmm(acc[v]), km, 0), fj_zmm(bc[r]), src);
-            } else if (c->tail && v == last) {
-                fj_emit(b, o->maskmov, fj_ymm(t), fj_ymm(ym), src);
-                fj_emit(b, o->fma, fj_ymm(acc[v]), fj_ymm(bc[r]), fj_ymm(t));
-            } else if (!avx512) {
-                fj_emit(b, o->mov, fj_ymm(t), src);
-                fj_emit(b, o->fma, fj_ymm(acc[v]), fj_ymm(bc[r]), fj_ymm(t));
-            } else {
-                fj_emit(b, o->fma, fj_zmm(acc[v]), fj_zmm(bc[r]), src);
+                fj_emit(b, o->fma, masked ? fj_masked(fj_zmm(acc[v]), km, 0) : fj_zmm(acc[v]),
+                        fj_zmm(bc[r]), src);
+                continue;
             }
+            if (masked) fj_emit(b, o->maskmov, fj_ymm(t), fj_ymm(ym), src);
+            else fj_emit(b, o->mov, fj_ymm(t), src);
+            if (r == 0) y_move(b, c, o, 1, y_at(&l, vb, v * vbytes), acc[v], v, km, ym);
+            fj_emit(b, o->fma, fj_ymm(acc[v]), fj_ymm(bc[r]), fj_ymm(t));
         }
     for (int v = 0; v < nv; v++)
-        y_move(b, c, o, 0, fj_mem((uint16_t)vb, l.yp, v * vbytes), acc[v], v, km, ym);
+        y_move(b, c, o, 0, y_at(&l, vb, v * vbytes), acc[v], v, km, ym);
     loop_end(b, &l, nv * vbytes, nv * vbytes, rows * es);
 }

@@ -73,9 +73,11 @@ static fj_status vxm_kernel(fj_runtime *rt, const kg_vxm_cfg *c, fj_kernel **out
 }
 
 /* C(i0 .. i1) from y, in the element type (alpha 1 and beta 0 neither
- * multiply nor read C: NaN in C stays out, y passes bit for bit). */
+ * multiply nor read C: NaN in C stays out, y passes bit for bit). y may
+ * be C itself (beta 0, C contiguous). */
 static void vec_finish(const vec_run *v, int64_t i0, int64_t i1) {
     const int64_t ldc = v->ldc;
+    if (v->y == v->c && v->alpha == 1.0) return;
     if (v->f64) {
         const double *y = (const double *)v->y, al = v->alpha, be = v->beta;
         double *c = (double *)v->c;
@@ -185,7 +187,10 @@ fj_status gemm_vec(fj_runtime *rt, int dt, int ta, int tb, int64_t m, int64_t n,
     if (!scr)
         return fj_fail(FJ_ERR_NO_MEMORY, "%s: out of memory (%zu bytes of scratch)", fname,
                        floats * 4);
-    v.y = scr;
+    /* Vector x matrix with beta 0 and C contiguous: the kernel sums into C
+     * itself (zeroed first; it touches nothing past y's end), as oneDNN's
+     * does, instead of into scratch copied to C after. */
+    v.y = v.vxm && beta == 0.0 && v.ldc == 1 ? (char *)c : scr;
     char *xc = scr + ylen * (int64_t)es;
     xc = (char *)(((uintptr_t)xc + 63) & ~(uintptr_t)63);
     if (copy) {
