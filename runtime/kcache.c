@@ -118,7 +118,13 @@ fj_status rt_kernel_acquire(fj_runtime *rt, const rt_kdesc *d, fj_kernel **out) 
 
     fj_builder *b;
     fj_kernel *k = NULL;
-    fj_status st = kb_new(d->name, d->nargs, rt->isa, rt->features, rt, &b);
+    char nbuf[208];
+    const char *name = d->name;
+    if (!name) {
+        d->name_fn(d->ctx, nbuf, sizeof nbuf);
+        name = nbuf;
+    }
+    fj_status st = kb_new(name, d->nargs, rt->isa, rt->features, rt, &b);
     if (st == FJ_OK) {
         d->gen(b, d->ctx);
         st = rt_finish(rt, b, &k);
@@ -287,7 +293,7 @@ fj_status fj_test_kernel_get(fj_runtime *rt, const void *key, size_t key_len, co
     *out = NULL;
     if (!rt || (!key && key_len) || !name || !gen)
         return fj_fail(FJ_ERR_INVALID_ARG, "fj_test_kernel_get: NULL argument");
-    rt_kdesc d = {key, key_len, name, nargs, gen, ctx};
+    rt_kdesc d = {key, key_len, name, nargs, gen, ctx, NULL};
     return rt_kernel_acquire(rt, &d, out);
 }
 

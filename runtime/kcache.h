@@ -16,10 +16,13 @@ typedef struct rt_kdesc {
     const void *key;      /* every byte that changes the code (primitive kind
                              and its parameters); the runtime's ISA is implied */
     size_t key_len;
-    const char *name;     /* kernel name, e.g. fj_gemm_f32_16x96_avx512 */
+    const char *name;     /* kernel name, e.g. fj_gemm_f32_16x96_avx512; NULL:
+                             name_fn writes it (only when the kernel is made,
+                             so a lookup that hits formats nothing) */
     int nargs;
     rt_gen_fn gen;
-    const void *ctx;      /* for gen */
+    const void *ctx;      /* for gen and name_fn */
+    void (*name_fn)(const void *ctx, char *buf, size_t n);
 } rt_kdesc;
 
 /* The kernel for d's key, generated on first use; the caller holds a

@@ -59,7 +59,7 @@ fj_status rt_elt_slot_slow(fj_runtime *rt, rt_slot v, fj_kernel **out) {
     /* Generated through the kernel cache, which makes concurrent first
      * calls wait for one generation instead of racing. */
     const uint8_t key[4] = {'e', 'l', 't', (uint8_t)v};
-    rt_kdesc d = {key, sizeof key, name, KG_ELT_NARGS, rt_elt_gen, &v};
+    rt_kdesc d = {key, sizeof key, name, KG_ELT_NARGS, rt_elt_gen, &v, NULL};
     fj_kernel *k;
     fj_status s = rt_kernel_acquire(rt, &d, &k);
     if (s != FJ_OK) return s;

@@ -324,12 +324,12 @@ static void tile_cfg(const fj_runtime *rt, int bf16, int64_t m, int64_t n, int64
     if (threads > 1 && (n + nr - 1) / nr < threads) choose_cfg(rt, bf16, (n + threads - 1) / threads, c);
 }
 
+static void lp_name(const void *c, char *buf, size_t n) { kg_lowp_name(c, buf, n); }
+
 fj_status lp_get_kernel(fj_runtime *rt, const kg_lowp_cfg *c, fj_kernel **out) {
     fj_status s = kg_lowp_check(c);
     if (s != FJ_OK) return s;
-    char name[96];
-    kg_lowp_name(c, name, sizeof name);
-    rt_kdesc d = {c, sizeof *c, name, KG_LOWP_NARGS, kg_lowp, c};
+    rt_kdesc d = {c, sizeof *c, NULL, KG_LOWP_NARGS, kg_lowp, c, lp_name};
     return rt_kernel_acquire(rt, &d, out);
 }
 

@@ -99,21 +99,16 @@ static size_t gemm_key_of(const kg_gemm_cfg *c, gemm_key *k) {
     return sizeof *k;
 }
 
-/* Acquires p->kern for p->cfg (already checked). */
+static void plan_kernel_name(const void *cfg, char *buf, size_t n) { kg_gemm_name(cfg, buf, n); }
+
+/* Acquires p->kern for p->cfg (already checked); the name is formatted
+ * only when the kernel is made (snprintf costs more than a small GEMM's
+ * bookkeeping). */
 static fj_status plan_kernel(gemm_plan *p) {
-    /* The name is only needed on a miss, but the descriptor wants it up
-     * front: remember the last one per thread (snprintf costs more than a
-     * small GEMM's bookkeeping). */
-    static _Thread_local kg_gemm_cfg name_cfg;
-    static _Thread_local char name[96];
-    if (!name[0] || memcmp(&name_cfg, &p->cfg, sizeof name_cfg)) {
-        kg_gemm_name(&p->cfg, name, sizeof name);
-        name_cfg = p->cfg;
-    }
     gemm_key key;
     size_t len = gemm_key_of(&p->cfg, &key);
     rt_kdesc d = {len ? (const void *)&key : (const void *)&p->cfg, len ? len : sizeof p->cfg,
-                  name, KG_GEMM_NARGS, kg_gemm, &p->cfg};
+                  NULL, KG_GEMM_NARGS, kg_gemm, &p->cfg, plan_kernel_name};
     return rt_kernel_acquire(p->rt, &d, &p->kern);
 }
 

@@ -63,12 +63,12 @@ typedef struct vec_run {
     kg_lowp_args ma;
 } vec_run;
 
+static void vxm_name(const void *c, char *buf, size_t n) { kg_vxm_name(c, buf, n); }
+
 static fj_status vxm_kernel(fj_runtime *rt, const kg_vxm_cfg *c, fj_kernel **out) {
     fj_status s = kg_vxm_check(c);
     if (s != FJ_OK) return s;
-    char name[96];
-    kg_vxm_name(c, name, sizeof name);
-    rt_kdesc d = {c, sizeof *c, name, KG_VXM_NARGS, kg_vxm, c};
+    rt_kdesc d = {c, sizeof *c, NULL, KG_VXM_NARGS, kg_vxm, c, vxm_name};
     return rt_kernel_acquire(rt, &d, out);
 }
 
