@@ -488,19 +488,23 @@ static void gemv(fj_builder *b, const kg_lowp_cfg *c) {
         fj_emit(b, FJ_JNE, fj_lbl(kloop));
         if (!tail) fj_label_bind(b, kdone);
     }
-    /* x is free after the k loop; 8 sums a tile */
+    /* x is free after the k loop; 8 sums a tile (f32/f64 with at most 4
+     * rows: 4, so that blocks of 4 rows leave their sums side by side) */
+    const int four = fp && c->mr <= 4;
     if (f64 && g->avx512) {
         gemv_tree64(g, row, idx, g->x);
-        fj_emit(b, FJ_VMOVUPD, fj_mem(512, cp, 0), fj_zmm(row[0]));
+        if (four) fj_emit(b, FJ_VMOVUPD, fj_mem(256, cp, 0), fj_ymm(row[0]));
+        else fj_emit(b, FJ_VMOVUPD, fj_mem(512, cp, 0), fj_zmm(row[0]));
     } else if (f64) {
         gemv_tree64(g, row, idx, g->x);
         fj_emit(b, FJ_VMOVUPD, fj_mem(256, cp, 0), fj_ymm(row[0]));
-        fj_emit(b, FJ_VMOVUPD, fj_mem(256, cp, 32), fj_ymm(row[4]));
+        if (!four) fj_emit(b, FJ_VMOVUPD, fj_mem(256, cp, 32), fj_ymm(row[4]));
     } else {
         gemv_tree(g, row, idx, g->x);
-        fj_emit(b, g->avx512 ? FJ_VMOVDQU32 : FJ_VMOVDQU, fj_mem(256, cp, 0), fj_ymm(row[0]));
+        if (four) fj_emit(b, FJ_VMOVUPS, fj_mem(128, cp, 0), fj_xmm(row[0]));
+        else fj_emit(b, g->avx512 ? FJ_VMOVDQU32 : FJ_VMOVDQU, fj_mem(256, cp, 0), fj_ymm(row[0]));
     }
-    fj_emit(b, FJ_ADD, fj_r64(cp), fj_imm(f64 ? 64 : 32));
+    fj_emit(b, FJ_ADD, fj_r64(cp), fj_imm((f64 ? 64 : 32) >> four));
     fj_emit(b, FJ_ADD, fj_r64(ap), fj_mem(64, p, OFF(a_tile)));
     fj_emit(b, FJ_DEC, fj_r64(nt));
     fj_emit(b, FJ_JNE, fj_lbl(tile));

@@ -11,7 +11,7 @@
  *   elements down all rows;
  *   the matrix runs along k (n = 1 with A not transposed, m = 1 with B
  *   transposed): the matrix x vector kernel (gemm_lowp_gen.c, f32 or f64
- *   FMAs), 8 rows at a time along k, each row's lanes summed in registers.
+ *   FMAs), 4 rows at a time along k, each row's lanes summed in registers.
  *
  * The vector operand is copied when it is strided (and padded for the
  * second kind); C = alpha*y + beta*C follows (beta = 0: C is not read).
@@ -50,7 +50,8 @@ typedef struct vec_run {
     int64_t ldm;          /* elements */
     const char *x;
     int64_t len, k;       /* elements of y; the products' length */
-    char *y;              /* scratch, len (+ padding) */
+    char *y;              /* scratch, len (+ padding), or C itself */
+    char *ytail;          /* mxv with y = C: the partial block's 4 sums */
     char *c;
     int64_t ldc;          /* elements between C's outputs */
     double alpha, beta;   /* (f32 calls: float values) */
@@ -133,9 +134,12 @@ static void vec_job(void *ctx, int64_t j) {
             if (nb <= 0) continue;
             kg_lowp_args a = v->ma;
             a.a = v->mat + e0 * v->ldm * (int64_t)v->es;
-            a.c = v->y + e0 * (int64_t)v->es;
+            a.c = part && v->ytail ? v->ytail : v->y + e0 * (int64_t)v->es;
             a.ntiles = nb;
             ((kg_lowp_fn)(part ? v->fn_tail[0] : v->fn[0]))(&a);
+            /* the partial block stores 4 sums whatever its rows: C takes its own */
+            if (part && v->ytail)
+                memcpy(v->y + e0 * (int64_t)v->es, v->ytail, (size_t)(v->len - e0) * v->es);
         }
     }
     vec_finish(v, y0, y1);
@@ -179,18 +183,21 @@ fj_status gemm_vec(fj_runtime *rt, int dt, int ta, int tb, int64_t m, int64_t n,
         v.vxm = ta, v.mat = a, v.ldm = lda;
     }
     /* Scratch: y (len, rounded up to 8 sums a block of rows), then the
-     * vector (zero-padded to whole vectors for mxv). */
+     * vector where it is strided or (mxv) not whole vectors: a copy,
+     * zero-padded to whole vectors for mxv. */
     const int64_t ylen = (v.len + 8) & ~(int64_t)7, xlen = (k + v.lanes) & ~(int64_t)(v.lanes - 1);
-    const int copy = !v.vxm || vs != 1;
+    const int copy = vs != 1 || (!v.vxm && k % v.lanes != 0);
     const size_t floats = (size_t)(ylen + (copy ? xlen : 0)) * (es / 4) + 16;
     char *scr = (char *)gemm_scratch(floats);
     if (!scr)
         return fj_fail(FJ_ERR_NO_MEMORY, "%s: out of memory (%zu bytes of scratch)", fname,
                        floats * 4);
-    /* Vector x matrix with beta 0 and C contiguous: the kernel sums into C
-     * itself (zeroed first; it touches nothing past y's end), as oneDNN's
-     * does, instead of into scratch copied to C after. */
-    v.y = v.vxm && beta == 0.0 && v.ldc == 1 ? (char *)c : scr;
+    /* beta 0 and C contiguous: the kernels write C itself (vxm zeroes it
+     * first and touches nothing past y's end; mxv's partial block goes
+     * through ytail), as oneDNN's do, instead of scratch copied to C after. */
+    const int direct = beta == 0.0 && v.ldc == 1;
+    v.y = direct ? (char *)c : scr;
+    v.ytail = direct && !v.vxm ? scr : NULL;
     char *xc = scr + ylen * (int64_t)es;
     xc = (char *)(((uintptr_t)xc + 63) & ~(uintptr_t)63);
     if (copy) {
@@ -238,7 +245,11 @@ fj_status gemm_vec(fj_runtime *rt, int dt, int ta, int tb, int64_t m, int64_t n,
             if (s == FJ_OK && tail) s = vxm_kernel(rt, &cf, &kern[2 * g + 1]);
         }
     } else {
-        v.mr = 8;
+        /* Blocks of 4 rows (4 streams of A at a time): 8 measured the same
+         * in processes where both libraries ran fast and 5-10% slower in
+         * those where both ran slow (the same code and data: the state
+         * follows the process), on every ISA and type (docs/performance.md). */
+        v.mr = 4;
         v.nblk = v.len / v.mr;
         tail = v.len % v.mr;
         int rem = (int)(k % v.lanes);
