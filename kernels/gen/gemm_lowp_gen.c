@@ -488,9 +488,9 @@ static void gemv(fj_builder *b, const kg_lowp_cfg *c) {
         fj_emit(b, FJ_JNE, fj_lbl(kloop));
         if (!tail) fj_label_bind(b, kdone);
     }
-    /* x is free after the k loop; 8 sums a tile (f32/f64 with at most 4
+    /* x is free after the k loop; 8 sums a tile (kernels of at most 4
      * rows: 4, so that blocks of 4 rows leave their sums side by side) */
-    const int four = fp && c->mr <= 4;
+    const int four = c->mr <= 4;
     if (f64 && g->avx512) {
         gemv_tree64(g, row, idx, g->x);
         if (four) fj_emit(b, FJ_VMOVUPD, fj_mem(256, cp, 0), fj_ymm(row[0]));

@@ -98,8 +98,8 @@ typedef struct kg_lowp_args {
  * (both dwords of a double; b zero-padded to whole chunks). The lanes are
  * summed in registers (mod 2^32, or in f32/f64) and 8 sums a block are
  * stored at c + block*32 (f64: block*64), row i's in element i (elements
- * past mr zero); f32 and f64 kernels of at most 4 rows store 4 sums a
- * block (c + block*16, f64 block*32). a_tile: bytes between blocks
+ * past mr zero); kernels of at most 4 rows store 4 sums a block
+ * (c + block*16, f64 block*32). a_tile: bytes between blocks
  * (mr*lda). */
 typedef void (*kg_lowp_fn)(const kg_lowp_args *args);
 enum { KG_LOWP_NARGS = 1 };

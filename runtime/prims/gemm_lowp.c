@@ -34,6 +34,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <stdlib.h>
 
 #include "kernels/gen/gemm_lowp_gen.h"
 #include "kernels/x64/x64.h"
@@ -95,9 +96,27 @@ __attribute__((target("avx2"))) static void finish_general(const int32_t *s, int
     }
 }
 
+/* c[j] = s[j] (+ c[j] with add) + co[j] (co NULL: co0), mod 2^32, eight
+ * columns at a time. */
+__attribute__((target("avx2"))) static void finish_plain(const int32_t *s, int32_t *c, int64_t n,
+                                                        int add, const int32_t *co, int32_t co0) {
+    const __m256i k = _mm256_set1_epi32(co0);
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(s + j));
+        if (add) v = _mm256_add_epi32(v, _mm256_loadu_si256((const __m256i *)(void *)(c + j)));
+        v = _mm256_add_epi32(v, co ? _mm256_loadu_si256((const __m256i *)(const void *)(co + j)) : k);
+        _mm256_storeu_si256((__m256i *)(void *)(c + j), v);
+    }
+    for (; j < n; j++)
+        c[j] = (int32_t)((uint32_t)s[j] + (add ? (uint32_t)c[j] : 0u) + (uint32_t)(co ? co[j] : co0));
+}
+
 void lp_finish_line(const lp_call *x, const int32_t *s, int32_t *c, int64_t ldc, int64_t n,
                     const int32_t *co, int64_t cs) {
-    if (x->alpha == 1.0f && x->beta == 0.0f) {
+    if (x->alpha == 1.0f && (x->beta == 0.0f || x->beta == 1.0f) && ldc == 1) {
+        finish_plain(s, c, n, x->beta == 1.0f, cs ? co : NULL, co[0]);
+    } else if (x->alpha == 1.0f && x->beta == 0.0f) {
         for (int64_t i = 0; i < n; i++) c[i * ldc] = (int32_t)((uint32_t)s[i] + (uint32_t)co[i * cs]);
     } else if (x->alpha == 1.0f && x->beta == 1.0f) {
         for (int64_t i = 0; i < n; i++)
@@ -486,7 +505,8 @@ static void gemv_job(void *ctx, int64_t j) {
     const int32_t *co = x->co + (o == 'C' || o == 'c' ? r0 : 0);
     int64_t cs = o == 'C' || o == 'c' ? 1 : 0, ldc = x->ldc;
     int64_t n = i1 - r0;
-    for (int64_t i = 0; i < n; i++) sum[i] -= aterm;
+    if (aterm)
+        for (int64_t i = 0; i < n; i++) sum[i] -= aterm;
     lp_finish_line(x, (const int32_t *)sum, (int32_t *)x->c + r0 * ldc, ldc, n, co, cs);
 }
 
@@ -527,17 +547,24 @@ static fj_status lp_gemv_call(fj_runtime *rt, const lp_call *x) {
     if (s == FJ_OK) {
         uint8_t *cur = mem, *bv = aligned_part(&cur, bbytes);
         v.sums = aligned_part(&cur, sbytes);
-        /* b gathered (ldb apart unless transposed) and zero-padded to whole vectors. */
+        /* b read in place where it is contiguous and whole vectors long,
+         * else gathered (ldb apart unless transposed) and zero-padded. */
         int64_t step = x->tb ? 1 : x->ldb;
-        uint32_t sumb = 0;
-        if (step == 1) {
-            memcpy(bv, x->b, (size_t)kb);
+        if (step == 1 && rem == 0) {
+            bv = (uint8_t *)(uintptr_t)x->b;
         } else {
-            for (int64_t kk = 0; kk < x->k; kk++)
-                memcpy(bv + kk * es, (const uint8_t *)x->b + kk * step * es, (size_t)es);
+            if (step == 1) {
+                memcpy(bv, x->b, (size_t)kb);
+            } else {
+                for (int64_t kk = 0; kk < x->k; kk++)
+                    memcpy(bv + kk * es, (const uint8_t *)x->b + kk * step * es, (size_t)es);
+            }
+            memset(bv + kb, 0, bbytes - (size_t)kb);
         }
-        for (int64_t kk = 0; !bf16 && kk < x->k; kk++) sumb += (uint32_t)(int32_t)(int8_t)bv[kk];
-        memset(bv + kb, 0, bbytes - (size_t)kb);
+        /* b's sum: only A's offset (or s8 A's +128) multiplies it */
+        uint32_t sumb = 0;
+        if (!bf16 && (x->ao != 0 || x->kind == LP_S8S8))
+            for (int64_t kk = 0; kk < x->k; kk++) sumb += (uint32_t)(int32_t)(int8_t)bv[kk];
         v.sumb = sumb;
         v.g.b = bv;
         v.g.kq = kq;
