@@ -353,7 +353,9 @@ typedef struct lowp_arg {
     fj_gemm_lowp *h;   /* the handle variant (relu epilogue), else NULL */
     const void *a, *b;
     void *c;
-    int k;             /* LK, or LK - 1 (whole k groups: A read in place) */
+    int k;             /* LK or LK - 2 (int8: A packed; bf16: A in place, the last
+                          group's one element read alone), or LK - 1 (whole k groups:
+                          A in place) */
     int n;             /* LN, LN1 (one-vector tiles on either ISA) or LN2 (one full panel) */
     fj_status s;
 } lowp_arg;
@@ -411,7 +413,8 @@ static void trace_lowp(void (*body)(void *), lowp_arg *g, const char *what, cons
 /* Loop index: bit 0 ISA, bit 1 without the dot-product instructions, bit 2 bf16,
  * bit 3 a handle with the fused epilogue (relu; int8 to f32, bf16 to bf16),
  * bit 4 k = 8 (whole k groups: the in-place A kernels, full tiles and the
- * last tile's rows, instead of packed A), bit 5 n = LN1 (one-vector tiles;
+ * last tile's rows; with k = 9 int8 packs A and bf16 reads A in place with
+ * a half last group), bit 5 n = LN1 (one-vector tiles;
  * not with the handle, whose n is fixed at LN), bit 6 n = LN2 (a full
  * panel: with bf16 dot products and k = 8 its first tile interleaves B
  * in place; not with bit 5 or the handle). */
@@ -431,7 +434,9 @@ START_TEST(lowp_every_instruction) {
         for (int i = 0; i < LM * LK; i++) a8[i] = (uint8_t)(i % 7);
         for (int i = 0; i < LK * LN2; i++) b8[i] = (uint8_t)(i % 5);
     }
-    int handle = _i >> 3 & 1, lk = _i >> 4 & 1 ? LK - 1 : LK;
+    /* bf16 without dot products: k = 7, an odd number of whole groups
+     * before the half one (k = 9: an even number) */
+    int handle = _i >> 3 & 1, lk = _i >> 4 & 1 ? LK - 1 : bf16 && (_i >> 1 & 1) ? LK - 2 : LK;
     int ln = _i >> 6 & 1 ? LN2 : _i >> 5 & 1 ? LN1 : LN, ld = lowp_ld(ln);
     if ((handle && ln != LN) || (_i >> 5 & _i >> 6 & 1)) {
         fj_runtime_destroy(rt);

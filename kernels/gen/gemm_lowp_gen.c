@@ -40,7 +40,7 @@ void kg_lowp_name(const kg_lowp_cfg *c, char *buf, size_t n) {
     static const char *outs[] = {"f32", "q8", "bf16"};
     snprintf(buf, n, "fj_gemm_%s_%dx%d_%s_%s%s%s%s%s%s%s%s%s", c->dt == KG_LP_BF16 ? "bf16bf16f32" : "u8s8s32",
              c->mr, c->nv * lanes, c->dot ? "dot" : "widen",
-             c->isa == FJ_ISA_AVX512 ? "avx512" : "avx2", c->add ? (c->a_rows ? "_ra_add" : "_add") : c->a_rows ? "_ra" : "",
+             c->isa == FJ_ISA_AVX512 ? "avx512" : "avx2", c->add ? (c->a_rows ? (c->a_half ? "_rah_add" : "_ra_add") : "_add") : c->a_rows ? (c->a_half ? "_rah" : "_ra") : "",
              c->b_rows ? "_rb" : "", c->scale ? "_alpha" : "",
              c->post ? "_to_" : "", c->post ? outs[c->out % 3] : "",
              c->post && c->scale_pc ? "_pcs" : "", c->post && c->has_bias ? "_bias" : "",
@@ -99,6 +99,8 @@ fj_status kg_lowp_check(const kg_lowp_cfg *c) {
                        "an even vector count, no post");
     if (c->a_rows && (c->mr > 8 || c->post))
         return fj_fail(FJ_ERR_INVALID_ARG, "lowp gemm kernel: in-place A needs mr <= 8, no post");
+    if (c->a_half && (!c->a_rows || c->dt != KG_LP_BF16 || c->b_rows))
+        return fj_fail(FJ_ERR_INVALID_ARG, "lowp gemm kernel: a half k group needs bf16 A in place");
     if (c->dt == KG_LP_BF16 && c->dot && c->isa != FJ_ISA_AVX512)
         return fj_fail(FJ_ERR_INVALID_ARG, "lowp gemm kernel: bf16 dot product needs AVX-512");
     return FJ_OK;
@@ -115,9 +117,11 @@ typedef struct gen {
 static fj_opnd V(const gen *g, fj_reg r) { return fj_vec(g->b, r); }
 
 /* One k group of the tile: B loads, broadcasts, dot products (the group
- * ad bytes into A's rows or tile, bd bytes into the B panel). */
+ * ad bytes into A's rows or tile, bd bytes into the B panel). half (a
+ * GPR, or id 0): A in place, each row's one element read alone into half
+ * and broadcast as a dword whose other word is zero. */
 static void k_group(gen *g, fj_reg ap, fj_reg bp, fj_reg a4, fj_reg lda, fj_reg lda3, int32_t ad,
-                    int32_t bd) {
+                    int32_t bd, fj_reg half) {
     fj_builder *b = g->b;
     const kg_lowp_cfg *c = g->c;
     int bf16 = c->dt == KG_LP_BF16;
@@ -139,15 +143,26 @@ static void k_group(gen *g, fj_reg ap, fj_reg bp, fj_reg a4, fj_reg lda, fj_reg 
         }
     }
     for (int i = 0; i < c->mr; i++) {
-        fj_opnd am = fj_mem(32, ap, ad + i * 4);
+        const uint16_t bits = half.id ? 16 : 32;
+        fj_opnd am = fj_mem(bits, ap, ad + i * 4);
         if (c->a_rows) {
             /* rows 0-3 from a, 4-7 from a + 4*lda: [base + {0, lda, 2*lda, lda3}] */
             fj_reg base = i < 4 ? ap : a4;
             int r = i & 3;
-            am = r == 0 ? fj_mem(32, base, ad) : r == 3 ? fj_memx(32, base, lda3, 1, ad)
-                                                       : fj_memx(32, base, lda, (uint8_t)r, ad);
+            am = r == 0 ? fj_mem(bits, base, ad) : r == 3 ? fj_memx(bits, base, lda3, 1, ad)
+                                                         : fj_memx(bits, base, lda, (uint8_t)r, ad);
         }
-        fj_emit(b, FJ_VPBROADCASTD, V(g, g->x), am);
+        if (!half.id) {
+            fj_emit(b, FJ_VPBROADCASTD, V(g, g->x), am);
+        } else {
+            fj_emit(b, FJ_MOVZX, fj_r32(half), am);
+            if (g->avx512) {
+                fj_emit(b, FJ_VPBROADCASTD, V(g, g->x), fj_r32(half));
+            } else {
+                fj_emit(b, FJ_VMOVD, fj_xmm(g->x), fj_r32(half));
+                fj_emit(b, FJ_VPBROADCASTD, V(g, g->x), fj_xmm(g->x));
+            }
+        }
         if (bf16 && !c->dot) {
             fj_emit(b, FJ_VANDPS, V(g, g->xo), V(g, g->x), V(g, g->hi));
             fj_emit(b, FJ_VPSLLD, V(g, g->x), V(g, g->x), fj_imm(16));
@@ -602,11 +617,13 @@ void kg_lowp(fj_builder *b, const void *ctx) {
     /* Two k groups an iteration (half the loop overhead), then an odd last one. */
     int32_t astep = c->a_rows ? 4 : c->mr * 4, bstep = c->nv * lanes * 4;
     fj_label kodd = fj_label_new(b), kdone = fj_label_new(b);
+    /* a_half: kq - 1 whole groups (odd when kq is even), then the half one */
     fj_emit(b, FJ_MOV, fj_r64(k), fj_mem(64, p, OFF(kq)));
+    if (c->a_half) fj_emit(b, FJ_DEC, fj_r64(k));
     fj_emit(b, FJ_SHR, fj_r64(k), fj_imm(1));
     fj_emit(b, FJ_JE, fj_lbl(kodd));
     fj_label_bind(b, kloop);
-    for (int u = 0; u < 2; u++) k_group(g, a, bp, a4, lda, lda3, u * astep, u * bstep);
+    for (int u = 0; u < 2; u++) k_group(g, a, bp, a4, lda, lda3, u * astep, u * bstep, (fj_reg){0});
     fj_emit(b, FJ_ADD, fj_r64(a), fj_imm(2 * astep));
     if (c->a_rows) fj_emit(b, FJ_ADD, fj_r64(a4), fj_imm(2 * astep));
     fj_emit(b, FJ_ADD, fj_r64(bp), fj_imm(2 * bstep));
@@ -614,9 +631,15 @@ void kg_lowp(fj_builder *b, const void *ctx) {
     fj_emit(b, FJ_JNE, fj_lbl(kloop));
     fj_label_bind(b, kodd);
     fj_emit(b, FJ_TEST, fj_mem(64, p, OFF(kq)), fj_imm(1));
-    fj_emit(b, FJ_JE, fj_lbl(kdone));
-    k_group(g, a, bp, a4, lda, lda3, 0, 0);
+    fj_emit(b, c->a_half ? FJ_JNE : FJ_JE, fj_lbl(kdone));
+    k_group(g, a, bp, a4, lda, lda3, 0, 0, (fj_reg){0});
+    if (c->a_half) {
+        fj_emit(b, FJ_ADD, fj_r64(a), fj_imm(astep));
+        fj_emit(b, FJ_ADD, fj_r64(a4), fj_imm(astep));
+        fj_emit(b, FJ_ADD, fj_r64(bp), fj_imm(bstep));
+    }
     fj_label_bind(b, kdone);
+    if (c->a_half) k_group(g, a, bp, a4, lda, lda3, 0, 0, k);
 
     /* Rows to store: mr, or last_rows in the last tile. */
     fj_emit(b, FJ_MOV, fj_r64(rows), fj_imm(c->mr));

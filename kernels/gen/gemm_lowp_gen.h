@@ -33,6 +33,9 @@ typedef struct kg_lowp_cfg {
     int32_t a_rows;  /* A read in place: row-major, row i of the tile at a + i*lda
                         (k groups 4 bytes apart, k a multiple of the group; mr <= 8,
                         no post) instead of the packed tile */
+    int32_t a_half;  /* bf16, a_rows, k odd: the last of kq groups holds one element
+                        of A (read alone, the pair's other half zero: rows end at k);
+                        B's group is padded as the packer pads it */
     /* The quantized epilogue (post = 1) instead of the plain store:
      *   y = act(scale * float(r) + bias[j])      int8 (r as above, without co)
      *   y = act(acc + bias[j])                    bf16

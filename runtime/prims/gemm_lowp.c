@@ -644,18 +644,21 @@ static fj_status lp_run_call(fj_runtime *rt, const lp_call *x, const lp_post *po
         r.fn = po->fn;
     } else {
         fj_status s = memo_kernel(rt, &r.cfg, 0, &r.fn, &kern);
-        /* Row-major u8 (or bf16) A whose rows hold whole k groups: full
+        /* Row-major u8 (or bf16) A whose rows hold whole k groups (bf16
+         * with an odd k: the last group's one element read alone): full
          * tiles read A in place (no packing pass over A). */
-        if (s == FJ_OK && (x->kind == LP_INT8 || bf16) && !x->ta && x->k % r.kgrp == 0 &&
+        const int half = bf16 && x->k % 2 == 1;
+        if (s == FJ_OK && (x->kind == LP_INT8 || bf16) && !x->ta && (x->k % r.kgrp == 0 || half) &&
             mr <= 8) {
             kg_lowp_cfg cr = r.cfg;
             cr.a_rows = 1;
+            cr.a_half = half;
             s = memo_kernel(rt, &cr, 1, &r.fn_rows, &kern_rows);
             /* bf16 row-major B (k even, as A's whole groups need): a full
              * panel's first tile, in place, interleaves B itself. */
             kg_lowp_cfg cb = cr;
             cb.b_rows = 1;
-            if (s == FJ_OK && bf16 && r.cfg.dot && r.avx512 && !x->tb && r.cfg.nv % 2 == 0 &&
+            if (s == FJ_OK && bf16 && !half && r.cfg.dot && r.avx512 && !x->tb && r.cfg.nv % 2 == 0 &&
                 x->m >= mr)
                 s = memo_kernel(rt, &cb, 5, &r.fn_bpack, &kern_bp);
             /* A partial last tile in place too, through a kernel of its rows. */
