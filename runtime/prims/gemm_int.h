@@ -4,6 +4,7 @@
 
 #include <stdint.h>
 #include "kernels/gen/gemm_gen.h"
+#include "kernels/gen/gemv_gen.h"
 #include "base/base.h"
 
 /* One GEMM problem, planned: its blocking and the kernel that runs it.
@@ -151,6 +152,12 @@ FJ_INTERNAL float *gemm_scratch(size_t floats);
  * it): threads from about a microsecond of that, the tile path's rule in
  * time, this many bytes of the matrix. */
 enum { GEMM_VEC_MT_BYTES = 128 << 10 };
+/* Matrices from this many elements take the vector kernels (smaller calls
+ * are a few hundred nanoseconds on the tile paths' memos either way). */
+enum { GEMM_VEC_MIN_ELEMS = 4096 };
+/* gemv.c: the runtime's vector x matrix kernel of c (checked, generated on
+ * first use; the caller holds a reference), for gemv.c and gemv_lowp.c. */
+FJ_INTERNAL fj_status gemv_vxm_kernel(fj_runtime *rt, const kg_vxm_cfg *c, fj_kernel **out);
 /* gemv.c: whether an fj_gemm_f32/f64 call of this shape (m = 1 or n = 1,
  * a matrix large enough) takes the matrix x vector kernels, and the call
  * (after the entry point's checks; m, n, k > 0; dt KG_DT_F32 or F64, the

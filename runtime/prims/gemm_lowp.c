@@ -375,10 +375,8 @@ static void lp_memo_key_init(void) {
     lp_memo_key_ok = pthread_key_create(&lp_memo_key, lp_memo_exit) == 0;
 }
 
-/* The kernel of cfg: *fn to call; *ref a reference the caller drops after
- * the call (NULL when the memo holds the kernel). */
-static fj_status memo_kernel(fj_runtime *rt, const kg_lowp_cfg *cfg, int slot, kg_lowp_fn *fn,
-                             fj_kernel **ref) {
+fj_status lp_memo_kernel(fj_runtime *rt, const kg_lowp_cfg *cfg, int slot, kg_lowp_fn *fn,
+                          fj_kernel **ref) {
     struct lp_memo *m = &lp_memo[slot];
     *ref = NULL;
     if (m->hold.k && m->hold.rt == rt && m->serial == rt->serial &&
@@ -446,152 +444,12 @@ static int64_t lp_l2_bytes(const fj_runtime *rt) {
     return rt->cpu && rt->cpu->l2.size > 0 ? rt->cpu->l2.size : 1 << 20;
 }
 
-/* ---- matrix x vector ---------------------------------------------------- */
-
-/* u8 or s8 (bo == 0) or bf16 A (row-major, whole k groups) times one column of B:
- * each row of A is read in place a vector at a time against the vector b,
- * so that no operand is packed and no lane of a tile is padding. */
-static int gemv_fits(const lp_call *x) {
-    if (x->n != 1 || x->ta || x->k <= 0) return 0;
-    return x->kind == LP_BF16 ? x->k % 2 == 0 : x->bo == 0 && x->k % 4 == 0;
-}
-
-typedef struct lp_gemv {
-    const lp_call *x;
-    kg_lowp_fn fn, fn_tail;  /* blocks of mr rows; the last m % mr rows */
-    kg_lowp_args g;          /* of the first block */
-    int64_t nblk, jobs;
-    int mr;
-    int32_t *sums;           /* the rows' sums (int32 or f32), 8 a block */
-    uint32_t sumb;           /* sum of b (s8) */
-} lp_gemv;
-
-/* bf16: C = alpha*s (+ beta*C, fused as the tile kernel's store does). */
-__attribute__((target("avx2,fma"))) static void gemv_finish_bf16(const lp_call *x, int64_t r0,
-                                                                 int64_t n, const float *sum) {
-    float *c = (float *)x->c + r0 * x->ldc;
-    const __m128 b = _mm_set_ss(x->beta);
-    for (int64_t i = 0; i < n; i++) {
-        __m128 v = _mm_set_ss(x->alpha * sum[i]);
-        if (x->beta != 0.0f) v = _mm_fmadd_ss(_mm_set_ss(c[i * x->ldc]), b, v);
-        c[i * x->ldc] = _mm_cvtss_f32(v);
-    }
-}
-
-/* Job j: its blocks (the last job also the m % mr rows), then their C. */
-static void gemv_job(void *ctx, int64_t j) {
-    lp_gemv *v = ctx;
-    const lp_call *x = v->x;
-    int64_t b0 = j * v->nblk / v->jobs, b1 = (j + 1) * v->nblk / v->jobs;
-    kg_lowp_args g = v->g;
-    for (int part = 0; part < 2; part++) {
-        int64_t i0 = part ? v->nblk * v->mr : b0 * v->mr, rows = part ? x->m - i0 : (b1 - b0) * v->mr;
-        if (rows <= 0 || (part && j + 1 < v->jobs)) continue;
-        g.a = (const uint8_t *)x->a + i0 * g.lda;
-        g.c = v->sums + i0;
-        g.ntiles = part ? 1 : b1 - b0;
-        (part ? v->fn_tail : v->fn)(&g);
-    }
-    int64_t i1 = j + 1 < v->jobs ? b1 * v->mr : x->m;
-    /* s8 A entered the dot products as A + 128 (as packed A does) */
-    uint32_t aterm = ((uint32_t)x->ao + (x->kind == LP_S8S8 ? 128u : 0u)) * v->sumb;
-    int64_t r0 = b0 * v->mr;
-    uint32_t *sum = (uint32_t *)v->sums + r0;
-    if (x->kind == LP_BF16) {
-        gemv_finish_bf16(x, r0, i1 - r0, (const float *)(const void *)sum);
-        return;
-    }
-    char o = x->offsetc;
-    const int32_t *co = x->co + (o == 'C' || o == 'c' ? r0 : 0);
-    int64_t cs = o == 'C' || o == 'c' ? 1 : 0, ldc = x->ldc;
-    int64_t n = i1 - r0;
-    if (aterm)
-        for (int64_t i = 0; i < n; i++) sum[i] -= aterm;
-    lp_finish_line(x, (const int32_t *)sum, (int32_t *)x->c + r0 * ldc, ldc, n, co, cs);
-}
-
-static fj_status lp_gemv_call(fj_runtime *rt, const lp_call *x) {
-    lp_gemv v;
-    memset(&v, 0, sizeof v);
-    v.x = x;
-    int avx512 = rt->isa == FJ_ISA_AVX512, vbytes = avx512 ? 64 : 32;
-    v.mr = 8;
-    int bf16 = x->kind == LP_BF16, es = bf16 ? 2 : 1;
-    int64_t kb = x->k * es, kq = kb / vbytes, rem = kb % vbytes;  /* bytes of a row of A */
-    kg_lowp_cfg c;
-    memset(&c, 0, sizeof c);
-    c.tag = KG_LOWP_TAG;
-    c.isa = rt->isa;
-    c.dt = bf16 ? KG_LP_BF16 : KG_LP_U8S8;
-    if (bf16) c.dot = avx512 && (rt->features & X64_F_AVX512BF16);
-    else c.dot = (rt->features & (avx512 ? X64_F_AVX512VNNI : X64_F_AVXVNNI)) != 0;
-    c.nv = 1;
-    c.gemv = rem ? 2 : 1;
-    c.gemv_s8 = x->kind == LP_S8S8;
-    v.nblk = x->m / v.mr;
-    fj_kernel *ref[2] = {NULL, NULL};
-    fj_status s = FJ_OK;
-    if (v.nblk) {
-        c.mr = v.mr;
-        s = memo_kernel(rt, &c, 3, &v.fn, &ref[0]);
-    }
-    if (s == FJ_OK && x->m % v.mr) {
-        c.mr = (int32_t)(x->m % v.mr);
-        s = memo_kernel(rt, &c, 4, &v.fn_tail, &ref[1]);
-    }
-    size_t bbytes = (size_t)(kq + 1) * (size_t)vbytes;
-    size_t sbytes = (size_t)(x->m / v.mr + 1) * 32;  /* 8 sums a block */
-    uint8_t *mem = s == FJ_OK ? lp_scratch(bbytes + sbytes + 128) : NULL;  /* two 64-byte alignments */
-    if (s == FJ_OK && !mem)
-        s = fj_fail(FJ_ERR_NO_MEMORY, "gemm: out of memory (%zu bytes of vector and sums)", bbytes);
-    if (s == FJ_OK) {
-        uint8_t *cur = mem, *bv = aligned_part(&cur, bbytes);
-        v.sums = aligned_part(&cur, sbytes);
-        /* b read in place where it is contiguous and whole vectors long,
-         * else gathered (ldb apart unless transposed) and zero-padded. */
-        int64_t step = x->tb ? 1 : x->ldb;
-        if (step == 1 && rem == 0) {
-            bv = (uint8_t *)(uintptr_t)x->b;
-        } else {
-            if (step == 1) {
-                memcpy(bv, x->b, (size_t)kb);
-            } else {
-                for (int64_t kk = 0; kk < x->k; kk++)
-                    memcpy(bv + kk * es, (const uint8_t *)x->b + kk * step * es, (size_t)es);
-            }
-            memset(bv + kb, 0, bbytes - (size_t)kb);
-        }
-        /* b's sum: only A's offset (or s8 A's +128) multiplies it */
-        uint32_t sumb = 0;
-        if (!bf16 && (x->ao != 0 || x->kind == LP_S8S8))
-            for (int64_t kk = 0; kk < x->k; kk++) sumb += (uint32_t)(int32_t)(int8_t)bv[kk];
-        v.sumb = sumb;
-        v.g.b = bv;
-        v.g.kq = kq;
-        v.g.lda = x->lda * es;
-        v.g.a_tile = v.mr * v.g.lda;
-        int tl = (int)(rem / 4);
-        v.g.kmask[0] = (1u << tl) - 1u;
-        for (int l = 0; l < 8; l++) v.g.ymask[0][l] = l < tl ? -1 : 0;
-        /* Threads from GEMM_VEC_MT_BYTES of A: the streaming kernel does
-         * one multiply-add a byte, a quarter of a tile's rate per op. */
-        int threads = (double)x->m * (double)kb < (double)GEMM_VEC_MT_BYTES ? 1 : rt_threads(rt);
-        v.jobs = v.nblk < threads ? 1 : threads;
-        unsigned fl = rt_par_wake_from((double)x->m * (double)kb, GEMM_VEC_MT_BYTES);
-        if (v.jobs > 1) rt_parallel(rt, v.jobs, threads, gemv_job, &v, fl);
-        else gemv_job(&v, 0);
-    }
-    for (int i = 0; i < 2; i++)
-        if (ref[i]) rt_kernel_unref(ref[i]);
-    return s;
-}
-
 static fj_status lp_run_call(fj_runtime *rt, const lp_call *x, const lp_post *po) {
     if (x->m == 0 || x->n == 0) return FJ_OK;
     int bf16 = x->kind == LP_BF16;
     if (x->k == 0 && !po) { no_product(x); return FJ_OK; }
     if (!po && lp_vxm_fits(x)) return lp_vxm_call(rt, x);
-    if (!po && gemv_fits(x)) return lp_gemv_call(rt, x);
+    if (!po && lp_gemv_fits(x)) return lp_gemv_call(rt, x);
     lp_run r;
     memset(&r, 0, sizeof r);
     r.x = x;
@@ -643,7 +501,7 @@ static fj_status lp_run_call(fj_runtime *rt, const lp_call *x, const lp_post *po
     if (po) {
         r.fn = po->fn;
     } else {
-        fj_status s = memo_kernel(rt, &r.cfg, 0, &r.fn, &kern);
+        fj_status s = lp_memo_kernel(rt, &r.cfg, 0, &r.fn, &kern);
         /* Row-major u8 (or bf16) A whose rows hold whole k groups (bf16
          * with an odd k: the last group's one element read alone): full
          * tiles read A in place (no packing pass over A). */
@@ -653,17 +511,17 @@ static fj_status lp_run_call(fj_runtime *rt, const lp_call *x, const lp_post *po
             kg_lowp_cfg cr = r.cfg;
             cr.a_rows = 1;
             cr.a_half = half;
-            s = memo_kernel(rt, &cr, 1, &r.fn_rows, &kern_rows);
+            s = lp_memo_kernel(rt, &cr, 1, &r.fn_rows, &kern_rows);
             /* bf16 row-major B (k even, as A's whole groups need): a full
              * panel's first tile, in place, interleaves B itself. */
             kg_lowp_cfg cb = cr;
             cb.b_rows = 1;
             if (s == FJ_OK && bf16 && !half && r.cfg.dot && r.avx512 && !x->tb && r.cfg.nv % 2 == 0 &&
                 x->m >= mr)
-                s = memo_kernel(rt, &cb, 5, &r.fn_bpack, &kern_bp);
+                s = lp_memo_kernel(rt, &cb, 5, &r.fn_bpack, &kern_bp);
             /* A partial last tile in place too, through a kernel of its rows. */
             cr.mr = (int32_t)(x->m % mr);
-            if (s == FJ_OK && cr.mr) s = memo_kernel(rt, &cr, 2, &r.fn_tail, &kern_tail);
+            if (s == FJ_OK && cr.mr) s = lp_memo_kernel(rt, &cr, 2, &r.fn_tail, &kern_tail);
         }
         if (s != FJ_OK) {
             if (kern) rt_kernel_unref(kern);

@@ -56,10 +56,19 @@ static inline uint8_t *lp_scratch(size_t bytes) { return (uint8_t *)gemm_scratch
  * (cs 0: co[0] for all). */
 FJ_INTERNAL void lp_finish_line(const lp_call *x, const int32_t *s, int32_t *c, int64_t ldc,
                                 int64_t n, const int32_t *co, int64_t cs);
-/* gemv.c: int8 and bf16 calls with one row of C and B along it (m = 1,
- * B not transposed) read B in place with the vector x matrix kernels. */
+/* The kernel of cfg through this thread's memo slot slot: *fn to call;
+ * *ref a reference the caller drops after the call (NULL when the memo
+ * holds the kernel). */
+FJ_INTERNAL fj_status lp_memo_kernel(fj_runtime *rt, const kg_lowp_cfg *cfg, int slot,
+                                     kg_lowp_fn *fn, fj_kernel **ref);
+/* gemv_lowp.c: int8 and bf16 calls with one row of C and B along it (m = 1,
+ * B not transposed) read B in place with the vector x matrix kernels;
+ * those with one column of C and A along k (n = 1, A not transposed) read
+ * A in place with the matrix x vector kernels. */
 FJ_INTERNAL int lp_vxm_fits(const lp_call *x);
 FJ_INTERNAL fj_status lp_vxm_call(fj_runtime *rt, const lp_call *x);
+FJ_INTERNAL int lp_gemv_fits(const lp_call *x);
+FJ_INTERNAL fj_status lp_gemv_call(fj_runtime *rt, const lp_call *x);
 
 typedef struct lp_run {
     const lp_call *x;
