@@ -246,6 +246,22 @@ static void gemv_shape(icase *t, int last) {
 START_TEST(int8_gemv) { shaped_runs(_i, 0x7654321ull + (uint64_t)_i * 131, gemv_shape); }
 END_TEST
 
+/* Matrix x vector with B as the matrix (one row of C, B transposed: x @
+ * W^T): B's rows against A, B s8 the signed side and A (u8, s8 + 128) the
+ * unsigned one; A's offset (a second pass for B's row sums), B's offset,
+ * C's offsets, strided A, alpha/beta; k not a multiple of 4 a quarter of
+ * the time (the tile path). The last case splits over two threads. */
+static void gemv_bt_shape(icase *t, int last) {
+    t->tb = 1;
+    int64_t n = rn(4) ? dims[rn(NDIMS)] + 8 * rn(20) : 100 + rn(900);
+    int64_t k = rn(4) ? 4 * (1 + rn(rn(2) ? 20 : 300)) : 1 + rn(600);
+    if (last) n = 3000, k = 1028;
+    set_dims(t, 1, n, k);
+}
+
+START_TEST(int8_gemv_bt) { shaped_runs(_i, 0x2468ace1ull + (uint64_t)_i * 97, gemv_bt_shape); }
+END_TEST
+
 /* Vector x matrix (one row of C, B along it: B read in place): whole and
  * partial 64/32-column blocks, 8- and 4-row groups, k not a multiple of 4
  * (the last rows' zero-padded quad), strided and transposed A, u8 and s8
@@ -424,8 +440,9 @@ END_TEST
 
 /* bf16 vector x matrix (m = 1, B not transposed: B read in place, any k):
  * blocks of 4 (AVX2 2) chunks, whole chunks after them and a tail panel,
- * 8-row groups and the last k % 8 rows; transposed B takes the tile path.
- * The last case splits over two threads. */
+ * 8-row groups and the last k % 8 rows; transposed B (drawn half the time)
+ * takes the matrix x vector kernel with B's rows as the matrix (k even)
+ * or the tile path. The last case splits over two threads. */
 static void bf16_vxm_shape(int64_t *m, int64_t *n, int64_t *k, int last) {
     *m = 1;
     *n = rn(4) ? dims[rn(NDIMS)] + 32 * rn(9) : 100 + rn(900);
@@ -744,6 +761,7 @@ static Suite *suite(void) {
     tcase_add_loop_test(t, int8_random, 0, NPATHS);
     tcase_add_loop_test(t, int8_saturation_documented, 0, NPATHS);
     tcase_add_loop_test(t, int8_gemv, 0, NPATHS);
+    tcase_add_loop_test(t, int8_gemv_bt, 0, NPATHS);
     tcase_add_loop_test(t, int8_vxm, 0, NPATHS);
     tcase_add_test(t, int8_bad_args);
     tcase_add_loop_test(t, bf16_random, 0, NPATHS);

@@ -489,7 +489,13 @@ enum { GM = 19, GK = 132 };
 static void gemv_body(void *p) {
     lowp_arg *g = p;
     static const int32_t co[1];
-    if (g->bf16)
+    /* n = 2: B transposed as the matrix, x @ B^T with x = the vector */
+    if (g->n == 2 && g->bf16)
+        g->s = fj_gemm_bf16bf16f32(g->rt, 'N', 'T', 1, GM, GK, 1.0f, g->b, GK, g->a, GK, 0.0f, g->c, GM);
+    else if (g->n == 2)
+        g->s = fj_gemm_u8s8s32(g->rt, 'N', 'T', 'F', 1, GM, GK, 1.0f, g->b, GK, 1, g->a, GK, 0, 0.0f,
+                               g->c, GM, co);
+    else if (g->bf16)
         g->s = fj_gemm_bf16bf16f32(g->rt, 'N', 'N', GM, 1, GK, 1.0f, g->a, GK, g->b, 1, 0.0f, g->c, 1);
     else if (g->k != GK)  /* s8 A */
         g->s = fj_gemm_s8s8s32(g->rt, 'N', 'N', 'F', GM, 1, GK, 1.0f, g->a, GK, 1, g->b, 1, 0, 0.0f,
@@ -501,10 +507,12 @@ static void gemv_body(void *p) {
 }
 
 /* Loop index: bit 0 ISA, bit 1 without the dot-product instruction, bit 2
- * bf16, bit 3 s8 A (int8 only; lowp_arg.k = -1 marks it). */
+ * bf16, bit 3 s8 A (int8 only; lowp_arg.k = -1 marks it), bit 4 one row of
+ * C with B transposed as the matrix (int8: its rows the signed side, A's
+ * offset through the second pass; not with bit 3). */
 START_TEST(lowp_gemv_every_instruction) {
-    int bf16 = _i >> 2 & 1, s8 = _i >> 3 & 1;
-    if (bf16 && s8) return;
+    int bf16 = _i >> 2 & 1, s8 = _i >> 3 & 1, bt = _i >> 4 & 1;
+    if ((bf16 || bt) && s8) return;
     fj_options o;
     fj_runtime *rt = lowp_rt(_i, "lowp gemv", &o);
     if (!rt) return;
@@ -517,16 +525,18 @@ START_TEST(lowp_gemv_every_instruction) {
     for (int i = 0; i < GM * GK; i++) a16[i] = 0x3f80 + (uint16_t)(i % 3 << 7); /* 1, 2, 4 */
     for (int i = 0; i < GK; i++) b16[i] = 0x4000;                               /* 2 */
     lowp_arg g = {rt, bf16, NULL, bf16 ? (const void *)a16 : a, bf16 ? (const void *)b16 : b, c,
-                  s8 ? -1 : GK, 1, FJ_ERR_INVALID_ARG};
+                  s8 ? -1 : GK, 1 + bt, FJ_ERR_INVALID_ARG};
     char what[64];
-    snprintf(what, sizeof what, "lowp gemv %s isa=%d disable=%u", bf16 ? "bf16" : s8 ? "s8s8" : "u8s8",
-             (int)o.isa, o.cpu_disable);
+    snprintf(what, sizeof what, "lowp gemv %s%s isa=%d disable=%u", bf16 ? "bf16" : s8 ? "s8s8" : "u8s8",
+             bt ? " bt" : "", (int)o.isa, o.cpu_disable);
     trace_lowp(gemv_body, &g, what, bf16 ? "fj_gemm_bf16bf16f32_gemv_"
-                                    : s8 ? "fj_gemm_s8s8s32_gemv_" : "fj_gemm_u8s8s32_gemv_");
+                                    : s8 ? "fj_gemm_s8s8s32_gemv_"
+                                    : bt ? "fj_gemm_u8s8s32_bt_gemv_" : "fj_gemm_u8s8s32_gemv_");
     for (int i = 0; i < GM; i++) {
         int32_t want = 0;
         for (int p = 0; p < GK; p++)
-            want += bf16 ? (1 << (i * GK + p) % 3) * 2 : ((i * GK + p) % 7 - 1) * (p % 5);
+            want += bf16 ? (1 << (i * GK + p) % 3) * 2
+                    : bt ? (p % 5 - 1) * ((i * GK + p) % 7) : ((i * GK + p) % 7 - 1) * (p % 5);
         double got = bf16 ? (double)((float *)c)[i] : (double)c[i];
         ck_assert_msg(got == want, "%s: C(%d) = %g, want %d", what, i, got, want);
     }
@@ -611,7 +621,7 @@ static Suite *suite(void) {
     tcase_add_loop_test(t, csr_kernel_every_instruction, 0, 4);
     tcase_add_loop_test(t, gemm_every_instruction, 0, 24);
     tcase_add_loop_test(t, lowp_every_instruction, 0, 128);
-    tcase_add_loop_test(t, lowp_gemv_every_instruction, 0, 16);
+    tcase_add_loop_test(t, lowp_gemv_every_instruction, 0, 32);
     tcase_add_loop_test(t, lowp_vxm_every_instruction, 0, 4);
     tcase_add_loop_test(t, lowp_vxm16_every_instruction, 0, 2);
     tcase_add_loop_test(t, loop_kernel_every_instruction, 0, 2);

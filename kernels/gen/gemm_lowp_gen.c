@@ -32,7 +32,7 @@ void kg_lowp_name(const kg_lowp_cfg *c, char *buf, size_t n) {
     int lanes = c->isa == FJ_ISA_AVX512 ? 16 : 8;
     if (c->gemv) {
         snprintf(buf, n, "fj_gemm_%s_gemv_%dr_%s_%s%s",
-                 c->dt == KG_LP_F32 ? "f32" : c->dt == KG_LP_F64 ? "f64" : c->dt == KG_LP_BF16 ? "bf16bf16f32" : c->gemv_s8 ? "s8s8s32" : "u8s8s32", c->mr,
+                 c->dt == KG_LP_F32 ? "f32" : c->dt == KG_LP_F64 ? "f64" : c->dt == KG_LP_BF16 ? "bf16bf16f32" : c->gemv_s8 ? "s8s8s32" : c->gemv_swap ? "u8s8s32_bt" : "u8s8s32", c->mr,
                  c->dt == KG_LP_F32 || c->dt == KG_LP_F64 ? "fma" : c->dot ? "dot" : "widen",
                  c->isa == FJ_ISA_AVX512 ? "avx512" : "avx2", c->gemv == 2 ? "_tail" : "");
         return;
@@ -66,6 +66,8 @@ fj_status kg_lowp_check(const kg_lowp_cfg *c) {
                        fp ? " (f32, f64: matrix x vector kernels without dot)" : "");
     if (c->scale && (c->dt != KG_LP_BF16 || c->post || c->gemv))
         return fj_fail(FJ_ERR_INVALID_ARG, "lowp gemm kernel: alpha scales only bf16's plain store");
+    if (c->gemv_swap && (!c->gemv || c->gemv_s8 || c->dt != KG_LP_U8S8))
+        return fj_fail(FJ_ERR_INVALID_ARG, "lowp gemv kernel: swapped sides need int8 with u8 A");
     if (c->gemv && (c->gemv > 2 || (c->gemv_s8 && c->dt != KG_LP_U8S8) || c->mr < 1 || c->mr > 8 || c->nv != 1 || c->post || c->add ||
                     c->a_rows || (c->dt == KG_LP_BF16 && c->dot && c->isa != FJ_ISA_AVX512)))
         return fj_fail(FJ_ERR_INVALID_ARG, "lowp gemv kernel: 1-8 rows, one vector, plain store");
@@ -480,17 +482,21 @@ static void gemv(fj_builder *b, const kg_lowp_cfg *c) {
             else fj_emit(b, FJ_VMASKMOVPS, V(g, g->x), V(g, ym), am);
             if (flip.id) fj_emit(b, FJ_VXORPS, V(g, g->x), V(g, g->x), V(g, flip)); /* s8 + 128 */
             fj_opnd acc = V(g, g->acc[i][0]);
+            /* int8: the u8 side first (the row, or with gemv_swap the vector) */
+            fj_opnd us = V(g, c->gemv_swap ? g->bv[0] : g->x), ss = V(g, c->gemv_swap ? g->x : g->bv[0]);
             if (fp) {
                 fj_emit(b, f64 ? FJ_VFMADD231PD : FJ_VFMADD231PS, acc, V(g, g->x), V(g, g->bv[0]));
+            } else if (c->dot && !bf16) {
+                fj_emit(b, FJ_VPDPBUSD, acc, us, ss);
             } else if (c->dot) {
-                fj_emit(b, bf16 ? FJ_VDPBF16PS : FJ_VPDPBUSD, acc, V(g, g->x), V(g, g->bv[0]));
+                fj_emit(b, FJ_VDPBF16PS, acc, V(g, g->x), V(g, g->bv[0]));
             } else if (bf16) {
                 fj_emit(b, FJ_VANDPS, V(g, g->xo), V(g, g->x), V(g, g->hi));
                 fj_emit(b, FJ_VPSLLD, V(g, g->x), V(g, g->x), fj_imm(16));
                 fj_emit(b, FJ_VFMADD231PS, acc, V(g, g->xo), V(g, g->bo[0]));
                 fj_emit(b, FJ_VFMADD231PS, acc, V(g, g->x), V(g, g->bv[0]));
             } else {
-                fj_emit(b, FJ_VPMADDUBSW, V(g, g->t), V(g, g->x), V(g, g->bv[0]));
+                fj_emit(b, FJ_VPMADDUBSW, V(g, g->t), us, ss);
                 fj_emit(b, FJ_VPMADDWD, V(g, g->t), V(g, g->t), V(g, g->ones));
                 fj_emit(b, FJ_VPADDD, acc, acc, V(g, g->t));
             }

@@ -52,6 +52,8 @@ typedef struct kg_lowp_cfg {
      * kg_lowp_args. 2: a masked last chunk after the whole ones. */
     int32_t gemv;
     int32_t gemv_s8;   /* gemv, int8: A is s8, flipped to u8 (+128) as loaded */
+    int32_t gemv_swap; /* gemv, int8: the matrix's rows are the s8 side of the dot
+                          products and the vector the u8 side (m = 1, B transposed) */
 } kg_lowp_cfg;
 
 enum { KG_LP_OUT_F32 = 0, KG_LP_OUT_Q8, KG_LP_OUT_BF16 };

@@ -327,66 +327,99 @@ fj_status lp_vxm_call(fj_runtime *rt, const lp_call *x) {
 
 /* ---- matrix x vector ---------------------------------------------------- */
 
-/* u8 or s8 (bo == 0) or bf16 A (row-major, whole k groups) times one column of B:
- * each row of A is read in place a vector at a time against the vector b,
- * so that no operand is packed and no lane of a tile is padding. */
+/* The matrix runs along k: n = 1 with A row-major (u8 or s8 with bo == 0,
+ * or bf16), or m = 1 with B transposed (B's rows of k, x @ W^T as an
+ * inference layer with weights stored out x in calls it). Each row of the
+ * matrix is read in place a vector at a time against the vector, so that
+ * no operand is packed and no lane of a tile is padding; whole k groups
+ * (int8 4, bf16 2: the row tails are masked in dwords). */
 int lp_gemv_fits(const lp_call *x) {
-    if (x->n != 1 || x->ta || x->k <= 0) return 0;
-    return x->kind == LP_BF16 ? x->k % 2 == 0 : x->bo == 0 && x->k % 4 == 0;
+    if (x->k <= 0 || x->k % (x->kind == LP_BF16 ? 2 : 4)) return 0;
+    if (x->n == 1 && !x->ta) return x->kind == LP_BF16 || x->bo == 0;
+    return x->m == 1 && x->tb;
 }
 
 typedef struct lp_gemv {
     const lp_call *x;
-    kg_lowp_fn fn, fn_tail;  /* blocks of mr rows; the last m % mr rows */
+    kg_lowp_fn fn, fn_tail;  /* blocks of mr rows; the last rows % mr rows */
     kg_lowp_args g;          /* of the first block */
+    const uint8_t *mat;      /* the matrix's row 0: A (n = 1) or B (m = 1) */
+    int64_t rows, ld;        /* its rows (C's outputs), bytes between them */
+    int64_t cstep;           /* elements between C's outputs: ldc, or 1 */
+    int co_each;             /* int8: co holds one value an output */
     int64_t nblk, jobs;
     int mr;
     int32_t *sums;           /* the rows' sums (int32 or f32), 8 a block */
-    uint32_t sumb;           /* sum of b (s8) */
+    int32_t *rsum;           /* int8, m = 1 with A's offset: B's rows' sums (else NULL) */
+    const uint8_t *ones;     /* ... from the kernel with this vector of ones */
+    uint32_t aterm;          /* int8: subtracted from every sum (mod 2^32) */
+    uint32_t ao;             /* int8, m = 1: A's offset (s8 A: + 128), times rsum */
 } lp_gemv;
 
 /* bf16: C = alpha*s (+ beta*C, fused as the tile kernel's store does). */
-__attribute__((target("avx2,fma"))) static void gemv_finish_bf16(const lp_call *x, int64_t r0,
+__attribute__((target("avx2,fma"))) static void gemv_finish_bf16(const lp_gemv *v, int64_t r0,
                                                                  int64_t n, const float *sum) {
-    float *c = (float *)x->c + r0 * x->ldc;
+    const lp_call *x = v->x;
+    const int64_t cs = v->cstep;
+    float *c = (float *)x->c + r0 * cs;
     const __m128 b = _mm_set_ss(x->beta);
     for (int64_t i = 0; i < n; i++) {
-        __m128 v = _mm_set_ss(x->alpha * sum[i]);
-        if (x->beta != 0.0f) v = _mm_fmadd_ss(_mm_set_ss(c[i * x->ldc]), b, v);
-        c[i * x->ldc] = _mm_cvtss_f32(v);
+        __m128 r = _mm_set_ss(x->alpha * sum[i]);
+        if (x->beta != 0.0f) r = _mm_fmadd_ss(_mm_set_ss(c[i * cs]), b, r);
+        c[i * cs] = _mm_cvtss_f32(r);
     }
 }
 
-/* Job j: its blocks (the last job also the m % mr rows), then their C. */
+/* Job j: its blocks (the last job also the rows % mr rows), then their C. */
 static void gemv_job(void *ctx, int64_t j) {
     lp_gemv *v = ctx;
     const lp_call *x = v->x;
     int64_t b0 = j * v->nblk / v->jobs, b1 = (j + 1) * v->nblk / v->jobs;
     kg_lowp_args g = v->g;
     for (int part = 0; part < 2; part++) {
-        int64_t i0 = part ? v->nblk * v->mr : b0 * v->mr, rows = part ? x->m - i0 : (b1 - b0) * v->mr;
+        int64_t i0 = part ? v->nblk * v->mr : b0 * v->mr, rows = part ? v->rows - i0 : (b1 - b0) * v->mr;
         if (rows <= 0 || (part && j + 1 < v->jobs)) continue;
-        g.a = (const uint8_t *)x->a + i0 * g.lda;
-        g.c = v->sums + i0;
+        g.a = v->mat + i0 * v->ld;
         g.ntiles = part ? 1 : b1 - b0;
-        (part ? v->fn_tail : v->fn)(&g);
+        for (int pass = 0; pass < 1 + (v->rsum != NULL); pass++) {
+            g.c = (pass ? v->rsum : v->sums) + i0;
+            if (pass) g.b = v->ones;
+            (part ? v->fn_tail : v->fn)(&g);
+        }
+        g.b = v->g.b;
     }
-    int64_t i1 = j + 1 < v->jobs ? b1 * v->mr : x->m;
-    /* s8 A entered the dot products as A + 128 (as packed A does) */
-    uint32_t aterm = ((uint32_t)x->ao + (x->kind == LP_S8S8 ? 128u : 0u)) * v->sumb;
-    int64_t r0 = b0 * v->mr;
+    int64_t i1 = j + 1 < v->jobs ? b1 * v->mr : v->rows;
+    int64_t r0 = b0 * v->mr, n = i1 - r0;
     uint32_t *sum = (uint32_t *)v->sums + r0;
     if (x->kind == LP_BF16) {
-        gemv_finish_bf16(x, r0, i1 - r0, (const float *)(const void *)sum);
+        gemv_finish_bf16(v, r0, n, (const float *)(const void *)sum);
         return;
     }
-    char o = x->offsetc;
-    const int32_t *co = x->co + (o == 'C' || o == 'c' ? r0 : 0);
-    int64_t cs = o == 'C' || o == 'c' ? 1 : 0, ldc = x->ldc;
-    int64_t n = i1 - r0;
-    if (aterm)
-        for (int64_t i = 0; i < n; i++) sum[i] -= aterm;
-    lp_finish_line(x, (const int32_t *)sum, (int32_t *)x->c + r0 * ldc, ldc, n, co, cs);
+    if (v->rsum)
+        for (int64_t i = 0; i < n; i++) sum[i] -= v->ao * (uint32_t)v->rsum[r0 + i] + v->aterm;
+    else if (v->aterm)
+        for (int64_t i = 0; i < n; i++) sum[i] -= v->aterm;
+    lp_finish_line(x, (const int32_t *)sum, (int32_t *)x->c + r0 * v->cstep, v->cstep, n,
+                   x->co + (v->co_each ? r0 : 0), v->co_each);
+}
+
+/* The vector (k elements of es bytes, step elements apart) in place where
+ * contiguous and whole vectors long with no flip, else copied into buf
+ * (flip: each byte + 128, s8 to u8) and zero-padded to bbytes. */
+static const uint8_t *gemv_vector(const void *src, int64_t step, int64_t k, int es, int flip,
+                                  uint8_t *buf, size_t bbytes) {
+    const size_t kb = (size_t)k * (size_t)es;
+    if (step == 1 && !flip && kb == bbytes) return src;
+    if (step == 1) {
+        memcpy(buf, src, kb);
+    } else {
+        for (int64_t kk = 0; kk < k; kk++)
+            memcpy(buf + kk * es, (const uint8_t *)src + kk * step * es, (size_t)es);
+    }
+    if (flip)
+        for (size_t i = 0; i < kb; i++) buf[i] ^= 0x80;
+    memset(buf + kb, 0, bbytes - kb);
+    return buf;
 }
 
 fj_status lp_gemv_call(fj_runtime *rt, const lp_call *x) {
@@ -396,7 +429,18 @@ fj_status lp_gemv_call(fj_runtime *rt, const lp_call *x) {
     int avx512 = rt->isa == FJ_ISA_AVX512, vbytes = avx512 ? 64 : 32;
     v.mr = 8;
     int bf16 = x->kind == LP_BF16, es = bf16 ? 2 : 1;
-    int64_t kb = x->k * es, kq = kb / vbytes, rem = kb % vbytes;  /* bytes of a row of A */
+    /* swap: m = 1, the matrix is B (s8, the dot products' signed side), the
+     * vector A (u8; s8 A + 128) */
+    const int swap = !(x->n == 1 && !x->ta);
+    char o = x->offsetc;
+    if (swap) {
+        v.mat = x->b, v.ld = x->ldb * es, v.rows = x->n, v.cstep = 1;
+        v.co_each = o == 'R' || o == 'r';
+    } else {
+        v.mat = x->a, v.ld = x->lda * es, v.rows = x->m, v.cstep = x->ldc;
+        v.co_each = o == 'C' || o == 'c';
+    }
+    int64_t kb = x->k * es, kq = kb / vbytes, rem = kb % vbytes;  /* bytes of a row */
     kg_lowp_cfg c;
     memset(&c, 0, sizeof c);
     c.tag = KG_LOWP_TAG;
@@ -406,57 +450,69 @@ fj_status lp_gemv_call(fj_runtime *rt, const lp_call *x) {
     else c.dot = (rt->features & (avx512 ? X64_F_AVX512VNNI : X64_F_AVXVNNI)) != 0;
     c.nv = 1;
     c.gemv = rem ? 2 : 1;
-    c.gemv_s8 = x->kind == LP_S8S8;
-    v.nblk = x->m / v.mr;
+    c.gemv_s8 = !swap && x->kind == LP_S8S8;
+    c.gemv_swap = swap && !bf16;
+    v.nblk = v.rows / v.mr;
     fj_kernel *ref[2] = {NULL, NULL};
     fj_status s = FJ_OK;
     if (v.nblk) {
         c.mr = v.mr;
         s = lp_memo_kernel(rt, &c, 3, &v.fn, &ref[0]);
     }
-    if (s == FJ_OK && x->m % v.mr) {
-        c.mr = (int32_t)(x->m % v.mr);
+    if (s == FJ_OK && v.rows % v.mr) {
+        c.mr = (int32_t)(v.rows % v.mr);
         s = lp_memo_kernel(rt, &c, 4, &v.fn_tail, &ref[1]);
     }
-    size_t bbytes = (size_t)(kq + 1) * (size_t)vbytes;
-    size_t sbytes = (size_t)(x->m / v.mr + 1) * 32;  /* 8 sums a block */
-    uint8_t *mem = s == FJ_OK ? lp_scratch(bbytes + sbytes + 128) : NULL;  /* two 64-byte alignments */
+    /* int8: sum_k (a_k - ao)(w_k - bo) with a' = a (+128 for s8 A) the
+     * kernels' u8 side and ao' = ao (+128) its offset: the dot product,
+     * minus ao' * (the s8 side's sum), minus bo * sum(a') + k * ao' * bo
+     * (m = 1; n = 1 has bo 0). The s8 side is the vector for n = 1 (one
+     * sum), the matrix's rows for m = 1 (a second pass with ones). */
+    const uint32_t aop = (uint32_t)x->ao + (x->kind == LP_S8S8 ? 128u : 0u);
+    const int need_rsum = swap && !bf16 && aop != 0;
+    const size_t bbytes = (size_t)(kq + (rem != 0)) * (size_t)vbytes;
+    const size_t sbytes = (size_t)(v.rows / v.mr + 1) * 32;  /* 8 sums a block */
+    const size_t bytes = (1 + need_rsum) * (bbytes + sbytes) + 4 * 64;
+    uint8_t *mem = s == FJ_OK ? lp_scratch(bytes) : NULL;
     if (s == FJ_OK && !mem)
-        s = fj_fail(FJ_ERR_NO_MEMORY, "gemm: out of memory (%zu bytes of vector and sums)", bbytes);
+        s = fj_fail(FJ_ERR_NO_MEMORY, "gemm: out of memory (%zu bytes of vector and sums)", bytes);
     if (s == FJ_OK) {
-        uint8_t *cur = mem, *bv = aligned_part(&cur, bbytes);
+        uint8_t *cur = mem, *buf = aligned_part(&cur, bbytes);
         v.sums = aligned_part(&cur, sbytes);
-        /* b read in place where it is contiguous and whole vectors long,
-         * else gathered (ldb apart unless transposed) and zero-padded. */
-        int64_t step = x->tb ? 1 : x->ldb;
-        if (step == 1 && rem == 0) {
-            bv = (uint8_t *)(uintptr_t)x->b;
-        } else {
-            if (step == 1) {
-                memcpy(bv, x->b, (size_t)kb);
-            } else {
-                for (int64_t kk = 0; kk < x->k; kk++)
-                    memcpy(bv + kk * es, (const uint8_t *)x->b + kk * step * es, (size_t)es);
-            }
-            memset(bv + kb, 0, bbytes - (size_t)kb);
+        const void *vec = swap ? x->a : x->b;
+        int64_t step = swap ? (x->ta ? x->lda : 1) : (x->tb ? 1 : x->ldb);
+        const uint8_t *bv = gemv_vector(vec, step, x->k, es, swap && x->kind == LP_S8S8, buf, bbytes);
+        if (need_rsum) {
+            uint8_t *ones = aligned_part(&cur, bbytes);
+            memset(ones, 1, (size_t)kb);
+            memset(ones + kb, 0, bbytes - (size_t)kb);
+            v.ones = ones;
+            v.rsum = aligned_part(&cur, sbytes);
+            v.ao = aop;
         }
-        /* b's sum: only A's offset (or s8 A's +128) multiplies it */
-        uint32_t sumb = 0;
-        if (!bf16 && (x->ao != 0 || x->kind == LP_S8S8))
+        /* the constant terms (s8 side's sum for n = 1, a's for m = 1) */
+        if (!bf16 && !swap && aop != 0) {
+            uint32_t sumb = 0;
             for (int64_t kk = 0; kk < x->k; kk++) sumb += (uint32_t)(int32_t)(int8_t)bv[kk];
-        v.sumb = sumb;
+            v.aterm = aop * sumb;
+        } else if (!bf16 && swap && x->bo != 0) {
+            uint32_t suma = 0;
+            for (int64_t kk = 0; kk < x->k; kk++) suma += bv[kk];
+            v.aterm = (uint32_t)x->bo * suma - (uint32_t)x->k * aop * (uint32_t)x->bo;
+        }
         v.g.b = bv;
         v.g.kq = kq;
-        v.g.lda = x->lda * es;
-        v.g.a_tile = v.mr * v.g.lda;
+        v.g.lda = v.ld;
+        v.g.a_tile = v.mr * v.ld;
         int tl = (int)(rem / 4);
         v.g.kmask[0] = (1u << tl) - 1u;
         for (int l = 0; l < 8; l++) v.g.ymask[0][l] = l < tl ? -1 : 0;
-        /* Threads from GEMM_VEC_MT_BYTES of A: the streaming kernel does
-         * one multiply-add a byte, a quarter of a tile's rate per op. */
-        int threads = (double)x->m * (double)kb < (double)GEMM_VEC_MT_BYTES ? 1 : rt_threads(rt);
+        /* Threads from GEMM_VEC_MT_BYTES of the matrix: the streaming kernel
+         * does one multiply-add a byte, a quarter of a tile's rate per op. */
+        const double mbytes = (double)v.rows * (double)kb * (1 + need_rsum);
+        int threads = mbytes < (double)GEMM_VEC_MT_BYTES ? 1 : rt_threads(rt);
         v.jobs = v.nblk < threads ? 1 : threads;
-        unsigned fl = rt_par_wake_from((double)x->m * (double)kb, GEMM_VEC_MT_BYTES);
+        unsigned fl = rt_par_wake_from(mbytes, GEMM_VEC_MT_BYTES);
         if (v.jobs > 1) rt_parallel(rt, v.jobs, threads, gemv_job, &v, fl);
         else gemv_job(&v, 0);
     }
