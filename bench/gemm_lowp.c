@@ -8,7 +8,8 @@
  * rate. FJ_BENCH_LOWP_SHAPES="256,64x64x1024" limits the shapes,
  * FJ_BENCH_GEMM_THREADS=1 or 2 the thread counts and FJ_BENCH_LOWP_TYPES
  * ("int8" or "bf16") the types. The int8 results are also compared with
- * oneDNN's element by element. */
+ * oneDNN's element by element. Shapes named MxNxK-bt have B transposed
+ * (B stored n x k: x @ W^T with W out x in, the batch-1 inference layer). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,11 +24,12 @@
 
 typedef struct lshape {
     int m, n, k;
+    int tb;  /* B transposed */
 } lshape;
 
 static const lshape lshapes[] = {
-    {64, 64, 64}, {256, 256, 256}, {1024, 1024, 1024}, {64, 64, 1024}, {1024, 1024, 64},
-    {1024, 1, 1024}, {1, 1024, 1024},
+    {64, 64, 64, 0}, {256, 256, 256, 0}, {1024, 1024, 1024, 0}, {64, 64, 1024, 0},
+    {1024, 1024, 64, 0}, {1024, 1, 1024, 0}, {1, 1024, 1024, 0}, {1, 1024, 1024, 1},
 };
 
 typedef struct lbufs {
@@ -47,11 +49,13 @@ typedef struct lbufs {
 
 static int run_fj(fj_runtime *rt, lbufs *g) {
     lshape s = g->s;
+    const char tb = s.tb ? 'T' : 'N';
+    const int64_t ldb = s.tb ? s.k : s.n;
     if (g->bf16)
-        return fj_gemm_bf16bf16f32(rt, 'N', 'N', s.m, s.n, s.k, 1.0f, (const uint16_t *)g->a, s.k,
-                                   (const uint16_t *)g->b, s.n, 0.0f, g->c, s.n) == FJ_OK;
-    return fj_gemm_u8s8s32(rt, 'N', 'N', 'F', s.m, s.n, s.k, 1.0f, g->a, s.k, 0,
-                           (const int8_t *)g->b, s.n, 0, 0.0f, g->c, s.n, &g->co) == FJ_OK;
+        return fj_gemm_bf16bf16f32(rt, 'N', tb, s.m, s.n, s.k, 1.0f, (const uint16_t *)g->a, s.k,
+                                   (const uint16_t *)g->b, ldb, 0.0f, g->c, s.n) == FJ_OK;
+    return fj_gemm_u8s8s32(rt, 'N', tb, 'F', s.m, s.n, s.k, 1.0f, g->a, s.k, 0,
+                           (const int8_t *)g->b, ldb, 0, 0.0f, g->c, s.n, &g->co) == FJ_OK;
 }
 
 #ifdef FJ_BENCH_DNNL
@@ -63,7 +67,7 @@ static int dnn_bf16_setup(lbufs *g) {
     if (dnnl_engine_create(&g->eng, dnnl_cpu, 0) != dnnl_success) return 0;
     if (dnnl_stream_create(&g->st, g->eng, dnnl_stream_default_flags) != dnnl_success) return 0;
     if (dnnl_memory_desc_init_by_tag(&a, 2, da, dnnl_bf16, dnnl_ab) != dnnl_success ||
-        dnnl_memory_desc_init_by_tag(&b, 2, db, dnnl_bf16, dnnl_ab) != dnnl_success ||
+        dnnl_memory_desc_init_by_tag(&b, 2, db, dnnl_bf16, s.tb ? dnnl_ba : dnnl_ab) != dnnl_success ||
         dnnl_memory_desc_init_by_tag(&c, 2, dc, dnnl_f32, dnnl_ab) != dnnl_success)
         return 0;
     dnnl_matmul_desc_t md;
@@ -81,9 +85,9 @@ static int dnn_bf16_setup(lbufs *g) {
 static int run_dnnl(lbufs *g) {
     lshape s = g->s;
     if (!g->bf16)
-        return dnnl_gemm_u8s8s32('N', 'N', 'F', s.m, s.n, s.k, 1.0f, g->a, s.k, 0,
-                                 (const int8_t *)g->b, s.n, 0, 0.0f, g->c, s.n, &g->co) ==
-               dnnl_success;
+        return dnnl_gemm_u8s8s32('N', s.tb ? 'T' : 'N', 'F', s.m, s.n, s.k, 1.0f, g->a, s.k, 0,
+                                 (const int8_t *)g->b, s.tb ? s.k : s.n, 0, 0.0f, g->c, s.n,
+                                 &g->co) == dnnl_success;
     dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, g->ma}, {DNNL_ARG_WEIGHTS, g->mb},
                                {DNNL_ARG_DST, g->mc}};
     if (dnnl_primitive_execute(g->mm, g->st, 3, args) != dnnl_success) return 0;
@@ -183,7 +187,7 @@ static void one(const bench_ctx *c, fj_runtime *rt, int threads, lshape s, int b
     }
     static const char *vn[2] = {"framejit", "onednn"};
     char name[64], var[48];
-    snprintf(name, sizeof name, "%s %dx%dx%d %dt", ty, s.m, s.n, s.k, threads);
+    snprintf(name, sizeof name, "%s %dx%dx%d%s %dt", ty, s.m, s.n, s.k, s.tb ? "-bt" : "", threads);
     for (int v = 0; v < nv; v++) {
         bench_row("lowp", name, vn[v], gops[v], "GOPS", nv > 1 ? gops[v] / gops[1] : 0);
         snprintf(var, sizeof var, "%s %%peak", vn[v]);
@@ -258,7 +262,7 @@ void bench_lowp(const bench_ctx *c) {
                 one(c, rt, t, lshapes[i], bf16);
             }
         }
-        const lshape big = {1024, 1024, 1024};
+        const lshape big = {1024, 1024, 1024, 0};
         if (t == 2 && (!ty || strstr(ty, "int8")) &&
             (!only || bench_shape_listed(only, big.m, big.n, big.k))) {
             printf("# lowp: a call after a pause, as in the gemm section\n");
