@@ -40,6 +40,43 @@ static uint8_t *vxm_scratch(size_t bytes, fj_status *s) {
     return mem;
 }
 
+/* The vector (k elements of es bytes, step elements apart) in place where
+ * contiguous and whole vectors long with no flip, else copied into buf
+ * (flip: each byte + 128, s8 to u8) and zero-padded to bbytes. */
+static const uint8_t *gemv_vector(const void *src, int64_t step, int64_t k, int es, int flip,
+                                  uint8_t *buf, size_t bbytes) {
+    const size_t kb = (size_t)k * (size_t)es;
+    if (step == 1 && !flip && kb == bbytes) return src;
+    if (step == 1) {
+        memcpy(buf, src, kb);
+    } else {
+        for (int64_t kk = 0; kk < k; kk++)
+            memcpy(buf + kk * es, (const uint8_t *)src + kk * step * es, (size_t)es);
+    }
+    if (flip)
+        for (size_t i = 0; i < kb; i++) buf[i] ^= 0x80;
+    memset(buf + kb, 0, bbytes - kb);
+    return buf;
+}
+
+/* k bytes of 1 (the u8 side of a dot product that sums the other side),
+ * zero-padded to bytes. */
+static const uint8_t *ones_vector(uint8_t *buf, int64_t k, size_t bytes) {
+    memset(buf, 1, (size_t)k);
+    memset(buf + k, 0, bytes - (size_t)k);
+    return buf;
+}
+
+/* int8: what B's offset bo adds to every sum, mod 2^32, given A's k bytes
+ * a (u8, s8 A + 128) and A's offset ao (+ 128): -bo * sum(a) + k * ao * bo,
+ * subtracted as bo * sum(a) - k * ao * bo. */
+static uint32_t bo_term(const uint8_t *a, int64_t k, uint32_t ao, int32_t bo) {
+    if (!bo) return 0;
+    uint32_t suma = 0;
+    for (int64_t kk = 0; kk < k; kk++) suma += a[kk];
+    return (uint32_t)bo * suma - (uint32_t)k * ao * (uint32_t)bo;
+}
+
 /* The last columns of k rows (tail bytes each, rows ld bytes apart) into
  * a panel w bytes a row, zero-padded. */
 static void vxm_tail_panel(uint8_t *pan, const uint8_t *src, int64_t ld, int64_t k, size_t tail,
@@ -275,28 +312,17 @@ fj_status lp_vxm_call(fj_runtime *rt, const lp_call *x) {
     const uint32_t ao = (uint32_t)x->ao + (s8 ? 128u : 0u);
     v.pw = ny;
     const size_t ybytes = (size_t)ny * 4, pbytes = tail ? (size_t)(v.k4 * w) : 0;
-    const size_t kb = (size_t)x->k + 4, qbytes = rem ? (size_t)(4 * v.pw) : 0;
+    const size_t kb = (size_t)(x->k + 3) & ~(size_t)3, qbytes = rem ? (size_t)(4 * v.pw) : 0;
     const size_t bytes = 3 * ybytes + (copy ? kb : 0) + (ao ? kb : 0) + pbytes + qbytes + 7 * 64;
     uint8_t *cur = s == FJ_OK ? vxm_scratch(bytes, &s) : NULL;
     if (s == FJ_OK) {
         v.y = aligned_part(&cur, ybytes);
         v.cs = aligned_part(&cur, ybytes);
         v.s = aligned_part(&cur, ybytes);
-        const uint8_t *a8 = x->a;
-        const int64_t as = x->ta ? x->lda : 1;
-        if (copy) {
-            uint8_t *xc = aligned_part(&cur, kb);
-            for (int64_t kk = 0; kk < x->k; kk++) xc[kk] = (uint8_t)(a8[kk * as] ^ (s8 ? 0x80 : 0));
-            memset(xc + x->k, 0, 4);
-            a8 = xc;
-        }
+        const uint8_t *a8 = gemv_vector(x->a, x->ta ? x->lda : 1, x->k, 1, s8,
+                                        copy ? aligned_part(&cur, kb) : NULL, kb);
         v.x8 = a8;
-        if (ao) {
-            uint8_t *ones = aligned_part(&cur, kb);
-            memset(ones, 1, (size_t)x->k);
-            memset(ones + x->k, 0, 4);
-            v.ones = ones;
-        }
+        if (ao) v.ones = ones_vector(aligned_part(&cur, kb), x->k, kb);
         if (rem) {
             int8_t *q = aligned_part(&cur, qbytes);
             memset(q, 0, qbytes);
@@ -304,10 +330,8 @@ fj_status lp_vxm_call(fj_runtime *rt, const lp_call *x) {
                 memcpy(q + r * v.pw, (const int8_t *)x->b + (v.k4 + r) * x->ldb, (size_t)x->n);
             v.lastq = q;
         }
-        uint32_t suma = 0;
-        for (int64_t kk = 0; kk < x->k; kk++) suma += a8[kk];
         v.ao = ao;
-        v.aterm = (uint32_t)x->bo * suma - (uint32_t)x->k * ao * (uint32_t)x->bo;
+        v.aterm = bo_term(a8, x->k, ao, x->bo);
         if (tail) {
             uint8_t *pan = aligned_part(&cur, pbytes);
             vxm_tail_panel(pan, (const uint8_t *)x->b + v.nblk * w, x->ldb, v.k4, (size_t)tail,
@@ -383,10 +407,9 @@ static void gemv_job(void *ctx, int64_t j) {
         g.ntiles = part ? 1 : b1 - b0;
         for (int pass = 0; pass < 1 + (v->rsum != NULL); pass++) {
             g.c = (pass ? v->rsum : v->sums) + i0;
-            if (pass) g.b = v->ones;
+            g.b = pass ? v->ones : v->g.b;
             (part ? v->fn_tail : v->fn)(&g);
         }
-        g.b = v->g.b;
     }
     int64_t i1 = j + 1 < v->jobs ? b1 * v->mr : v->rows;
     int64_t r0 = b0 * v->mr, n = i1 - r0;
@@ -401,25 +424,6 @@ static void gemv_job(void *ctx, int64_t j) {
         for (int64_t i = 0; i < n; i++) sum[i] -= v->aterm;
     lp_finish_line(x, (const int32_t *)sum, (int32_t *)x->c + r0 * v->cstep, v->cstep, n,
                    x->co + (v->co_each ? r0 : 0), v->co_each);
-}
-
-/* The vector (k elements of es bytes, step elements apart) in place where
- * contiguous and whole vectors long with no flip, else copied into buf
- * (flip: each byte + 128, s8 to u8) and zero-padded to bbytes. */
-static const uint8_t *gemv_vector(const void *src, int64_t step, int64_t k, int es, int flip,
-                                  uint8_t *buf, size_t bbytes) {
-    const size_t kb = (size_t)k * (size_t)es;
-    if (step == 1 && !flip && kb == bbytes) return src;
-    if (step == 1) {
-        memcpy(buf, src, kb);
-    } else {
-        for (int64_t kk = 0; kk < k; kk++)
-            memcpy(buf + kk * es, (const uint8_t *)src + kk * step * es, (size_t)es);
-    }
-    if (flip)
-        for (size_t i = 0; i < kb; i++) buf[i] ^= 0x80;
-    memset(buf + kb, 0, bbytes - kb);
-    return buf;
 }
 
 fj_status lp_gemv_call(fj_runtime *rt, const lp_call *x) {
@@ -483,10 +487,7 @@ fj_status lp_gemv_call(fj_runtime *rt, const lp_call *x) {
         int64_t step = swap ? (x->ta ? x->lda : 1) : (x->tb ? 1 : x->ldb);
         const uint8_t *bv = gemv_vector(vec, step, x->k, es, swap && x->kind == LP_S8S8, buf, bbytes);
         if (need_rsum) {
-            uint8_t *ones = aligned_part(&cur, bbytes);
-            memset(ones, 1, (size_t)kb);
-            memset(ones + kb, 0, bbytes - (size_t)kb);
-            v.ones = ones;
+            v.ones = ones_vector(aligned_part(&cur, bbytes), kb, bbytes);
             v.rsum = aligned_part(&cur, sbytes);
             v.ao = aop;
         }
@@ -495,10 +496,8 @@ fj_status lp_gemv_call(fj_runtime *rt, const lp_call *x) {
             uint32_t sumb = 0;
             for (int64_t kk = 0; kk < x->k; kk++) sumb += (uint32_t)(int32_t)(int8_t)bv[kk];
             v.aterm = aop * sumb;
-        } else if (!bf16 && swap && x->bo != 0) {
-            uint32_t suma = 0;
-            for (int64_t kk = 0; kk < x->k; kk++) suma += bv[kk];
-            v.aterm = (uint32_t)x->bo * suma - (uint32_t)x->k * aop * (uint32_t)x->bo;
+        } else if (!bf16 && swap) {
+            v.aterm = bo_term(bv, x->k, aop, x->bo);
         }
         v.g.b = bv;
         v.g.kq = kq;
