@@ -45,13 +45,13 @@ enum { BENCH_WARM_CALLS = 5 };
 void bench_warm_ns(void (*call)(fj_runtime *rt, void *ctx), fj_runtime *rt, void *ctx,
                    double *wall_ns, double *cpu_ns);
 
-/* A call's wall time right after the calling thread slept pause_ms (the
- * workers of both libraries idle meanwhile: framejit's nap, libgomp's
- * threads spin ~17 ms, then sleep), for each of nv variants, alternated,
- * median over reps pauses; rows "<name> after <pause> ms" in us, each
- * variant's ratio against variant 1 (oneDNN's time over its own: above 1
- * faster). run(v, ctx) makes variant v's call. */
-void bench_after_pause(const char *section, const char *name, int pause_ms, int reps, int nv,
+/* A call's wall time right after the calling thread slept 3 ms, then 30
+ * ms (the workers of both libraries idle meanwhile: framejit's nap,
+ * libgomp's threads spin ~17 ms, then sleep), for each of nv variants,
+ * alternated, median over 21 pauses (5 with quick); rows "<name> after
+ * <pause> ms" in us, each variant's ratio against variant 1 (oneDNN's time
+ * over its own: above 1 faster). run(v, ctx) makes variant v's call. */
+void bench_after_pause(const char *section, const char *name, int quick, int nv,
                        const char *const *vnames, int (*run)(int v, void *ctx), void *ctx);
 
 /* 1 if list (comma-separated "MxNxK", or "N" for NxNxN) names the shape

@@ -113,8 +113,8 @@ static char isa_suffix[16];
 
 const char *bench_isa(void) { return isa_name; }
 
-void bench_after_pause(const char *section, const char *name, int pause_ms, int reps, int nv,
-                       const char *const *vnames, int (*run)(int v, void *ctx), void *ctx) {
+static void after_one_pause(const char *section, const char *name, int pause_ms, int reps, int nv,
+                            const char *const *vnames, int (*run)(int v, void *ctx), void *ctx) {
     enum { MAXR = 64, MAXV = 4 };
     double t[MAXV][MAXR];
     if (reps > MAXR) reps = MAXR;
@@ -135,6 +135,12 @@ void bench_after_pause(const char *section, const char *name, int pause_ms, int 
     snprintf(label, sizeof label, "%s after %d ms", name, pause_ms);
     for (int v = 0; v < nv; v++)
         bench_row(section, label, vnames[v], med[v], "us", nv > 1 ? med[1] / med[v] : 0);
+}
+
+void bench_after_pause(const char *section, const char *name, int quick, int nv,
+                       const char *const *vnames, int (*run)(int v, void *ctx), void *ctx) {
+    for (int ms = 3; ms <= 30; ms *= 10)
+        after_one_pause(section, name, ms, quick ? 5 : 21, nv, vnames, run, ctx);
 }
 
 void bench_row(const char *section, const char *name, const char *variant, double value,
