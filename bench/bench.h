@@ -20,6 +20,20 @@ double bench_now_ns(void);
 double bench_cpu_ns(void);
 /* Median of v[0..n) (sorts v). */
 double bench_median(double *v, int n);
+/* Which of n variants runs i-th in repetition r: the rows of a Williams
+ * design (with odd n each row also reversed, alternately), so that over n
+ * (odd n: 2n) repetitions every variant runs right after every other one
+ * equally often and first after the pause equally often. A block can run
+ * slower after a particular library (after OpenBLAS's sgemm the next
+ * library's 1x1024x1024 ran ~25% slower for a whole block in some
+ * processes); a plain rotation puts the same variant after it nearly
+ * every time. */
+static inline int bench_order(int r, int i, int n) {
+    int row = r % (n % 2 ? 2 * n : n), rev = n % 2 ? row % 2 : 0, shift = n % 2 ? row / 2 : row;
+    int j = rev ? n - 1 - i : i;
+    int w = j == 0 ? 0 : j % 2 ? (j + 1) / 2 : n - j / 2;
+    return (w + shift) % n;
+}
 /* Fresh runtimes per generation row: a row is the difference of two calls
  * (the first and a warm one), and the warm one's own time swings on a
  * shared host (a 256^3 GEMM's ~80 us by tens of us), so a median needs

@@ -122,7 +122,7 @@ static void after_one_pause(const char *section, const char *name, int pause_ms,
     for (int v = 0; v < nv; v++) run(v, ctx); /* kernels made, buffers touched */
     for (int r = 0; r < reps; r++)
         for (int i = 0; i < nv; i++) {
-            int v = (r + i) % nv;
+            int v = bench_order(r, i, nv);
             struct timespec ps = {pause_ms / 1000, (long)(pause_ms % 1000) * 1000000L};
             nanosleep(&ps, NULL);
             double t0 = bench_now_ns();

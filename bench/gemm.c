@@ -199,11 +199,13 @@ static void one_shape(const bench_ctx *c, fj_runtime *rt, int threads, shape s) 
      * cores: libgomp spins 300,000 pause instructions (GOMP_SPINCOUNT)
      * before it sleeps, ~17 ms where a pause takes 140 cycles, so the pause
      * is longer than that. */
+    int present[V_N], np = 0;
+    for (int v = 0; v < V_N; v++)
+        if (variant_present(v)) present[np++] = v;
     for (int r = 0; r < reps; r++)
-        for (int i = 0; i < V_N; i++) {
-            /* Rotated order: no variant always runs first after the pause. */
-            int v = (r + i) % V_N;
-            if (!variant_present(v)) continue;
+        for (int i = 0; i < np; i++) {
+            /* Balanced order over the variants present (bench_order). */
+            int v = present[bench_order(r, i, np)];
             struct timespec pause = {0, threads > 1 ? 30000000 : 0};
             if (threads > 1) nanosleep(&pause, NULL);
             /* The FMA loop right before each block: a shared host can move

@@ -94,7 +94,7 @@ static void one(const bench_ctx *c, fj_runtime *rt, int threads, dshape s) {
     }
     for (int r = 0; r < reps; r++)
         for (int i = 0; i < nv; i++) {
-            int v = (r + i) % nv;
+            int v = bench_order(r, i, nv);
             struct timespec pause = {0, 30000000};
             if (threads > 1) nanosleep(&pause, NULL);
             double t0 = bench_now_ns();

@@ -169,7 +169,7 @@ static void one(const bench_ctx *c, fj_runtime *rt, int threads, lshape s, int b
     double t[2][32], pk[2][32], pkc[2][32];
     for (int r = 0; r < reps; r++)
         for (int i = 0; i < nv; i++) {
-            int v = (r + i) % nv;
+            int v = bench_order(r, i, nv);
             struct timespec pause = {0, threads > 1 ? 30000000 : 0};
             if (threads > 1) nanosleep(&pause, NULL);
             bench_fma_sample(fj_runtime_isa(rt) == FJ_ISA_AVX512, 5.0, &pk[v][r], &pkc[v][r]);
