@@ -179,51 +179,59 @@ static void one_shape(const bench_ctx *c, fj_runtime *rt, int threads, shape s) 
     const int zmm = fj_runtime_isa(rt) == FJ_ISA_AVX512;
     int reps = c->reps > 32 ? 32 : c->reps;
     set_threads(threads);
-    for (int v = 0; v < V_N; v++) {
-        if (!variant_present(v)) continue;
-        /* Warm-up (kernel generation, library thread start), then size a
-         * repetition to ~20 ms. */
-        if (!run_variant(v, rt, &g)) {
-            fprintf(stderr, "bench gemm: %s failed: %s\n", vname[v], fj_last_error());
-            goto out;
-        }
-        double t0 = bench_now_ns();
-        run_variant(v, rt, &g);
-        double one = bench_now_ns() - t0;
-        calls[v] = (long)(2e7 / (one > 1 ? one : 1)) + 1;
-    }
-    /* Interleaved: each repetition runs every variant once, so noise from
-     * the shared machine hits all of them alike. With 2 threads a short
-     * pause before each block lets the previous library's worker threads
-     * stop spinning instead of competing with the next variant for the
-     * cores: libgomp spins 300,000 pause instructions (GOMP_SPINCOUNT)
-     * before it sleeps, ~17 ms where a pause takes 140 cycles, so the pause
-     * is longer than that. */
-    int present[V_N], np = 0;
-    for (int v = 0; v < V_N; v++)
-        if (variant_present(v)) present[np++] = v;
-    for (int r = 0; r < reps; r++)
+    /* Two passes: framejit and oneDNN, then OpenBLAS's variants. A block
+     * right after an OpenBLAS block can run much slower (framejit's AVX2
+     * 1x1024x1024 ~25%, oneDNN's two-thread 256^3 ~50%, for a whole block,
+     * in many processes, even after a 30 ms pause and OpenBLAS's threads
+     * shut down), so OpenBLAS never runs between the two compared here;
+     * its own figures come from the blocks after. */
+    for (int pass = 0; pass < 2; pass++) {
+        int present[V_N], np = 0;
+        for (int v = 0; v < V_N; v++)
+            if (variant_present(v) && (v == V_OBLAS || v == V_OSKX) == pass) present[np++] = v;
         for (int i = 0; i < np; i++) {
-            /* Balanced order over the variants present (bench_order). */
-            int v = present[bench_order(r, i, np)];
-            struct timespec pause = {0, threads > 1 ? 30000000 : 0};
-            if (threads > 1) nanosleep(&pause, NULL);
-            /* The FMA loop right before each block: a shared host can move
-             * the core between speeds every few tens of ms (one ran a
-             * register-only loop at ~157 or ~138 GFLOP/s), so %peak
-             * compares each block with the peak of that moment, not with
-             * the best one. */
-            bench_fma_sample(zmm, 5.0, &pk[v][r], &pk_cpu[v][r]);
-            /* Several threads: what the core does while it runs the loop (a
-             * wall-clock sample of the caller alone says little about the
-             * other thread, preempted or not), times the threads. */
-            if (threads > 1) pk[v][r] = pk_cpu[v][r];
-            double t0 = bench_now_ns(), c0 = bench_cpu_ns();
-            for (long i = 0; i < calls[v]; i++) run_variant(v, rt, &g);
-            t[v][r] = (bench_now_ns() - t0) / (double)calls[v];
-            cpu[v][r] = (bench_cpu_ns() - c0) / (double)calls[v];
-            if (threads > 1 && (v == V_OBLAS || v == V_OSKX)) openblas_quiet();
+            int v = present[i];
+            /* Warm-up (kernel generation, library thread start), then size
+             * a repetition to ~20 ms. */
+            if (!run_variant(v, rt, &g)) {
+                fprintf(stderr, "bench gemm: %s failed: %s\n", vname[v], fj_last_error());
+                goto out;
+            }
+            double t0 = bench_now_ns();
+            run_variant(v, rt, &g);
+            double one = bench_now_ns() - t0;
+            calls[v] = (long)(2e7 / (one > 1 ? one : 1)) + 1;
         }
+        /* Interleaved: each repetition runs every variant of the pass once,
+         * in a balanced order (bench_order), so noise from the shared
+         * machine hits all of them alike. With 2 threads a short pause
+         * before each block lets the previous library's worker threads stop
+         * spinning instead of competing with the next variant for the
+         * cores: libgomp spins 300,000 pause instructions (GOMP_SPINCOUNT)
+         * before it sleeps, ~17 ms where a pause takes 140 cycles, so the
+         * pause is longer than that. */
+        for (int r = 0; r < reps; r++)
+            for (int i = 0; i < np; i++) {
+                int v = present[bench_order(r, i, np)];
+                struct timespec pause = {0, threads > 1 ? 30000000 : 0};
+                if (threads > 1) nanosleep(&pause, NULL);
+                /* The FMA loop right before each block: a shared host can
+                 * move the core between speeds every few tens of ms (one ran
+                 * a register-only loop at ~157 or ~138 GFLOP/s), so %peak
+                 * compares each block with the peak of that moment, not
+                 * with the best one. */
+                bench_fma_sample(zmm, 5.0, &pk[v][r], &pk_cpu[v][r]);
+                /* Several threads: what the core does while it runs the loop
+                 * (a wall-clock sample of the caller alone says little about
+                 * the other thread, preempted or not), times the threads. */
+                if (threads > 1) pk[v][r] = pk_cpu[v][r];
+                double t0 = bench_now_ns(), c0 = bench_cpu_ns();
+                for (long i = 0; i < calls[v]; i++) run_variant(v, rt, &g);
+                t[v][r] = (bench_now_ns() - t0) / (double)calls[v];
+                cpu[v][r] = (bench_cpu_ns() - c0) / (double)calls[v];
+                if (threads > 1 && pass) openblas_quiet();
+            }
+    }
     double gf[V_N] = {0}, gc[V_N] = {0}, pf[V_N] = {0}, pc[V_N] = {0}, q[32];
     for (int v = 0; v < V_N; v++)
         if (variant_present(v)) {
