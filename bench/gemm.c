@@ -226,7 +226,7 @@ static void one_shape(const bench_ctx *c, fj_runtime *rt, int threads, shape s) 
                  * the other thread, preempted or not), times the threads. */
                 if (threads > 1) pk[v][r] = pk_cpu[v][r];
                 double t0 = bench_now_ns(), c0 = bench_cpu_ns();
-                for (long i = 0; i < calls[v]; i++) run_variant(v, rt, &g);
+                for (long j = 0; j < calls[v]; j++) run_variant(v, rt, &g);
                 t[v][r] = (bench_now_ns() - t0) / (double)calls[v];
                 cpu[v][r] = (bench_cpu_ns() - c0) / (double)calls[v];
                 if (threads > 1 && pass) openblas_quiet();
