@@ -18,27 +18,28 @@
 #include "runtime/prims/gemm_lowp_int.h"
 #include "runtime/rt.h"
 
-/* ---- int8 and bf16: one row of C, B along it ---------------------------- */
-
 /* Jobs over a matrix of bytes bytes in nblk blocks: threads from
  * GEMM_VEC_MT_BYTES, one job where the blocks are fewer than the threads. */
-static int64_t vxm_jobs(fj_runtime *rt, double bytes, int64_t nblk) {
+static int64_t vec_jobs(fj_runtime *rt, double bytes, int64_t nblk) {
     int threads = bytes < (double)GEMM_VEC_MT_BYTES ? 1 : rt_threads(rt);
     return nblk < threads ? 1 : threads;
 }
 
-static void vxm_run(fj_runtime *rt, double bytes, int64_t jobs, void (*job)(void *, int64_t),
+/* Runs job over jobs (the caller alone for one). */
+static void vec_par(fj_runtime *rt, double bytes, int64_t jobs, void (*job)(void *, int64_t),
                     void *ctx) {
     if (jobs > 1) rt_parallel(rt, jobs, (int)jobs, job, ctx, rt_par_wake_from(bytes, GEMM_VEC_MT_BYTES));
     else job(ctx, 0);
 }
 
 /* The calling thread's scratch of bytes bytes, or NULL with *s the error. */
-static uint8_t *vxm_scratch(size_t bytes, fj_status *s) {
+static uint8_t *vec_scratch(size_t bytes, fj_status *s) {
     uint8_t *mem = lp_scratch(bytes);
     if (!mem) *s = fj_fail(FJ_ERR_NO_MEMORY, "gemm: out of memory (%zu bytes of scratch)", bytes);
     return mem;
 }
+
+/* ---- int8 and bf16: one row of C, B along it ---------------------------- */
 
 /* The vector (k elements of es bytes, step elements apart) in place where
  * contiguous and whole vectors long with no flip, else copied into buf
@@ -181,7 +182,7 @@ static fj_status lp_vxm16_call(fj_runtime *rt, const lp_call *x) {
     /* Scratch: y (whole chunks), A as f32, the tail panel. */
     const size_t ybytes = (size_t)((x->n + w - 1) / w * w) * 4, xbytes = (size_t)x->k * 4;
     const size_t pbytes = tail ? (size_t)x->k * 2 * (size_t)w : 0;
-    uint8_t *cur = s == FJ_OK ? vxm_scratch(ybytes + xbytes + pbytes + 3 * 64, &s) : NULL;
+    uint8_t *cur = s == FJ_OK ? vec_scratch(ybytes + xbytes + pbytes + 3 * 64, &s) : NULL;
     if (s == FJ_OK) {
         v.y = aligned_part(&cur, ybytes);
         float *xf = aligned_part(&cur, xbytes);
@@ -201,8 +202,8 @@ static fj_status lp_vxm16_call(fj_runtime *rt, const lp_call *x) {
         v.a.ldm = x->ldb * 2;
         v.a.grp_m = 8 * v.a.ldm;
         double mbytes = (double)x->n * (double)x->k * 2.0;
-        v.jobs = vxm_jobs(rt, mbytes, v.nblk);
-        vxm_run(rt, mbytes, v.jobs, vxm16_job, &v);
+        v.jobs = vec_jobs(rt, mbytes, v.nblk);
+        vec_par(rt, mbytes, v.jobs, vxm16_job, &v);
     }
     for (int i = 0; i < 4; i++)
         if (kern[i]) rt_kernel_unref(kern[i]);
@@ -314,7 +315,7 @@ fj_status lp_vxm_call(fj_runtime *rt, const lp_call *x) {
     const size_t ybytes = (size_t)ny * 4, pbytes = tail ? (size_t)(v.k4 * w) : 0;
     const size_t kb = (size_t)(x->k + 3) & ~(size_t)3, qbytes = rem ? (size_t)(4 * v.pw) : 0;
     const size_t bytes = 3 * ybytes + (copy ? kb : 0) + (ao ? kb : 0) + pbytes + qbytes + 7 * 64;
-    uint8_t *cur = s == FJ_OK ? vxm_scratch(bytes, &s) : NULL;
+    uint8_t *cur = s == FJ_OK ? vec_scratch(bytes, &s) : NULL;
     if (s == FJ_OK) {
         v.y = aligned_part(&cur, ybytes);
         v.cs = aligned_part(&cur, ybytes);
@@ -341,8 +342,8 @@ fj_status lp_vxm_call(fj_runtime *rt, const lp_call *x) {
         v.a.ldm = x->ldb;
         v.a.grp_m = 8 * x->ldb;
         double mbytes = (double)x->n * (double)x->k;
-        v.jobs = vxm_jobs(rt, mbytes, v.nblk);
-        vxm_run(rt, mbytes, v.jobs, vxm8_job, &v);
+        v.jobs = vec_jobs(rt, mbytes, v.nblk);
+        vec_par(rt, mbytes, v.jobs, vxm8_job, &v);
     }
     for (int g = 0; g < 2; g++)
         if (kern[g]) rt_kernel_unref(kern[g]);
@@ -477,9 +478,7 @@ fj_status lp_gemv_call(fj_runtime *rt, const lp_call *x) {
     const size_t bbytes = (size_t)(kq + (rem != 0)) * (size_t)vbytes;
     const size_t sbytes = (size_t)(v.rows / v.mr + 1) * 32;  /* 8 sums a block */
     const size_t bytes = (1 + need_rsum) * (bbytes + sbytes) + 4 * 64;
-    uint8_t *mem = s == FJ_OK ? lp_scratch(bytes) : NULL;
-    if (s == FJ_OK && !mem)
-        s = fj_fail(FJ_ERR_NO_MEMORY, "gemm: out of memory (%zu bytes of vector and sums)", bytes);
+    uint8_t *mem = s == FJ_OK ? vec_scratch(bytes, &s) : NULL;
     if (s == FJ_OK) {
         uint8_t *cur = mem, *buf = aligned_part(&cur, bbytes);
         v.sums = aligned_part(&cur, sbytes);
@@ -509,11 +508,8 @@ fj_status lp_gemv_call(fj_runtime *rt, const lp_call *x) {
         /* Threads from GEMM_VEC_MT_BYTES of the matrix: the streaming kernel
          * does one multiply-add a byte, a quarter of a tile's rate per op. */
         const double mbytes = (double)v.rows * (double)kb * (1 + need_rsum);
-        int threads = mbytes < (double)GEMM_VEC_MT_BYTES ? 1 : rt_threads(rt);
-        v.jobs = v.nblk < threads ? 1 : threads;
-        unsigned fl = rt_par_wake_from(mbytes, GEMM_VEC_MT_BYTES);
-        if (v.jobs > 1) rt_parallel(rt, v.jobs, threads, gemv_job, &v, fl);
-        else gemv_job(&v, 0);
+        v.jobs = vec_jobs(rt, mbytes, v.nblk);
+        vec_par(rt, mbytes, v.jobs, gemv_job, &v);
     }
     for (int i = 0; i < 2; i++)
         if (ref[i]) rt_kernel_unref(ref[i]);
