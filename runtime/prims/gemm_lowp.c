@@ -34,7 +34,6 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
-#include <stdlib.h>
 
 #include "kernels/gen/gemm_lowp_gen.h"
 #include "kernels/x64/x64.h"
