@@ -23,11 +23,9 @@ double bench_median(double *v, int n);
 /* Which of n variants runs i-th in repetition r: the rows of a Williams
  * design (with odd n each row also reversed, alternately), so that over n
  * (odd n: 2n) repetitions every variant runs right after every other one
- * equally often and first after the pause equally often. A block can run
- * slower after a particular library (after OpenBLAS's sgemm the next
- * library's 1x1024x1024 ran ~25% slower for a whole block in some
- * processes); a plain rotation puts the same variant after it nearly
- * every time. */
+ * equally often and first after the pause equally often: a block can run
+ * slower right after a particular library's (docs/performance.md), and a
+ * plain rotation puts the same variant there nearly every time. */
 static inline int bench_order(int r, int i, int n) {
     int row = r % (n % 2 ? 2 * n : n), rev = n % 2 ? row % 2 : 0, shift = n % 2 ? row / 2 : row;
     int j = rev ? n - 1 - i : i;

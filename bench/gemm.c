@@ -180,11 +180,10 @@ static void one_shape(const bench_ctx *c, fj_runtime *rt, int threads, shape s) 
     int reps = c->reps > 32 ? 32 : c->reps;
     set_threads(threads);
     /* Two passes: framejit and oneDNN, then OpenBLAS's variants. A block
-     * right after an OpenBLAS block can run much slower (framejit's AVX2
-     * 1x1024x1024 ~25%, oneDNN's two-thread 256^3 ~50%, for a whole block,
-     * in many processes, even after a 30 ms pause and OpenBLAS's threads
-     * shut down), so OpenBLAS never runs between the two compared here;
-     * its own figures come from the blocks after. */
+     * right after an OpenBLAS block can run much slower whichever library
+     * it is, even after the pause and OpenBLAS's threads shut down
+     * (docs/performance.md), so OpenBLAS never runs between the two
+     * compared here; its own figures come from the blocks after. */
     for (int pass = 0; pass < 2; pass++) {
         int present[V_N], np = 0;
         for (int v = 0; v < V_N; v++)
