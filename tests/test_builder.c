@@ -210,6 +210,67 @@ START_TEST(labels_slots_consts) {
 END_TEST
 
 
+/* kb_align_next: the loop's head lands congruent to the asked remainder
+ * whatever the prologue (callee-saved registers used) and the code before
+ * it, and the kernel computes and unwinds as without; a bad modulus is
+ * the builder's error. The head is found by its marker instruction. */
+START_TEST(aligned_loop_head) {
+    static const uint8_t mark[8] = {0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11};
+    static const unsigned want[3][2] = {{32, 16}, {64, 8}, {16, 0}};
+    for (int t = 0; t < nisa; t++) {
+        rt = make_rt(isas[t]);
+        for (int w = 0; w < 3; w++)
+            for (int extra = 0; extra < 9; extra += 4)
+                for (int lead = 0; lead < 20; lead += 3) {
+                    fj_builder *b;
+                    ck_assert(fj_builder_create(rt, "t_align", 1, &b) == FJ_OK);
+                    fj_reg n = fj_arg(b, 0), acc = fj_gpr(b), mk = fj_gpr(b), x[8];
+                    fj_emit(b, FJ_XOR, fj_r32(acc), fj_r32(acc));
+                    for (int i = 0; i < extra; i++) {
+                        x[i] = fj_gpr(b);
+                        fj_emit(b, FJ_MOV, fj_r64(x[i]), fj_imm(i));
+                        fj_emit(b, FJ_ADD, fj_r64(acc), fj_r64(x[i]));
+                    }
+                    for (int i = 0; i < lead; i++) fj_emit(b, FJ_ADD, fj_r64(acc), fj_imm(1));
+                    kb_align_next(b, want[w][0], want[w][1]);
+                    fj_label top = fj_label_new(b);
+                    fj_label_bind(b, top);
+                    fj_emit(b, FJ_MOV, fj_r64(mk), fj_imm((int64_t)0x1122334455667788));
+                    fj_emit(b, FJ_ADD, fj_r64(acc), fj_r64(n));
+                    fj_emit(b, FJ_DEC, fj_r64(n));
+                    fj_emit(b, FJ_JNE, fj_lbl(top));
+                    fj_return(b, fj_r64(acc));
+                    fj_kernel *k = finish(b);
+                    const uint8_t *code = fj_kernel_entry(k), *at = NULL;
+                    for (size_t i = 0; i + 10 <= 512 && !at; i++)
+                        if (!memcmp(code + i + 2, mark, 8)) at = code + i;
+                    ck_assert_msg(at != NULL, "marker not found");
+                    ck_assert_msg((uintptr_t)at % want[w][0] == want[w][1],
+                                  "loop head at %lu mod %u, want %u (extra %d, lead %d)",
+                                  (unsigned long)((uintptr_t)at % want[w][0]), want[w][0],
+                                  want[w][1], extra, lead);
+                    int64_t in[6] = {10};
+                    int ok;
+                    int64_t sum = extra * (extra - 1) / 2 + lead + 55;
+                    ck_assert_int_eq(call_checked(fj_kernel_entry(k), in, &ok), sum);
+                    ck_assert(ok);
+                    in[0] = 3;
+                    check_traced(k, in);
+                    fj_kernel_release(k);
+                }
+        fj_builder *b;
+        ck_assert(fj_builder_create(rt, "t_align_bad", 1, &b) == FJ_OK);
+        kb_align_next(b, 48, 16);
+        fj_return(b, fj_imm(0));
+        fj_kernel *k = NULL;
+        ck_assert(fj_builder_finish(b, &k) != FJ_OK);
+        ck_assert_msg(strstr(fj_last_error(), "align") != NULL, "%s", fj_last_error());
+        ck_assert(k == NULL);
+        fj_runtime_destroy(rt);
+    }
+}
+END_TEST
+
 /* Deliberately bad kernels, built through the builder's raw-bytes test
  * hook: finish must refuse each with FJ_ERR_VERIFY and say why. */
 START_TEST(verifier_rejects_bad_kernels) {
@@ -346,6 +407,7 @@ int main(void) {
     tcase_add_test(tc, all_gprs_sum);
     tcase_add_test(tc, call_preserves_and_passes);
     tcase_add_test(tc, labels_slots_consts);
+    tcase_add_test(tc, aligned_loop_head);
     tcase_add_test(tc, verifier_rejects_bad_kernels);
     tcase_add_test(tc, dump_dir);
     tcase_add_test(tc, disabled_feature_refused);

@@ -40,6 +40,43 @@ static int add_rec(kb_code *c, size_t *cap, uint32_t off, int kind, int reg, int
 
 static void put32(uint8_t *p, int32_t v) { memcpy(p, &v, 4); }
 
+/* n bytes of no-ops, in the recommended multi-byte forms (at most 8 bytes
+ * each: 0f 1f /0 with the longest ModRM/SIB/displacement that fits). */
+static size_t put_nops(uint8_t *p, size_t n) {
+    static const uint8_t nop[9][8] = {
+        {0},
+        {0x90},
+        {0x66, 0x90},
+        {0x0f, 0x1f, 0x00},
+        {0x0f, 0x1f, 0x40, 0x00},
+        {0x0f, 0x1f, 0x44, 0x00, 0x00},
+        {0x66, 0x0f, 0x1f, 0x44, 0x00, 0x00},
+        {0x0f, 0x1f, 0x80, 0x00, 0x00, 0x00, 0x00},
+        {0x0f, 0x1f, 0x84, 0x00, 0x00, 0x00, 0x00, 0x00},
+    };
+    for (size_t left = n; left;) {
+        size_t k = left < 8 ? left : 8;
+        memcpy(p, nop[k], k);
+        p += k;
+        left -= k;
+    }
+    return n;
+}
+
+void kb_align_next(fj_builder *b, unsigned mod, unsigned rem) {
+    if (mod < 2 || mod > 64 || (mod & (mod - 1)) || rem >= mod) {
+        kb_fail(b, "align: modulus %u (a power of two, 2..64), remainder %u", mod, rem);
+        return;
+    }
+    if (b->trace) {
+        kb_fail(b, "align: inside a trace recording");
+        return;
+    }
+    b->align_at = (uint32_t)b->len;
+    b->align_mod = (uint8_t)mod;
+    b->align_rem = (uint8_t)rem;
+}
+
 void kb_code_free(kb_code *c) {
     if (!c) return;
     fj_free(c->bytes);
@@ -100,7 +137,7 @@ fj_status kb_assemble(fj_builder *b, kb_code *out) {
         frame = (SAVE_AREA + b->slot_bytes + b->call_area + 15) & ~15u;
 
     /* Prologue and epilogue are built into small scratch builders' bytes. */
-    uint8_t pro[96], epi[96];
+    uint8_t pro[96 + 64], epi[96];
     size_t np = 0, ne = 0, reccap = 0;
     x64_opnd o[2];
     int n;
@@ -151,6 +188,12 @@ fj_status kb_assemble(fj_builder *b, kb_code *out) {
             if (!add_rec(out, &reccap, (uint32_t)np, UW_SAVE_REG, callee_saved[i], cfa_at[i]))
                 goto nomem;
         }
+    /* kb_align_next's no-ops: after the saves, so the frame records and
+     * the body's fixups (relative to np) need nothing else. */
+    if (b->align_mod) {
+        size_t pad = ((size_t)b->align_rem - (np + b->align_at)) & (size_t)(b->align_mod - 1);
+        np += put_nops(pro + np, pad);
+    }
     epi_at = np + body_len;
     for (int i = 0; i < 5; i++)
         if (saved >> i & 1) {

@@ -61,6 +61,12 @@ FJ_INTERNAL void kb_free(fj_builder *b);
 /* The body's length so far: between two fj_emit calls, the boundary of
  * the next instruction. */
 FJ_INTERNAL uint32_t kb_body_len(const fj_builder *b);
+/* The next instruction emitted starts at an address congruent to rem
+ * modulo mod (a power of two, 2..64; kernels start on 64-byte lines):
+ * no-ops after the prologue make up the difference, so one place a
+ * kernel (its hottest loop's head; a later call replaces an earlier one),
+ * and not inside a span kb_interleave rewrites. */
+FJ_INTERNAL void kb_align_next(fj_builder *b, unsigned mod, unsigned rem);
 /* Vector and mask registers fj_vreg / fj_kreg can still hand out. */
 FJ_INTERNAL int kb_free_vregs(const fj_builder *b);
 FJ_INTERNAL int kb_free_kregs(const fj_builder *b);

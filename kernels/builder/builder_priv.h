@@ -67,6 +67,9 @@ struct fj_builder {
     uint32_t slot_bytes;   /* below the save area */
     uint32_t call_area;    /* max bytes any fj_call needs */
     int32_t last_ret_jmp;  /* body offset just past fj_return's jmp, or -1 */
+    uint32_t align_at;     /* kb_align_next: this body offset starts at an address */
+    uint8_t align_mod;     /* ... congruent to align_rem modulo align_mod (0: none) */
+    uint8_t align_rem;
     int32_t last_jump;     /* body offset of the last jump emitted, or -1 (kb_interleave) */
     kb_trace *trace;       /* recording (kb_trace_begin): fj_emitv records, emits nothing */
     kb_trace *scratch;     /* kb_scratch_traces' (kept with the spare builder) */
