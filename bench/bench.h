@@ -32,6 +32,10 @@ static inline int bench_order(int r, int i, int n) {
     int w = j == 0 ? 0 : j % 2 ? (j + 1) / 2 : n - j / 2;
     return (w + shift) % n;
 }
+/* Calls that make a ~20 ms block, from one warm call's nanoseconds. */
+static inline long bench_calls_20ms(double one_ns) {
+    return (long)(2e7 / (one_ns > 1 ? one_ns : 1)) + 1;
+}
 /* Fresh runtimes per generation row: a row is the difference of two calls
  * (the first and a warm one), and the warm one's own time swings on a
  * shared host (a 256^3 GEMM's ~80 us by tens of us), so a median needs

@@ -199,7 +199,7 @@ static void one_shape(const bench_ctx *c, fj_runtime *rt, int threads, shape s) 
             double t0 = bench_now_ns();
             run_variant(v, rt, &g);
             double one = bench_now_ns() - t0;
-            calls[v] = (long)(2e7 / (one > 1 ? one : 1)) + 1;
+            calls[v] = bench_calls_20ms(one);
         }
         /* Interleaved: each repetition runs every variant of the pass once,
          * in a balanced order (bench_order), so noise from the shared

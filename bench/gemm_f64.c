@@ -90,7 +90,7 @@ static void one(const bench_ctx *c, fj_runtime *rt, int threads, dshape s) {
         double t0 = bench_now_ns();
         run(v, rt, &g);
         double d = bench_now_ns() - t0;
-        calls[v] = (long)(2e7 / (d > 1 ? d : 1)) + 1;
+        calls[v] = bench_calls_20ms(d);
     }
     for (int r = 0; r < reps; r++)
         for (int i = 0; i < nv; i++) {

@@ -163,7 +163,7 @@ static void one(const bench_ctx *c, fj_runtime *rt, int threads, lshape s, int b
         double t0 = bench_now_ns();
         run_v(v, rt, &g);
         double o = bench_now_ns() - t0;
-        calls[v] = (long)(2e7 / (o > 1 ? o : 1)) + 1;
+        calls[v] = bench_calls_20ms(o);
     }
     int reps = c->reps > 32 ? 32 : c->reps;
     double t[2][32], pk[2][32], pkc[2][32];
