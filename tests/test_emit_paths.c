@@ -131,11 +131,13 @@ END_TEST
 
 /* kb_interleave (eltwise's lanes): streams emitted one after the other,
  * then reordered, give the bytes of the same instructions emitted in the
- * interleaved order directly, constant-pool fixups included; a label or a
- * jump (forward, or backward with no fixup) inside the span is refused. */
+ * interleaved order directly, constant-pool fixups included; a label, a
+ * jump (forward, or backward with no fixup) or kb_align_next's place
+ * inside the span is refused. */
 typedef struct ilv_ctx {
     int order;    /* 0: streams, then kb_interleave; 1: interleaved by hand */
-    int bad;      /* 1: a label bound inside; 2: a jump inside; 3: a backward one */
+    int bad;      /* 1: a label bound inside; 2: a jump inside; 3: a backward one;
+                   * 4: kb_align_next's place */
 } ilv_ctx;
 
 /* Instruction k of stream lane; cs: its constant (made beforehand, so that
@@ -176,6 +178,7 @@ static void ilv_gen(fj_builder *b, const void *p) {
                 if (l == 1 && k == 4 && c->bad == 1) fj_label_bind(b, lbl);
                 if (l == 1 && k == 4 && c->bad == 2) fj_emit(b, FJ_JMP, fj_lbl(lbl));
                 if (l == 1 && k == 4 && c->bad == 3) fj_emit(b, FJ_JE, fj_lbl(back));
+                if (l == 1 && k == 4 && c->bad == 4) kb_align_next(b, 32, 16);
                 at[l][k + 1] = kb_body_len(b);
             }
         }
@@ -196,7 +199,7 @@ START_TEST(interleave) {
                       a.len, c.len);
         kb_code_free(&a);
         kb_code_free(&c);
-        for (int bad = 1; bad <= 3; bad++) {
+        for (int bad = 1; bad <= 4; bad++) {
             ck_assert_int_ne(assemble(i, 1, ilv_gen, &(ilv_ctx){0, bad}, 0, &a), FJ_OK);
             ck_assert_msg(strstr(fj_last_error(), "straight-line"), "%s", fj_last_error());
         }

@@ -269,6 +269,7 @@ void kb_interleave(fj_builder *b, const uint32_t *at, size_t stride, int lanes, 
     if (b->last_jump >= (int32_t)lo) goto bad;
     for (uint32_t i = 0; i < b->nlabels; i++)
         if (b->labels[i] > (int32_t)lo && (size_t)b->labels[i] < hi) goto bad;
+    if (b->align_mod && b->align_at > lo && b->align_at < hi) goto bad; /* kb_align_next's place */
     /* The span's fixups: the last ones added, in body order. */
     size_t f0 = b->nfix;
     while (f0 > 0 && b->fix[f0 - 1].pos >= lo) f0--;

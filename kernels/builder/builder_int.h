@@ -64,8 +64,8 @@ FJ_INTERNAL uint32_t kb_body_len(const fj_builder *b);
 /* The next instruction emitted starts at an address congruent to rem
  * modulo mod (a power of two, 2..64; kernels start on 64-byte lines):
  * no-ops after the prologue make up the difference, so one place a
- * kernel (its hottest loop's head; a later call replaces an earlier one),
- * and not inside a span kb_interleave rewrites. */
+ * kernel (its hottest loop's head; a later call replaces an earlier one);
+ * kb_interleave refuses a span with that place inside. */
 FJ_INTERNAL void kb_align_next(fj_builder *b, unsigned mod, unsigned rem);
 /* Vector and mask registers fj_vreg / fj_kreg can still hand out. */
 FJ_INTERNAL int kb_free_vregs(const fj_builder *b);
@@ -77,7 +77,8 @@ FJ_INTERNAL int kb_free_kregs(const fj_builder *b);
  * one ending at the body's end. Rewrites that span as instruction 0 of every
  * stream, then instruction 1, ... (independent chains side by side, for
  * the out-of-order core), moving constant fixups with their instructions.
- * A jump or a label bound inside the span makes it an error. */
+ * A jump, a label bound or kb_align_next's place inside the span makes
+ * it an error. */
 FJ_INTERNAL void kb_interleave(fj_builder *b, const uint32_t *at, size_t stride, int lanes,
                                int count);
 
