@@ -1,6 +1,7 @@
 /* builder_frame.c: assembling a builder's kernel: the prologue and
  * epilogue (and their frame records) around the body, the constant pool,
- * the fixups; and the reordering of straight-line streams (kb_interleave).
+ * the fixups, the no-ops that place one instruction (kb_align_next); and
+ * the reordering of straight-line streams (kb_interleave).
  *
  * Layout of an assembled kernel:
  *
@@ -8,6 +9,7 @@
  *     mov  rbp, rsp            ; UW_SET_FP   (CFA = rbp + 16 from here on)
  *     sub  rsp, FRAME          ; if anything lives in the frame
  *     mov  [rbp - 8*i], reg    ; UW_SAVE_REG for each callee-saved reg used
+ *     nop...                   ; kb_align_next's padding, if asked for
  *     <body>                   ; never touches rbp; rsp fixed
  *   epilogue:
  *     mov  reg, [rbp - 8*i]    ; UW_RESTORE_REG
