@@ -578,7 +578,8 @@ START_TEST(test_keep_after_exit) {
 }
 END_TEST
 
-/* A kept file (0400) of pid with n bytes, modified age_s seconds ago. */
+/* A kept file (0400) of pid with n bytes, modified age_s seconds ago (a
+ * negative age: in the future). */
 static void kept_file(char *path, size_t n, pid_t pid, unsigned seq, size_t bytes, int age_s) {
     snprintf(path, n, "/dev/shm/framejit-%d-%u.so", (int)pid, seq);
     int fd = open(path, O_CREAT | O_EXCL | O_WRONLY, 0400);
@@ -604,9 +605,12 @@ START_TEST(test_prune_bounds) {
         _exit(0);
     }
     char old[64], mid[64], young[64], live_file[64];
+    /* mid and young dated ahead of now: newer than any file another
+     * process of a parallel test run keeps meanwhile, which would
+     * otherwise count first against the byte bound. */
     kept_file(old, sizeof old, live, 1, 64 << 10, 7200);  /* past the time bound */
-    kept_file(mid, sizeof mid, live, 2, 64 << 10, 20);
-    kept_file(young, sizeof young, live, 3, 64 << 10, 10);
+    kept_file(mid, sizeof mid, live, 2, 64 << 10, -10);
+    kept_file(young, sizeof young, live, 3, 64 << 10, -20);
     snprintf(live_file, sizeof live_file, "/dev/shm/framejit-%d-4.so", (int)live);
     make_shm_file(live_file); /* 0600 of a live process: never touched */
     /* Room for one 64 KiB file, not two: the older goes. */
