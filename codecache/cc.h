@@ -128,6 +128,16 @@ FJ_INTERNAL void cc_fork_global(int phase);
  * evicted. Never called with a lock the evict hooks take. */
 FJ_INTERNAL fj_status cc_place(cc_cache *c, const uint8_t *code, size_t len, const char *name,
                                cc_entry **out);
+/* cc_place, with bytes [hot_lo, hot_hi) of the code (its loops) within one
+ * page where they fit in one with a line to spare (file and memfd
+ * backings; an anonymous one starts every kernel on a page and keeps what
+ * that keeps): with its loop across a page boundary the AVX2 vector x
+ * matrix kernel ran 15-20% slower in up to 10 of 12 processes on Zen 5
+ * (docs/performance.md). The kernel then starts up to hot_hi - hot_lo + a
+ * line further on. hot_hi 0: no range; hot_lo >= hot_hi or hot_hi > len
+ * otherwise is FJ_ERR_INVALID_ARG. */
+FJ_INTERNAL fj_status cc_place_hot(cc_cache *c, const uint8_t *code, size_t len, size_t hot_lo,
+                                    size_t hot_hi, const char *name, cc_entry **out);
 /* Unpublishes an entry. Its address range is never reused; its record
  * stays readable until its arena is reclaimed. */
 FJ_INTERNAL void cc_remove(cc_cache *c, cc_entry *e);

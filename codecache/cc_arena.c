@@ -546,7 +546,8 @@ void cc_arena_free(cc_arena *a) {
     fj_free(a);
 }
 
-fj_status cc_arena_reserve(cc_arena *a, size_t len, cc_txn *t, int *fits) {
+fj_status cc_arena_reserve(cc_arena *a, size_t len, size_t hot_lo, size_t hot_hi, cc_txn *t,
+                           int *fits) {
     *fits = 0;
     /* After fork the child's placements go to arenas of its own: these
      * pages are still shared with the parent, which keeps writing them. */
@@ -556,6 +557,10 @@ fj_status cc_arena_reserve(cc_arena *a, size_t len, cc_txn *t, int *fits) {
     size_t unit = a->kind == CC_ANON ? cc_page_size() : CC_ALIGN;
     size_t size = a->code_end; /* a core-visible arena's last page is not for code */
     size_t off = round_up(a->cursor, unit);
+    if (hot_hi && a->kind != CC_ANON) {
+        const size_t page = cc_page_size(), last = (off + hot_hi - 1) / page;
+        if ((off + hot_lo) / page != last) off = round_up(last * page - hot_lo, unit);
+    }
     if (len > size || off > size - len) return FJ_OK;
     size_t span = round_up(len, unit);
     if (span > size - off) span = size - off;

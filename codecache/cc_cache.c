@@ -412,15 +412,17 @@ static fj_status vec_room(cc_arena *a) {
 
 /* Reserves room in the current arena, or in a new one if it is full (the
  * old one is closed, and retired if it is empty). */
-static fj_status reserve(cc_cache *c, size_t len, cc_txn *t, cc_arena **work) {
+static fj_status reserve(cc_cache *c, size_t len, size_t hot_lo, size_t hot_hi, cc_txn *t,
+                         cc_arena **work) {
     int fits = 0;
     fj_status st = FJ_OK;
     if (c->cur) {
-        st = cc_arena_reserve(c->cur, len, t, &fits);
+        st = cc_arena_reserve(c->cur, len, hot_lo, hot_hi, t, &fits);
         if (st != FJ_OK || fits) return st;
     }
     cc_arena *a;
-    st = cc_arena_new(c->kind, c->span, len, c->huge, c->core_view, c->aux_room, &a);
+    st = cc_arena_new(c->kind, c->span, len + (hot_hi ? hot_hi - hot_lo + CC_ALIGN : 0),
+                      c->huge, c->core_view, c->aux_room, &a);
     if (st != FJ_OK) return st;
     cc_arena *old = c->cur;
     st = attach(c, a);
@@ -433,7 +435,7 @@ static fj_status reserve(cc_cache *c, size_t len, cc_txn *t, cc_arena **work) {
         old->state = CC_CLOSED;
         if (all_dead(old)) begin_retire(c, old, work);
     }
-    st = cc_arena_reserve(a, len, t, &fits);
+    st = cc_arena_reserve(a, len, hot_lo, hot_hi, t, &fits);
     if (st == FJ_OK && !fits) st = fj_fail(FJ_ERR_OS, "codecache: new arena too small");
     return st;
 }
@@ -515,6 +517,11 @@ static fj_status make_room(cc_cache *c, size_t need, const char *name) {
 
 fj_status cc_place(cc_cache *c, const uint8_t *code, size_t len, const char *name,
                    cc_entry **out) {
+    return cc_place_hot(c, code, len, 0, 0, name, out);
+}
+
+fj_status cc_place_hot(cc_cache *c, const uint8_t *code, size_t len, size_t hot_lo,
+                        size_t hot_hi, const char *name, cc_entry **out) {
     if (out) *out = NULL;
     if (!c || !code || !out || len == 0)
         return fj_fail(FJ_ERR_INVALID_ARG, "codecache: cc_place: %s",
@@ -522,8 +529,13 @@ fj_status cc_place(cc_cache *c, const uint8_t *code, size_t len, const char *nam
                                                                         : "empty kernel");
     if (!name) name = "";
     if (len > SIZE_MAX / 4) return fj_fail(FJ_ERR_INVALID_ARG, "codecache: kernel too large");
+    if (hot_hi && (hot_lo >= hot_hi || hot_hi > len))
+        return fj_fail(FJ_ERR_INVALID_ARG, "codecache: '%s': bytes %zu-%zu to keep on one page "
+                       "are not a range of its %zu", name, hot_lo, hot_hi, len);
     size_t unit = c->kind == CC_ANON ? cc_page_size() : CC_ALIGN;
-    size_t need = (len + unit - 1) & ~(unit - 1);
+    if (hot_hi - hot_lo > cc_page_size() - CC_ALIGN || c->kind == CC_ANON) hot_lo = hot_hi = 0;
+    /* a kept range moves the kernel on by less than its length and a line */
+    size_t need = ((len + unit - 1) & ~(unit - 1)) + (hot_hi ? hot_hi - hot_lo + CC_ALIGN : 0);
     size_t nlen = strlen(name);
     cc_rec *r = fj_malloc(sizeof *r + nlen + 1);
     if (!r) return fj_fail(FJ_ERR_NO_MEMORY, "codecache: entry record for '%s'", name);
@@ -535,7 +547,7 @@ fj_status cc_place(cc_cache *c, const uint8_t *code, size_t len, const char *nam
     fj_status st = make_room(c, need, name);
     if (st != FJ_OK) goto fail;
     cc_txn t;
-    st = reserve(c, len, &t, &work);
+    st = reserve(c, len, hot_lo, hot_hi, &t, &work);
     if (st != FJ_OK) goto fail;
     size_t before = t.a->cursor;
     st = vec_room(t.a);

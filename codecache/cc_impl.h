@@ -152,8 +152,14 @@ FJ_INTERNAL fj_status cc_arena_new(int kind, size_t span, size_t min_code, int h
 FJ_INTERNAL void cc_arena_release(cc_arena *a);
 /* Frees the descriptor and its records. Unpublished, after a grace period. */
 FJ_INTERNAL void cc_arena_free(cc_arena *a);
-/* Room for len bytes at the cursor, made writable; 0 if it does not fit. */
-FJ_INTERNAL fj_status cc_arena_reserve(cc_arena *a, size_t len, cc_txn *t, int *fits);
+/* Room for len bytes at the cursor, made writable; 0 if it does not fit.
+ * With hot_hi != 0, bytes [hot_lo, hot_hi) of the kernel (at most a page
+ * less a line, checked by the caller) must not cross a page boundary:
+ * in a file arena the kernel moves on until they start the next page (the
+ * bytes skipped stay int3); an anonymous arena starts kernels on pages
+ * anyway and places it as without. */
+FJ_INTERNAL fj_status cc_arena_reserve(cc_arena *a, size_t len, size_t hot_lo, size_t hot_hi,
+                                       cc_txn *t, int *fits);
 /* Writes the code (and int3 up to the end of the reservation) to its
  * place: through the RW view or into the file (cc_arena.c says when;
  * *by_file says which). */

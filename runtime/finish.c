@@ -80,7 +80,9 @@ fj_status rt_finish(fj_runtime *rt, fj_builder *b, fj_kernel **out) {
     if (!k) { s = fj_fail(FJ_ERR_NO_MEMORY, "kernel %s: out of memory", kb_name(b)); goto fail; }
     k->rt = rt;
     pthread_mutex_lock(&rt->place_lock);
-    s = cc_place(rt->cache, code.bytes, code.len, kb_name(b), &k->entry);
+    /* Its loops on one page where they fit in one (cc_place_hot). */
+    s = cc_place_hot(rt->cache, code.bytes, code.len, code.loop_lo, code.loop_hi, kb_name(b),
+                     &k->entry);
     uw_func f = {0};
     uint8_t prog[256];
     if (s == FJ_OK) {

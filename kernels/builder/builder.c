@@ -532,6 +532,10 @@ static int jump_to(fj_builder *b, x64_op op, int32_t at, uint32_t target) {
         rel_at = info.rel_pos;
     }
     if (!near) kb_add_fixup(b, (uint32_t)(start + (size_t)rel_at), (uint32_t)b->len, target, 0);
+    if (at >= 0) { /* backward: a loop */
+        if (!b->loop_hi || (uint32_t)at < b->loop_lo) b->loop_lo = (uint32_t)at;
+        b->loop_hi = (uint32_t)b->len;
+    }
     return 1;
 }
 

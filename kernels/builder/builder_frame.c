@@ -1,7 +1,8 @@
 /* builder_frame.c: assembling a builder's kernel: the prologue and
  * epilogue (and their frame records) around the body, the constant pool,
- * the fixups, the no-ops that place one instruction (kb_align_next); and
- * the reordering of straight-line streams (kb_interleave).
+ * the fixups, the no-ops that place one instruction (kb_align_next), the
+ * loops' span for placement (kb_code.loop_lo/hi); and the reordering of
+ * straight-line streams (kb_interleave).
  *
  * Layout of an assembled kernel:
  *
@@ -246,6 +247,10 @@ fj_status kb_assemble(fj_builder *b, kb_code *out) {
     }
     out->len = total;
     out->code_len = code_len;
+    if (b->loop_hi) {
+        out->loop_lo = (uint32_t)(np + b->loop_lo);
+        out->loop_hi = (uint32_t)(np + b->loop_hi);
+    }
     return FJ_OK;
 nomem:
     kb_code_free(out);

@@ -19,6 +19,8 @@ typedef struct kb_code {
     size_t code_len;       /* instructions only */
     uw_rec *recs;          /* fj_malloc'ed */
     size_t nrecs;
+    uint32_t loop_lo, loop_hi; /* the loops' bytes (first loop head to the end of the
+                                * last backward jump), to keep on one page; 0, 0: none */
 } kb_code;
 
 /* The frame-pointer tax probe, for one measurement (framejit-bench's GEMM

@@ -71,6 +71,8 @@ struct fj_builder {
     uint8_t align_mod;     /* ... congruent to align_rem modulo align_mod (0: none) */
     uint8_t align_rem;
     int32_t last_jump;     /* body offset of the last jump emitted, or -1 (kb_interleave) */
+    uint32_t loop_lo;      /* the body's loops: the first backward jump's target ... */
+    uint32_t loop_hi;      /* ... to the end of the last one (0: no loop) */
     kb_trace *trace;       /* recording (kb_trace_begin): fj_emitv records, emits nothing */
     kb_trace *scratch;     /* kb_scratch_traces' (kept with the spare builder) */
     int nscratch;

@@ -106,7 +106,8 @@ static void loop_groups(fj_builder *b, vxm_loop *l) { fj_label_bind(b, l->grp); 
  * head sits 16 bytes past a 32-byte boundary: on a 32-byte boundary the
  * AVX2 1x1024x1024 stream ran 10-15% slower in about half of the bench's
  * processes on Zen 5, at 8, 16, 24, 48 or 56 bytes past a 64-byte line
- * in almost none (docs/performance.md). */
+ * in almost none; across a page boundary too, which placement avoids for
+ * every kernel's loops (docs/performance.md). */
 static void loop_blocks(fj_builder *b, vxm_loop *l) {
     fj_emit(b, FJ_LEA, fj_r64(l->m), fj_mem(64, l->g, l->bias));
     fj_emit(b, FJ_LEA, fj_r64(l->m4), fj_memx(64, l->g, l->ldm, 4, l->bias));
