@@ -410,6 +410,12 @@ static fj_status vec_room(cc_arena *a) {
     return FJ_OK;
 }
 
+/* The most a kept range [hot_lo, hot_hi) moves a kernel on: less than
+ * its length and a line (cc_arena_reserve). */
+static size_t hot_slack(size_t hot_lo, size_t hot_hi) {
+    return hot_hi ? hot_hi - hot_lo + CC_ALIGN : 0;
+}
+
 /* Reserves room in the current arena, or in a new one if it is full (the
  * old one is closed, and retired if it is empty). */
 static fj_status reserve(cc_cache *c, size_t len, size_t hot_lo, size_t hot_hi, cc_txn *t,
@@ -421,8 +427,8 @@ static fj_status reserve(cc_cache *c, size_t len, size_t hot_lo, size_t hot_hi, 
         if (st != FJ_OK || fits) return st;
     }
     cc_arena *a;
-    st = cc_arena_new(c->kind, c->span, len + (hot_hi ? hot_hi - hot_lo + CC_ALIGN : 0),
-                      c->huge, c->core_view, c->aux_room, &a);
+    st = cc_arena_new(c->kind, c->span, len + hot_slack(hot_lo, hot_hi), c->huge, c->core_view,
+                      c->aux_room, &a);
     if (st != FJ_OK) return st;
     cc_arena *old = c->cur;
     st = attach(c, a);
@@ -534,8 +540,7 @@ fj_status cc_place_hot(cc_cache *c, const uint8_t *code, size_t len, size_t hot_
                        "are not a range of its %zu", name, hot_lo, hot_hi, len);
     size_t unit = c->kind == CC_ANON ? cc_page_size() : CC_ALIGN;
     if (hot_hi - hot_lo > cc_page_size() - CC_ALIGN || c->kind == CC_ANON) hot_lo = hot_hi = 0;
-    /* a kept range moves the kernel on by less than its length and a line */
-    size_t need = ((len + unit - 1) & ~(unit - 1)) + (hot_hi ? hot_hi - hot_lo + CC_ALIGN : 0);
+    size_t need = ((len + unit - 1) & ~(unit - 1)) + hot_slack(hot_lo, hot_hi);
     size_t nlen = strlen(name);
     cc_rec *r = fj_malloc(sizeof *r + nlen + 1);
     if (!r) return fj_fail(FJ_ERR_NO_MEMORY, "codecache: entry record for '%s'", name);
