@@ -25,28 +25,9 @@ static fj_runtime *make_rt(fj_isa isa) {
     return r;
 }
 
-typedef int64_t (*fn6)(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t);
-
-typedef struct call_ctx {
-    void *fn;
-    int64_t a[6];
-} call_ctx;
-
-static void call_body(void *p) {
-    call_ctx *c = p;
-    ((fn6)c->fn)(c->a[0], c->a[1], c->a[2], c->a[3], c->a[4], c->a[5]);
-    __asm__ volatile("" ::: "memory"); /* no tail call into the kernel */
-}
-
 /* Every kernel also passes the every-instruction unwinding check. */
 static void check_traced(fj_kernel *k, const int64_t a[6]) {
-    call_ctx c = {fj_kernel_entry(k), {0}};
-    memcpy(c.a, a, sizeof c.a);
-    fjt_trace_result *r = calloc(1, sizeof *r);
-    fjt_trace_opts o = {0};
-    ck_assert_msg(fjt_trace_kernel(call_body, &c, &o, r), "%s: %s", fj_kernel_name(k), r->msg);
-    ck_assert_int_gt(r->kernel_steps, 0);
-    free(r);
+    fjt_check_traced(fj_kernel_entry(k), fj_kernel_name(k), a);
 }
 
 static fj_kernel *finish(fj_builder *b) {

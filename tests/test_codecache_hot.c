@@ -132,23 +132,6 @@ static const uint8_t *find(const uint8_t *from, size_t n, const uint8_t m[8]) {
 
 typedef int64_t (*fn1)(int64_t);
 
-static void call_body(void *p) {
-    void **a = p;
-    ((fn1)a[0])(3);
-    __asm__ volatile("" ::: "memory"); /* no tail call into the kernel */
-}
-
-/* The every-instruction unwinding check, through a call with n = 3. */
-static void traced(fj_kernel *k) {
-    void *arg[1] = {fj_kernel_entry(k)};
-    fjt_trace_result *r = calloc(1, sizeof *r);
-    ck_assert_ptr_nonnull(r);
-    fjt_trace_opts o = {0};
-    ck_assert_msg(fjt_trace_kernel(call_body, arg, &o, r), "%s: %s", fj_kernel_name(k), r->msg);
-    ck_assert_int_gt(r->kernel_steps, 0);
-    free(r);
-}
-
 /* A kernel of `lead` adds, then a loop of `body` adds run n times (the
  * first argument), marked at its head and just after its backward jump:
  * returns lead + n * body. */
@@ -189,12 +172,12 @@ START_TEST(runtime_loops) {
                       "lead %d: loop at %#lx-%#lx crosses a page", lead, (unsigned long)h,
                       (unsigned long)e);
         ck_assert_int_eq(((fn1)code)(4), lead + 4 * 300);
-        traced(k);
+        fjt_check_traced(fj_kernel_entry(k), fj_kernel_name(k), (const int64_t[6]){3});
         fj_kernel_release(k);
     }
     fj_kernel *k = loop_kernel(rt, 5, 1500);
     ck_assert_int_eq(((fn1)fj_kernel_entry(k))(2), 5 + 2 * 1500);
-    traced(k);
+    fjt_check_traced(fj_kernel_entry(k), fj_kernel_name(k), (const int64_t[6]){3});
     fj_kernel_release(k);
     fj_runtime_destroy(rt);
 }

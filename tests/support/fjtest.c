@@ -515,6 +515,31 @@ int fjt_trace_kernel(void (*body)(void *), void *arg, const fjt_trace_opts *o,
            !r->gcc_bad && !r->fp_bad && !r->fp_chain_bad;
 }
 
+typedef int64_t (*fn6)(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t);
+
+typedef struct call6 {
+    const void *fn;
+    int64_t a[6];
+} call6;
+
+static void call6_body(void *p) {
+    const call6 *c = p;
+    ((fn6)c->fn)(c->a[0], c->a[1], c->a[2], c->a[3], c->a[4], c->a[5]);
+    __asm__ volatile("" ::: "memory"); /* no tail call into the kernel */
+}
+
+void fjt_check_traced(const void *fn, const char *name, const int64_t a[6]) {
+    if (!fjt_can_trace(name)) return;
+    call6 c = {fn, {0}};
+    memcpy(c.a, a, sizeof c.a);
+    fjt_trace_result *r = calloc(1, sizeof *r);
+    ck_assert_ptr_nonnull(r);
+    fjt_trace_opts o = {0};
+    ck_assert_msg(fjt_trace_kernel(call6_body, &c, &o, r), "%s: %s", name, r->msg);
+    ck_assert_int_gt(r->kernel_steps, 0);
+    free(r);
+}
+
 /* ========================================================================
  * Shared kernels
  * ===================================================================== */

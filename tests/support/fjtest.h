@@ -220,6 +220,11 @@ int fjt_trace_kernel(void (*body)(void *), void *arg, const fjt_trace_opts *o,
 static inline int fjt_trace_visited(const fjt_trace_result *r, size_t off) {
     return off < FJT_TRACE_MAX_OFF && (r->visited[off / 8] >> (off % 8) & 1);
 }
+/* The every-instruction check of one call of fn (a kernel named name)
+ * with a[0..5] as its integer arguments: fails the test unless the trace
+ * ran, reached the kernel and every check passed. Skipped where
+ * fjt_can_trace says so. */
+void fjt_check_traced(const void *fn, const char *name, const int64_t a[6]);
 
 /* ---- kernels the suites share ---------------------------------------- */
 
